@@ -1,0 +1,370 @@
+"""Op-casting policies as plain data: the bundled engine's O1 lists and PyTorch autocast's.
+
+This module imports nothing but the standard library (no torch), so the linter can read it
+at start-up. Two policies are described:
+
+``"amplint"``
+    What ``amplint.amp`` does under O1: apex's lists, modernised. One list for every device,
+    so O1 gives the same dtypes on CPU and CUDA. Names are Python-level qualified names, one
+    entry per place the function lives (``torch.nn.functional.softmax``, ``torch.softmax``,
+    ``torch.Tensor.softmax``): the engine patches exactly these attributes, and a call that
+    reaches the op another way (a name imported before ``initialize``, a C++-internal call)
+    is not cast.
+
+``"torch"``
+    What ``torch.autocast`` does, per device (``"cuda"`` and ``"cpu"``), as ATen op names
+    from ``aten/src/ATen/autocast_mode.{h,cpp}`` (overload suffixes dropped). Look a Python
+    name up with :func:`cast_of`, which maps it to its ATen name (:func:`aten_name`).
+
+Cast kinds returned by :func:`cast_of`:
+
+* ``"half"``    inputs cast to the low-precision dtype (fp16 or bf16);
+* ``"float"``   inputs cast to fp32 (the op runs in fp32 and returns fp32);
+* ``"promote"`` mixed low-precision/fp32 inputs run in fp32;
+* ``"banned"``  raises when given low-precision inputs;
+* ``None``      unlisted: runs in whatever dtype its inputs have.
+
+Where the ``amplint`` lists differ from apex (all deliberate, see ``APEX_DIFFERENCES``):
+modern ops added (``scaled_dot_product_attention``, ``linalg.vecdot``, ``linalg.multi_dot``,
+``log1p``, ``logsumexp``, ``cdist``, ``rms_norm``, ``huber_loss``, ``Tensor.softmax`` ...);
+``gelu`` and ``Tensor.cpu`` removed; arithmetic/comparison operators and ``cat``/``stack``
+are left to PyTorch's own type promotion, which gives the fp32 result apex's wrappers gave.
+``einsum`` stays unlisted, as in apex: register it with
+``amp.register_half_function(torch, "einsum")`` to run it in half.
+"""
+from __future__ import annotations
+
+HALF = "half"
+FLOAT = "float"
+PROMOTE = "promote"
+BANNED = "banned"
+
+_F = "torch.nn.functional."
+_T = "torch."
+_TT = "torch.Tensor."
+_LA = "torch.linalg."
+_SP = "torch.special."
+
+
+def _q(prefix: str, names: str) -> tuple[str, ...]:
+    return tuple(prefix + n for n in names.split())
+
+
+# --------------------------------------------------------------------------------------------
+# amplint O1 (the bundled engine)
+# --------------------------------------------------------------------------------------------
+
+#: Run in the low-precision dtype (fp16, or bf16 with ``half_dtype=torch.bfloat16``).
+O1_HALF: tuple[str, ...] = (
+    _q(_F, "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc "
+           "linear prelu scaled_dot_product_attention")
+    + _q(_T, "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc "
+             "prelu addmm addmv addr matmul mm mv addbmm baddbmm bmm chain_matmul")
+    + _q(_TT, "__matmul__ __rmatmul__ matmul mm mv addmm addmv addr addbmm baddbmm bmm prelu")
+    + _q(_LA, "matmul multi_dot vecdot")
+)
+
+#: Run in fp32 (inputs in fp16/bf16 are cast up; the result is fp32).
+O1_FLOAT: tuple[str, ...] = (
+    _q(_F, "interpolate grid_sample softplus softmin log_softmax softmax layer_norm group_norm "
+           "rms_norm local_response_norm normalize cosine_similarity pdist poisson_nll_loss "
+           "gaussian_nll_loss cosine_embedding_loss cross_entropy hinge_embedding_loss kl_div "
+           "l1_loss mse_loss huber_loss margin_ranking_loss multilabel_margin_loss "
+           "multilabel_soft_margin_loss multi_margin_loss nll_loss binary_cross_entropy_with_logits "
+           "smooth_l1_loss soft_margin_loss triplet_margin_loss ctc_loss")
+    + _q(_T, "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow "
+             "cumprod cumsum dist norm prod std var std_mean var_mean sum renorm logsumexp cdist "
+             "pdist cosine_similarity softmax log_softmax layer_norm group_norm rms_norm")
+    + _q(_TT, "__pow__ __rpow__ acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal "
+              "rsqrt sinh tan pow cumprod cumsum dist norm prod std var sum renorm logsumexp "
+              "softmax log_softmax")
+    + _q(_LA, "norm vector_norm matrix_norm")
+    + _q(_SP, "softmax log_softmax logsumexp expm1 log1p")
+)
+
+#: Mixed fp16/bf16 + fp32 inputs are cast to fp32 by a wrapper (these ops refuse mixed dtypes).
+O1_PROMOTE: tuple[str, ...] = (
+    _q(_T, "dot vdot cross tensordot bilinear index_put scatter_add")
+    + _q(_TT, "dot vdot cross index_put scatter_add")
+    + _q(_F, "bilinear")
+    + _q(_LA, "cross")
+)
+
+#: apex wrapped these to promote; PyTorch's type promotion now gives the same fp32 result,
+#: so the engine does not wrap them (no per-call overhead). ``cast_of`` reports "promote".
+O1_NATIVE_PROMOTE: tuple[str, ...] = (
+    _q(_T, "addcdiv addcmul atan2 add sub mul div eq ne ge gt le lt cat stack")
+    + _q(_TT, "__add__ __radd__ __iadd__ __sub__ __rsub__ __isub__ __mul__ __rmul__ __imul__ "
+              "__truediv__ __rtruediv__ __itruediv__ __eq__ __ne__ __ge__ __gt__ __le__ __lt__ "
+              "addcdiv addcmul atan2 add sub mul div eq ne ge gt le lt")
+)
+
+#: Raise ``NotImplementedError`` when any floating input is fp16/bf16.
+O1_BANNED: tuple[str, ...] = (_F + "binary_cross_entropy",)
+
+#: In-place forms of fp32-list ops: raise when the tensor written is fp16/bf16, because the
+#: result cannot be fp32 in place (apex did the same).
+O1_INPLACE_GUARDED: tuple[str, ...] = (
+    _q(_T, "acos_ asin_ cosh_ exp_ expm1_ log_ log10_ log2_ reciprocal_ rsqrt_ sinh_ tan_")
+    + _q(_TT, "__ipow__ acos_ asin_ cosh_ erfinv_ exp_ expm1_ log_ log10_ log2_ log1p_ "
+              "reciprocal_ rsqrt_ sinh_ tan_ pow_ cumprod_ cumsum_ renorm_")
+)
+
+#: Notable ops on no list, and why.
+O1_UNLISTED_NOTES: dict[str, str] = {
+    _T + "einsum": "unlisted as in apex: runs in its inputs' dtype (fp32 when a weight is "
+                   "involved); amp.register_half_function(torch, 'einsum') makes it run in half",
+    _F + "gelu": "apex ran gelu in fp32; PyTorch's gelu kernels compute in fp32 internally, so "
+                 "amplint (like torch.autocast) leaves it in the input dtype",
+    _TT + "cpu": "apex cast tensors to fp32 on .cpu(); amplint does not change dtypes there",
+    _F + "batch_norm": "unlisted (apex, autocast): fp16 input with fp32 weights is supported natively",
+    _F + "embedding": "unlisted: the output has the weight's dtype (fp32 under O1)",
+    _T + "mean": "unlisted (apex on torch>=1.1, autocast): runs in the input dtype",
+}
+
+#: Where the amplint lists deliberately differ from apex's.
+APEX_DIFFERENCES: dict[str, str] = {
+    "added": "scaled_dot_product_attention, linalg.vecdot/multi_dot/matmul, chain_matmul, "
+             "Tensor.__rmatmul__/prelu (half); log1p, logsumexp, cdist, pdist, rms_norm, "
+             "huber_loss, gaussian_nll_loss, std_mean/var_mean, linalg norms, Tensor.softmax/"
+             "log_softmax, torch.softmax/log_softmax/layer_norm/group_norm, torch.special.* "
+             "(fp32); vdot, tensordot, index_put, scatter_add, linalg.cross (promote)",
+    "removed": "gelu (fp32 in apex), Tensor.cpu (fp32 in apex)",
+    "not wrapped": "arithmetic and comparison operators, cat, stack, addcmul, addcdiv, atan2: "
+                   "native type promotion already runs fp16 x fp32 in fp32",
+    "not cast": "float64 tensors (apex cast them to half); RNN modules (apex patched _VF)",
+}
+
+#: ``nn.Module`` classes and the function their ``forward`` reaches (for module-style lookups).
+MODULE_FUNCTIONS: dict[str, str] = {
+    "torch.nn.Linear": _F + "linear",
+    "torch.nn.Bilinear": _F + "bilinear",
+    "torch.nn.Conv1d": _F + "conv1d",
+    "torch.nn.Conv2d": _F + "conv2d",
+    "torch.nn.Conv3d": _F + "conv3d",
+    "torch.nn.ConvTranspose1d": _F + "conv_transpose1d",
+    "torch.nn.ConvTranspose2d": _F + "conv_transpose2d",
+    "torch.nn.ConvTranspose3d": _F + "conv_transpose3d",
+    "torch.nn.PReLU": _F + "prelu",
+    "torch.nn.Softmax": _F + "softmax",
+    "torch.nn.LogSoftmax": _F + "log_softmax",
+    "torch.nn.Softmin": _F + "softmin",
+    "torch.nn.Softplus": _F + "softplus",
+    "torch.nn.GELU": _F + "gelu",
+    "torch.nn.LayerNorm": _F + "layer_norm",
+    "torch.nn.GroupNorm": _F + "group_norm",
+    "torch.nn.RMSNorm": _F + "rms_norm",
+    "torch.nn.LocalResponseNorm": _F + "local_response_norm",
+    "torch.nn.Upsample": _F + "interpolate",
+    "torch.nn.CosineSimilarity": _F + "cosine_similarity",
+    "torch.nn.PairwiseDistance": _F + "pairwise_distance",
+    "torch.nn.CrossEntropyLoss": _F + "cross_entropy",
+    "torch.nn.NLLLoss": _F + "nll_loss",
+    "torch.nn.MSELoss": _F + "mse_loss",
+    "torch.nn.L1Loss": _F + "l1_loss",
+    "torch.nn.SmoothL1Loss": _F + "smooth_l1_loss",
+    "torch.nn.HuberLoss": _F + "huber_loss",
+    "torch.nn.KLDivLoss": _F + "kl_div",
+    "torch.nn.BCELoss": _F + "binary_cross_entropy",
+    "torch.nn.BCEWithLogitsLoss": _F + "binary_cross_entropy_with_logits",
+    "torch.nn.CTCLoss": _F + "ctc_loss",
+    "torch.nn.PoissonNLLLoss": _F + "poisson_nll_loss",
+    "torch.nn.GaussianNLLLoss": _F + "gaussian_nll_loss",
+    "torch.nn.MarginRankingLoss": _F + "margin_ranking_loss",
+    "torch.nn.HingeEmbeddingLoss": _F + "hinge_embedding_loss",
+    "torch.nn.CosineEmbeddingLoss": _F + "cosine_embedding_loss",
+    "torch.nn.MultiLabelMarginLoss": _F + "multilabel_margin_loss",
+    "torch.nn.MultiLabelSoftMarginLoss": _F + "multilabel_soft_margin_loss",
+    "torch.nn.MultiMarginLoss": _F + "multi_margin_loss",
+    "torch.nn.SoftMarginLoss": _F + "soft_margin_loss",
+    "torch.nn.TripletMarginLoss": _F + "triplet_margin_loss",
+}
+
+#: O2/O3 ``keep_fp32_modules``: kept in fp32 by default (affine BatchNorm, as apex's
+#: ``keep_batchnorm_fp32``), and the classes that may be opted in by name.
+O2_KEEP_FP32_DEFAULT: tuple[str, ...] = ("torch.nn.modules.batchnorm._BatchNorm",)
+O2_KEEP_FP32_OPT_IN: tuple[str, ...] = ("torch.nn.Softmax", "torch.nn.LogSoftmax", "torch.nn.LayerNorm")
+
+BANNED_MESSAGE = (
+    "amplint.amp O1: F.binary_cross_entropy / nn.BCELoss got a {dtype} input. Its backward can "
+    "produce gradients that fp16 cannot hold, so it is banned under O1 (as in apex and "
+    "torch.autocast on CUDA).\nFix: drop the sigmoid in front of it and use "
+    "F.binary_cross_entropy_with_logits / nn.BCEWithLogitsLoss (safe, runs in fp32), or run "
+    "the sigmoid in fp32 with amp.register_float_function(torch, 'sigmoid')."
+)
+
+# --------------------------------------------------------------------------------------------
+# torch.autocast (ATen op names, overloads dropped) — reference doc sections 7.3 / 7.4
+# --------------------------------------------------------------------------------------------
+
+_CUDA_LOWER = frozenset((
+    "_convolution conv1d conv2d conv3d conv_tbc conv_transpose1d conv_transpose2d conv_transpose3d "
+    "convolution cudnn_convolution cudnn_convolution_transpose prelu addmm addmv addr matmul einsum "
+    "mm mv linalg_vecdot linear addbmm baddbmm bmm chain_matmul linalg_multi_dot "
+    "_thnn_fused_lstm_cell _thnn_fused_gru_cell lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell "
+    "_scaled_dot_product_flash_attention scaled_dot_product_attention").split())
+_CUDA_FP32 = frozenset((
+    "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow softplus "
+    "layer_norm native_layer_norm group_norm frobenius_norm nuclear_norm cosine_similarity "
+    "poisson_nll_loss cosine_embedding_loss nll_loss nll_loss2d hinge_embedding_loss kl_div "
+    "l1_loss smooth_l1_loss huber_loss mse_loss margin_ranking_loss multilabel_margin_loss "
+    "soft_margin_loss triplet_margin_loss multi_margin_loss binary_cross_entropy_with_logits dist "
+    "pdist cdist renorm logsumexp upsample_nearest1d _upsample_nearest_exact1d upsample_nearest2d "
+    "_upsample_nearest_exact2d upsample_nearest3d _upsample_nearest_exact3d upsample_linear1d "
+    "upsample_bilinear2d _upsample_bilinear2d_aa upsample_trilinear3d upsample_bicubic2d "
+    "_upsample_bicubic2d_aa").split())
+_CUDA_FP32_SET_OPT_DTYPE = frozenset((
+    "prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm sum").split())
+_CUDA_FP32_APPEND_DTYPE = frozenset(("norm",))
+_CUDA_PROMOTE = frozenset((
+    "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot "
+    "scatter_add").split())
+_CUDA_BANNED = frozenset(("binary_cross_entropy",))
+
+_CPU_LOWER = frozenset((
+    "conv1d conv2d conv3d bmm mm linalg_vecdot baddbmm addmm _addmm_activation addbmm linear "
+    "_convolution matmul conv_tbc mkldnn_rnn_layer conv_transpose1d conv_transpose2d "
+    "conv_transpose3d prelu scaled_dot_product_attention _native_multi_head_attention").split())
+_CPU_FP32 = frozenset((
+    "avg_pool3d binary_cross_entropy grid_sampler polar prod quantile nanquantile stft cdist "
+    "grid_sampler_2d _grid_sampler_2d_cpu_fallback grid_sampler_3d trace view_as_complex cholesky "
+    "cholesky_inverse cholesky_solve inverse lu_solve orgqr ormqr pinverse max_pool3d max_unpool2d "
+    "max_unpool3d adaptive_avg_pool3d reflection_pad1d reflection_pad2d replication_pad1d "
+    "replication_pad2d replication_pad3d mse_loss cosine_embedding_loss nll_loss nll_loss2d "
+    "hinge_embedding_loss poisson_nll_loss smooth_l1_loss cross_entropy_loss l1_loss huber_loss "
+    "margin_ranking_loss soft_margin_loss triplet_margin_loss multi_margin_loss ctc_loss kl_div "
+    "multilabel_margin_loss binary_cross_entropy_with_logits fft_fft fft_ifft fft_fft2 fft_ifft2 "
+    "fft_fftn fft_ifftn fft_rfft fft_irfft fft_rfft2 fft_irfft2 fft_rfftn fft_irfftn fft_hfft "
+    "fft_ihfft linalg_cond linalg_matrix_rank linalg_solve linalg_cholesky linalg_svdvals "
+    "linalg_eigvals linalg_eigvalsh linalg_inv linalg_householder_product linalg_tensorinv "
+    "linalg_tensorsolve fake_quantize_per_tensor_affine geqrf _lu_with_info qr svd "
+    "triangular_solve fractional_max_pool2d fractional_max_pool3d adaptive_max_pool3d "
+    "multilabel_margin_loss_forward linalg_qr linalg_cholesky_ex linalg_svd linalg_eig linalg_eigh "
+    "linalg_lstsq linalg_inv_ex").split())
+_CPU_PROMOTE = frozenset(("stack cat index_copy").split())
+
+#: torch.autocast's lists, keyed by device then by cast policy (ATen names).
+TORCH_AUTOCAST: dict[str, dict[str, frozenset]] = {
+    "cuda": {
+        "lower_precision_fp": _CUDA_LOWER,
+        "fp32": _CUDA_FP32,
+        "fp32_set_opt_dtype": _CUDA_FP32_SET_OPT_DTYPE,
+        "fp32_append_dtype": _CUDA_FP32_APPEND_DTYPE,
+        "promote": _CUDA_PROMOTE,
+        "banned": _CUDA_BANNED,
+    },
+    "cpu": {
+        "lower_precision_fp": _CPU_LOWER,
+        "fp32": _CPU_FP32,
+        "promote": _CPU_PROMOTE,
+    },
+}
+
+_TORCH_KIND = {
+    "lower_precision_fp": HALF, "fp32": FLOAT, "fp32_set_opt_dtype": FLOAT,
+    "fp32_append_dtype": FLOAT, "promote": PROMOTE, "banned": BANNED,
+}
+
+#: Python functions whose ATen op has another name (or that decompose into listed ops).
+_PY_TO_ATEN: dict[str, tuple[str, ...]] = {
+    "interpolate": ("upsample_nearest2d",),
+    "upsample": ("upsample_nearest2d",),
+    "grid_sample": ("grid_sampler",),
+    # cross_entropy: CPU lists cross_entropy_loss; on CUDA it decomposes into log_softmax
+    # (fp32_set_opt_dtype) + nll_loss (fp32).
+    "cross_entropy": ("cross_entropy_loss", "log_softmax"),
+    "multi_dot": ("linalg_multi_dot",),
+    "normalize": ("norm",),
+    "softmin": ("softmax",),
+}
+
+# --------------------------------------------------------------------------------------------
+# Lookup helpers
+# --------------------------------------------------------------------------------------------
+
+_AMPLINT: dict[str, str] = {}
+for _kind, _names in ((PROMOTE, O1_NATIVE_PROMOTE), (PROMOTE, O1_PROMOTE), (FLOAT, O1_FLOAT),
+                      (HALF, O1_HALF), (BANNED, O1_BANNED)):
+    for _n in _names:
+        _AMPLINT[_n] = _kind
+del _kind, _names, _n
+
+_PREFIX_ALIASES = (
+    ("F.", _F), ("nn.functional.", _F), ("torch.nn.functional.", _F), ("Tensor.", _TT),
+)
+
+
+def normalize(qualname: str) -> str:
+    """Spell a name the way the lists do: ``F.softmax`` -> ``torch.nn.functional.softmax``,
+    a module class (``torch.nn.Softmax``) -> the function its forward calls."""
+    for short, full in _PREFIX_ALIASES:
+        if qualname.startswith(short):
+            qualname = full + qualname[len(short):]
+            break
+    if qualname.startswith("nn."):
+        qualname = "torch." + qualname
+    return MODULE_FUNCTIONS.get(qualname, qualname)
+
+
+def aten_name(qualname: str) -> str | None:
+    """The ATen op a Python name reaches: ``torch.linalg.vecdot`` -> ``linalg_vecdot``,
+    ``torch.Tensor.__matmul__`` -> ``matmul``; ``None`` for in-place forms (never autocast)."""
+    qualname = normalize(qualname)
+    for prefix, aten_prefix in ((_LA, "linalg_"), ("torch.fft.", "fft_"), (_SP, "special_"),
+                                (_F, ""), (_TT, ""), (_T, "")):
+        if qualname.startswith(prefix):
+            name = qualname[len(prefix):]
+            break
+    else:
+        return None
+    if name.startswith("__") and name.endswith("__"):
+        inner = name[2:-2]
+        if inner.startswith("i") and inner[1:] in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+            return None
+        if inner.startswith("r") and inner[1:] in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+            inner = inner[1:]
+        name = {"truediv": "div"}.get(inner, inner)
+    elif name.endswith("_") and not name.startswith("_"):
+        return None
+    return aten_prefix + name
+
+
+def cast_of(qualname: str, policy: str = "amplint", device: str = "cuda") -> str | None:
+    """How ``qualname`` is cast: ``"half"``, ``"float"``, ``"promote"``, ``"banned"`` or ``None``.
+
+    ``policy="amplint"`` is the bundled engine's O1 (identical on every device);
+    ``policy="torch"`` is ``torch.autocast`` on ``device`` (``"cuda"`` or ``"cpu"``).
+    """
+    if policy == "amplint":
+        return _AMPLINT.get(normalize(qualname))
+    if policy != "torch":
+        raise ValueError(f"unknown policy {policy!r}; expected 'amplint' or 'torch'")
+    try:
+        lists = TORCH_AUTOCAST[device]
+    except KeyError:
+        raise ValueError(f"unknown device {device!r}; expected 'cuda' or 'cpu'") from None
+    aten = aten_name(qualname)
+    if aten is None:
+        return None
+    candidates = (aten,) + _PY_TO_ATEN.get(normalize(qualname).rsplit(".", 1)[-1], ())
+    for name in candidates:
+        for policy_name, ops in lists.items():
+            if name in ops:
+                return _TORCH_KIND[policy_name]
+    return None
+
+
+def names(kind: str, policy: str = "amplint", device: str = "cuda") -> frozenset:
+    """Every name of one cast kind (qualified names for amplint, ATen names for torch)."""
+    if policy == "amplint":
+        return frozenset(n for n, k in _AMPLINT.items() if k == kind)
+    return frozenset().union(*(ops for p, ops in TORCH_AUTOCAST[device].items()
+                               if _TORCH_KIND[p] == kind))
+
+
+#: Both policies in one structure, for tools that want the raw data.
+POLICIES: dict[str, object] = {
+    "amplint": {HALF: O1_HALF, FLOAT: O1_FLOAT, PROMOTE: O1_PROMOTE + O1_NATIVE_PROMOTE,
+                BANNED: O1_BANNED},
+    "torch": TORCH_AUTOCAST,
+}

@@ -1,0 +1,277 @@
+"""The ``amplint`` command line (also ``python -m amplint``).
+
+Exit codes: 0 clean; 1 findings (for ``fix``: findings left after fixing; for
+``fix --diff``: changes it would make); 2 usage or configuration error, or a file that
+could not be read or parsed (the other files are still linted).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from . import __version__
+from .config import DEVICES, ENGINES, FIX_STYLES, OPT_LEVELS, ConfigError, ConfigResolver
+from .numerics import TARGETS
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit 2 with a one-line reason, like argparse, never a traceback
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _codes(value: str) -> list[str]:
+    return [c.strip().upper() for c in value.split(",") if c.strip()]
+
+
+def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
+    from .reporters import FORMATS
+
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to lint (default: the current folder)")
+    sel = p.add_argument_group("rule selection")
+    sel.add_argument("--select", type=_codes, metavar="CODES", help="comma-separated codes or prefixes to enable (ALL: every rule); replaces the config's select")
+    sel.add_argument("--extend-select", type=_codes, metavar="CODES", help="codes or prefixes to enable on top of the selection")
+    sel.add_argument("--ignore", type=_codes, metavar="CODES", help="comma-separated codes or prefixes to disable")
+    tgt = p.add_argument_group("what counts as a hazard")
+    tgt.add_argument("--target", choices=TARGETS, help="the low-precision dtype you will train in (default fp16); a -1e9 mask is fine in bf16")
+    tgt.add_argument("--opt-level", choices=OPT_LEVELS, help="apex-style opt level you will train at (default O1: autocast-style casting; O2/O3: half model)")
+    tgt.add_argument("--device", choices=DEVICES, help="where autocast runs (default cuda; CPU autocast keeps softmax and sum in half)")
+    tgt.add_argument("--alignment", type=int, metavar="N", help="Tensor Core alignment for layer sizes (default 8; 16 for fp8/int8)")
+    tgt.add_argument("--engine", choices=ENGINES, help="which mixed-precision op policy decides coverage: the bundled engine's (amplint) or torch.autocast's")
+    tgt.add_argument("--fix-style", choices=FIX_STYLES, help="how softmax fixes are written: functional (dtype=torch.float32) or module (nn.Softmax in __init__)")
+    out = p.add_argument_group("output")
+    out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")
+    out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
+    out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
+    out.add_argument("--report-unused-suppressions", action="store_true", help=f"report suppression comments that silence nothing (code AMP900)")
+    out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
+    run = p.add_argument_group("running")
+    run.add_argument("--exclude", type=lambda v: [s for s in v.split(",") if s], metavar="GLOBS", help="comma-separated path globs to skip, added to the config's exclude")
+    run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
+    run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
+    run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
+    run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core)")
+    if fix:
+        p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
+        p.add_argument("--diff", action="store_true", help="print a unified diff of the fixes and write nothing")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="amplint",
+        description="Find, fix and prove what breaks or slows PyTorch mixed-precision (fp16/bf16) training.",
+        epilog="Run `amplint COMMAND --help` for a command's options. `check` and `fix` never import or run the code they read; `verify` does.",
+    )
+    parser.add_argument("--version", action="version", version=f"amplint {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    check = sub.add_parser("check", help="lint files and folders", description="Lint Python files for mixed-precision hazards. Exit 0 clean, 1 findings, 2 errors.")
+    _add_lint_options(check, fix=False)
+    fix = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
+    _add_lint_options(fix, fix=True)
+    rules = sub.add_parser("rules", help="list every rule", description="List every rule: code, name, fix applicability, on by default or not.")
+    rules.add_argument("--format", choices=("text", "json"), default="text")
+    explain = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
+    explain.add_argument("code", metavar="CODE", help="rule code (AMP101) or name (overflow-constant)")
+    try:
+        from .verify import cli as verify_cli
+    except ImportError:
+        verify_cli = None
+    if verify_cli is not None:
+        verify = sub.add_parser("verify", help="run the model under O0-O3 and prove findings and fixes (imports and runs your code)",
+                                description=verify_cli.DESCRIPTION)
+        verify_cli.add_arguments(verify)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command in ("check", "fix"):
+            return _lint(args)
+        if args.command == "rules":
+            return _rules(args)
+        if args.command == "explain":
+            return _explain(args)
+        if args.command == "verify":
+            from .verify import cli as verify_cli
+
+            return verify_cli.main(args)
+    except ConfigError as exc:
+        print(f"amplint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("amplint: interrupted", file=sys.stderr)
+        return 130
+    parser.print_help()
+    return EXIT_ERROR
+
+
+def _lint(args) -> int:
+    from .engine import RunOptions, run
+    from .registry import RuleLoadError, all_rules, unknown_codes
+    from .reporters import REPORTERS
+
+    if args.alignment is not None and (args.alignment <= 0 or args.alignment & (args.alignment - 1)):
+        print(f"amplint: error: --alignment must be a positive power of two, not {args.alignment}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.config and not os.path.isfile(args.config):
+        print(f"amplint: error: --config {args.config}: no such file", file=sys.stderr)
+        return EXIT_ERROR
+    overrides = {
+        "select": tuple(args.select) if args.select is not None else None,
+        "extend_select": tuple(args.extend_select) if args.extend_select is not None else None,
+        "ignore": tuple(args.ignore) if args.ignore is not None else None,
+        "target": args.target, "opt_level": args.opt_level, "device": args.device,
+        "alignment": args.alignment, "engine": args.engine, "fix_style": args.fix_style,
+    }
+    if args.exclude:
+        overrides["extend_exclude"] = tuple(args.exclude)
+    resolver = ConfigResolver(overrides, args.config)
+    paths = args.paths or ["."]
+    base = resolver.for_path(paths[0])
+    try:
+        known = all_rules(base.rule_paths)
+    except RuleLoadError as exc:
+        print(f"amplint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for option, codes in (("--select", args.select), ("--ignore", args.ignore), ("--extend-select", args.extend_select)):
+        bad = unknown_codes(codes or (), known)
+        if bad:
+            print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
+            return EXIT_ERROR
+
+    fmt = args.format or "text"
+    progress, finish = _progress(args.quiet or fmt != "text")
+    options = RunOptions(
+        fix=args.command == "fix" and not getattr(args, "diff", False),
+        unsafe_fixes=getattr(args, "unsafe_fixes", False),
+        diff=getattr(args, "diff", False),
+        use_cache=not args.no_cache,
+        cache_dir=args.cache_dir,
+        jobs=args.jobs,
+        report_unused_suppressions=args.report_unused_suppressions,
+        progress=progress,
+    )
+    try:
+        results = run(paths, resolver, options)
+    except RuleLoadError as exc:
+        print(f"amplint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        finish()
+    out = sys.stdout
+    if options.diff:
+        for r in results:
+            if r.diff:
+                out.write(r.diff)
+    color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
+    if args.quiet and fmt in ("text", "concise"):
+        from .reporters.concise import marker
+
+        for r in results:
+            for f in r.findings:
+                out.write(f"{f.path}:{f.line}:{f.column}: {f.code} {marker(f)}{f.message}\n")
+        from .reporters.text import render_errors
+
+        render_errors(results, sys.stderr)
+    else:
+        REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
+    out.flush()
+    if any(r.errors for r in results):
+        return EXIT_ERROR
+    findings = any(r.findings for r in results)
+    changes = options.diff and any(r.diff for r in results)
+    if (findings or changes) and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _progress(disabled: bool):
+    """A rich progress bar on stderr for long runs on a terminal; nothing otherwise."""
+    if disabled or not sys.stderr.isatty():
+        return None, lambda: None
+    state = {}
+
+    def update(done: int, total: int) -> None:
+        if total < 50:
+            return
+        if "bar" not in state:
+            from rich.progress import Progress
+
+            bar = Progress(transient=True, console=None)
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task("linting", total=total)
+        state["bar"].update(state["task"], completed=done)
+
+    def finish() -> None:
+        if "bar" in state:
+            state["bar"].stop()
+
+    return update, finish
+
+
+def _rules(args) -> int:
+    import json
+
+    from .registry import all_rules
+
+    rules = all_rules()
+    rows = [
+        {
+            "code": r.code, "name": r.name, "summary": r.summary, "severity": r.severity.value,
+            "fix": r.fix_applicability.value if r.fix_applicability else "none",
+            "default": r.enabled_by_default,
+        }
+        for r in rules
+    ]
+    if args.format == "json":
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return EXIT_CLEAN
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("code", "name", "fix", "default", "summary")
+        for row in rows:
+            table.add_row(row["code"], row["name"], row["fix"], "on" if row["default"] else "off", row["summary"])
+        Console().print(table)
+        return EXIT_CLEAN
+    widths = [max(len(str(x)) for x in [h] + [row[k] for row in rows]) for h, k in (("code", "code"), ("name", "name"), ("fix", "fix"))]
+    sys.stdout.write(f"{'code':<{widths[0]}}  {'name':<{widths[1]}}  {'fix':<{widths[2]}}  default  summary\n")
+    for row in rows:
+        sys.stdout.write(
+            f"{row['code']:<{widths[0]}}  {row['name']:<{widths[1]}}  {row['fix']:<{widths[2]}}  "
+            f"{'on ' if row['default'] else 'off'}      {row['summary']}\n"
+        )
+    return EXIT_CLEAN
+
+
+def _explain(args) -> int:
+    from .registry import all_rules
+
+    wanted = args.code.strip()
+    for rule in all_rules():
+        if rule.code == wanted.upper() or rule.name == wanted.lower():
+            fix = rule.fix_applicability.value if rule.fix_applicability else "none"
+            header = (
+                f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n"
+                f"Severity: {rule.severity.value} · Fix: {fix} · "
+                f"{'On' if rule.enabled_by_default else 'Off'} by default\n\n"
+            )
+            text = header + rule.docs.strip() + "\n"
+            if sys.stdout.isatty():
+                from rich.console import Console
+                from rich.markdown import Markdown
+
+                Console().print(Markdown(text))
+            else:
+                sys.stdout.write(text)
+            return EXIT_CLEAN
+    print(f"amplint: error: unknown rule {wanted!r} (see `amplint rules`)", file=sys.stderr)
+    return EXIT_ERROR

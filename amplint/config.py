@@ -1,0 +1,235 @@
+"""Settings: defaults, ``[tool.amplint]`` in the nearest pyproject.toml, CLI overrides.
+
+Every key is validated here; a bad value raises :class:`ConfigError` with the file,
+the line when it can be found, and the reason (the CLI turns it into exit code 2).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from .numerics import TARGETS
+
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+DEVICES = ("cuda", "cpu", "any")
+ENGINES = ("amplint", "torch")
+FIX_STYLES = ("functional", "module")
+CODE_RE = re.compile(r"^[A-Z]+[0-9]*$")
+
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", "__pycache__", "build", "dist",
+    ".tox", ".nox", ".eggs", "*.egg-info", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    ".amplint_cache", "node_modules", "site-packages",
+)
+
+
+class ConfigError(Exception):
+    """A configuration problem: ``path:line: reason``."""
+
+    def __init__(self, reason: str, path: Optional[str] = None, line: Optional[int] = None):
+        self.reason, self.path, self.line = reason, path, line
+        where = f"{path}:{line}: " if path and line else f"{path}: " if path else ""
+        super().__init__(where + reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    select: tuple[str, ...] = ()  # empty: every rule enabled by default
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    exclude: tuple[str, ...] = ()
+    extend_exclude: tuple[str, ...] = ()  # --exclude on the command line adds to exclude
+    target: str = "fp16"
+    opt_level: str = "O1"
+    #: where the model runs under autocast: CUDA and CPU autocast upcast different ops
+    device: str = "cuda"
+    alignment: Optional[int] = None  # None: the target's Tensor Core alignment
+    rule_paths: tuple[str, ...] = ()
+    engine: str = "amplint"
+    fix_style: str = "functional"
+    #: directory of the pyproject.toml the settings came from (resolves relative paths)
+    root: str = "."
+    config_path: Optional[str] = None
+
+    def fingerprint(self) -> str:
+        """Stable hash of everything that can change findings (the cache key uses it)."""
+        data = dataclasses.asdict(self)
+        data.pop("root"), data.pop("config_path")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def effective_alignment(self) -> int:
+        from .numerics import FORMATS
+
+        return self.alignment or FORMATS[self.target].alignment
+
+    def ignored_for(self, path: str) -> tuple[str, ...]:
+        rel = _relative(path, self.root)
+        out: list[str] = []
+        for pattern, codes in self.per_file_ignores:
+            if _path_matches(rel, pattern):
+                out.extend(codes)
+        return tuple(out)
+
+    def is_excluded(self, path: str) -> bool:
+        rel = _relative(path, self.root)
+        return any(_path_matches(rel, pattern) for pattern in self.exclude + self.extend_exclude)
+
+
+def _relative(path: str, root: str) -> str:
+    try:
+        return os.path.relpath(os.path.abspath(path), os.path.abspath(root)).replace(os.sep, "/")
+    except ValueError:  # other drive on Windows
+        return path.replace(os.sep, "/")
+
+
+def _path_matches(rel: str, pattern: str) -> bool:
+    """gitignore-like: a pattern matches the path, or any of its parent folders, or its name."""
+    pattern = pattern.rstrip("/")
+    parts = rel.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))] + parts
+    return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
+
+
+# --- loading -----------------------------------------------------------------------
+
+_KEYS = {
+    "select": "codes", "ignore": "codes", "extend-select": "codes", "per-file-ignores": "pfi",
+    "exclude": "strings", "target": TARGETS, "opt-level": OPT_LEVELS, "device": DEVICES,
+    "alignment": "alignment", "rule-paths": "strings", "engine": ENGINES, "fix-style": FIX_STYLES,
+}
+#: sub-tables other parts of amplint own (e.g. [tool.amplint.verify]); not settings here
+_SUBTABLES = ("verify",)
+
+
+def _line_of(text: str, key: str) -> Optional[int]:
+    """Best-effort line of ``key =`` inside [tool.amplint] for error messages."""
+    in_table = False
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            in_table = stripped.startswith("[tool.amplint")
+        elif in_table and re.match(rf'^["\']?{re.escape(key)}["\']?\s*=', stripped):
+            return number
+    return None
+
+
+def validate(table: dict[str, Any], path: Optional[str] = None, text: str = "") -> dict[str, Any]:
+    """Check a ``[tool.amplint]`` table; return keyword arguments for :class:`Settings`."""
+    out: dict[str, Any] = {}
+
+    def fail(key: str, reason: str):
+        raise ConfigError(f"[tool.amplint] {key}: {reason}", path, _line_of(text, key))
+
+    for key, value in table.items():
+        if key in _SUBTABLES:
+            continue
+        kind = _KEYS.get(key)
+        if kind is None:
+            close = [k for k in _KEYS if k.replace("-", "_") == key.replace("-", "_")]
+            hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: {', '.join(_KEYS)}"
+            fail(key, f"unknown key{hint}")
+        attr = key.replace("-", "_")
+        if isinstance(kind, tuple):
+            if value not in kind:
+                fail(key, f"must be one of {', '.join(kind)}, not {value!r}")
+            out[attr] = value
+        elif kind in ("codes", "strings"):
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                fail(key, "must be a list of strings")
+            if kind == "codes":
+                bad = [v for v in value if not CODE_RE.match(v) and v != "ALL"]
+                if bad:
+                    fail(key, f"not a rule code or prefix: {', '.join(map(repr, bad))}")
+            out[attr] = tuple(value)
+        elif kind == "pfi":
+            if not isinstance(value, dict):
+                fail(key, 'must be a table of "glob" = ["CODE", ...]')
+            items = []
+            for pattern, codes in value.items():
+                if isinstance(codes, str):
+                    codes = [codes]
+                if not isinstance(codes, list) or not all(isinstance(c, str) and CODE_RE.match(c) for c in codes):
+                    fail(key, f"{pattern!r} must map to a list of rule codes")
+                items.append((pattern, tuple(codes)))
+            out[attr] = tuple(items)
+        elif kind == "alignment":
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value & (value - 1):
+                fail(key, f"must be a positive power of two (8, 16, 64...), not {value!r}")
+            out[attr] = value
+    return out
+
+
+def read_pyproject(path: Path) -> Optional[dict[str, Any]]:
+    """The ``[tool.amplint]`` table of ``path`` (None when the file has none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise ConfigError(f"invalid TOML: {exc}", str(path), int(m.group(1)) if m else None) from None
+    table = data.get("tool", {}).get("amplint")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError("[tool.amplint] must be a table", str(path))
+    return {"__text__": text, **table}
+
+
+class ConfigResolver:
+    """Finds, per linted path, the nearest pyproject.toml with a [tool.amplint] table
+    and builds its Settings with the CLI overrides on top.  Results are cached per folder."""
+
+    def __init__(self, overrides: Optional[dict[str, Any]] = None, config_file: Optional[str] = None):
+        self.overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        self.config_file = config_file
+        self._by_dir: dict[str, Settings] = {}
+        self._by_file: dict[str, Settings] = {}
+
+    def _from_file(self, pyproject: Path) -> Settings:
+        key = str(pyproject)
+        if key not in self._by_file:
+            table = read_pyproject(pyproject) or {}
+            text = table.pop("__text__", "")
+            values = validate(table, key, text)
+            self._by_file[key] = self._build(values, str(pyproject.parent), key)
+        return self._by_file[key]
+
+    def _build(self, values: dict[str, Any], root: str, config_path: Optional[str]) -> Settings:
+        values = {**values, **self.overrides}
+        return Settings(root=root, config_path=config_path, **values)
+
+    def for_path(self, path: str) -> Settings:
+        if self.config_file:
+            return self._from_file(Path(self.config_file).resolve())
+        start = Path(path).resolve()
+        directory = start if start.is_dir() else start.parent
+        key = str(directory)
+        if key in self._by_dir:
+            return self._by_dir[key]
+        settings = None
+        for folder in (directory, *directory.parents):
+            candidate = folder / "pyproject.toml"
+            if candidate.is_file() and (read_pyproject(candidate) is not None):
+                settings = self._from_file(candidate)
+                break
+        if settings is None:
+            settings = self._build({}, os.getcwd(), None)
+        self._by_dir[key] = settings
+        return settings

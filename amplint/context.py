@@ -1,0 +1,434 @@
+"""The shared analysis context every rule receives for one file.
+
+Built once per file by the engine from one ``ast`` parse and one walk:
+
+* parent links (``ctx.parent(node)``) and enclosing class / function lookups;
+* torch import aliases resolved (``ctx.qualname(expr)``: ``F.softmax`` ->
+  ``torch.nn.functional.softmax``; ``einsum`` -> ``torch.einsum``);
+* which classes are ``nn.Module`` subclasses and which code runs in ``forward``
+  (``ctx.in_forward(node)``: inside a module's ``forward`` or a function / method that
+  ``forward`` calls in the same file, transitively);
+* a constant evaluator (``ctx.evaluate(expr)``, see :mod:`amplint.evaluate`) that follows
+  names to module constants, default arguments, ``self.attr`` set in ``__init__`` and
+  config-class field defaults, in this file or (through the project index) another.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
+
+from .rule import Finding, Fix, Related, Rule, Severity
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .evaluate import Value
+    from .project import ProjectIndex
+
+_NEWLINE_RE = re.compile(r"\r\n|\r|\n")
+FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)
+ScopeNode = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+#: base-class names that, when not resolvable, still mark a class as a torch module
+_MODULE_BASE_SUFFIXES = ("Module", "PreTrainedModel", "ModuleList", "ModuleDict", "Sequential")
+_MODULE_BASE_QUALNAMES = {
+    "torch.nn.Module", "torch.nn.modules.module.Module", "torch.nn.Sequential",
+    "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.jit.ScriptModule",
+    "pytorch_lightning.LightningModule", "lightning.LightningModule", "lightning.pytorch.LightningModule",
+}
+_FORWARD_NAMES = ("forward", "__call__")
+
+
+def parent_of(node: ast.AST) -> Optional[ast.AST]:
+    return getattr(node, "amplint_parent", None)
+
+
+class FileContext:
+    """Everything a rule may ask about one file.  Cheap attributes are computed by the
+    engine's single walk; the rest lazily, on first use, once per file."""
+
+    def __init__(
+        self,
+        path: str,
+        source: str,
+        tree: ast.Module,
+        settings: "Settings",
+        project: Optional["ProjectIndex"] = None,
+    ):
+        self.path = path
+        self.source = source
+        self.tree = tree
+        self.settings = settings
+        self.project = project
+        self.newline = "\r\n" if "\r\n" in source[:10000] else "\n"
+        self.findings: list[Finding] = []
+        self._lines: Optional[list[str]] = None
+        self._ascii = source.isascii()
+        self._imports: dict[str, str] = {}
+        self._import_nodes: list[ast.AST] = []
+        self._classes: dict[str, ast.ClassDef] = {}
+        self._functions: dict[str, ast.AST] = {}
+        self._module_assignments: dict[str, list[ast.AST]] = {}
+        self._module_classes: Optional[set[str]] = None
+        self._forward_reachable: Optional[set[int]] = None
+        self._evaluator = None
+        self._index_module_level()
+
+    # --- walking ---------------------------------------------------------------------
+
+    def walk_and_bucket(self, wanted: set[str]) -> dict[str, list[ast.AST]]:
+        """One pass over the tree: set parent links, collect imports, and bucket the
+        nodes whose class name is in ``wanted`` (in source order)."""
+        buckets: dict[str, list[ast.AST]] = {name: [] for name in wanted}
+        imports = self._import_nodes
+        stack: list[ast.AST] = [self.tree]
+        iter_children = ast.iter_child_nodes
+        while stack:
+            node = stack.pop()
+            children = list(iter_children(node))
+            for child in children:
+                child.amplint_parent = node
+            stack.extend(reversed(children))
+            name = node.__class__.__name__
+            if name in buckets:
+                buckets[name].append(node)
+            if name == "Import" or name == "ImportFrom":
+                imports.append(node)
+        self._resolve_imports()
+        return buckets
+
+    def _index_module_level(self) -> None:
+        for stmt in self.tree.body:
+            if isinstance(stmt, ast.ClassDef):
+                self._classes[stmt.name] = stmt
+            elif isinstance(stmt, FunctionNode):
+                self._functions[stmt.name] = stmt
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        self._module_assignments.setdefault(target.id, []).append(stmt)
+            elif isinstance(stmt, ast.If):  # `if TYPE_CHECKING:` / version switches
+                for inner in stmt.body + stmt.orelse:
+                    if isinstance(inner, ast.ClassDef):
+                        self._classes.setdefault(inner.name, inner)
+                    elif isinstance(inner, FunctionNode):
+                        self._functions.setdefault(inner.name, inner)
+
+    # --- imports -----------------------------------------------------------------------
+
+    def _resolve_imports(self) -> None:
+        aliases = self._imports
+        for node in self._import_nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+                    else:  # `import torch.nn` binds `torch`
+                        top = alias.name.split(".")[0]
+                        aliases[top] = top
+            elif node.level == 0 and node.module:
+                for alias in node.names:
+                    if alias.name != "*":
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    @property
+    def imports(self) -> dict[str, str]:
+        """Local name -> fully qualified name for every import in the file."""
+        return self._imports
+
+    def qualname(self, expr: ast.AST) -> Optional[str]:
+        """``F.softmax`` -> ``torch.nn.functional.softmax``; None when the base name is
+        not an import (a local variable, ``self``...)."""
+        parts: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        base = self._imports.get(expr.id)
+        if base is None:
+            return None
+        parts.append(base)
+        return _canonical(".".join(reversed(parts)))
+
+    def call_name(self, call: ast.Call) -> Optional[str]:
+        return self.qualname(call.func)
+
+    def imports_module(self, prefix: str) -> bool:
+        """Whether the file imports ``prefix`` or anything under it."""
+        return any(v == prefix or v.startswith(prefix + ".") for v in self._imports.values())
+
+    def import_nodes(self) -> Sequence[ast.AST]:
+        return self._import_nodes
+
+    # --- structure -----------------------------------------------------------------------
+
+    @staticmethod
+    def parent(node: ast.AST) -> Optional[ast.AST]:
+        return parent_of(node)
+
+    @staticmethod
+    def ancestors(node: ast.AST) -> Iterator[ast.AST]:
+        node = parent_of(node)
+        while node is not None:
+            yield node
+            node = parent_of(node)
+
+    def enclosing_function(self, node: ast.AST) -> Optional[ast.AST]:
+        for anc in self.ancestors(node):
+            if isinstance(anc, FunctionNode):
+                return anc
+        return None
+
+    def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]:
+        for anc in self.ancestors(node):
+            if isinstance(anc, ast.ClassDef):
+                return anc
+        return None
+
+    def enclosing_method(self, node: ast.AST) -> tuple[Optional[ast.ClassDef], Optional[ast.AST]]:
+        """The (class, method) whose body contains ``node`` (a method is a function
+        defined directly in a class body)."""
+        func = None
+        for anc in self.ancestors(node):
+            if isinstance(anc, FunctionNode):
+                func = anc
+            elif isinstance(anc, ast.ClassDef):
+                return (anc, func) if func is not None and parent_of(func) is anc else (anc, None)
+        return None, None
+
+    def enclosing_statement(self, node: ast.AST) -> ast.AST:
+        while node is not None and not isinstance(node, ast.stmt):
+            node = parent_of(node)
+        return node
+
+    @property
+    def classes(self) -> dict[str, ast.ClassDef]:
+        return self._classes
+
+    @property
+    def functions(self) -> dict[str, ast.AST]:
+        return self._functions
+
+    def module_assignments(self, name: str) -> list[ast.AST]:
+        return self._module_assignments.get(name, [])
+
+    def method(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
+        for stmt in cls.body:
+            if isinstance(stmt, FunctionNode) and stmt.name == name:
+                return stmt
+        return None
+
+    def base_classes(self, cls: ast.ClassDef) -> Iterator[ast.ClassDef]:
+        """Base classes defined in this file, nearest first (cycles are cut)."""
+        seen = {cls.name}
+        todo = list(cls.bases)
+        while todo:
+            base = todo.pop(0)
+            name = base.id if isinstance(base, ast.Name) else None
+            if name and name not in seen and name in self._classes:
+                seen.add(name)
+                found = self._classes[name]
+                yield found
+                todo.extend(found.bases)
+
+    def is_module_class(self, cls: ast.ClassDef) -> bool:
+        """Whether ``cls`` is (very likely) a ``torch.nn.Module`` subclass."""
+        if self._module_classes is None:
+            self._module_classes = self._find_module_classes()
+        return cls.name in self._module_classes
+
+    def _find_module_classes(self) -> set[str]:
+        found: set[str] = set()
+
+        def direct(cls: ast.ClassDef) -> bool:
+            for base in cls.bases:
+                qn = self.qualname(base)
+                if qn and (qn in _MODULE_BASE_QUALNAMES or qn.startswith("torch.nn.")):
+                    return True
+                name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+                if name.endswith(_MODULE_BASE_SUFFIXES) and name not in self._classes:
+                    return True
+            return self.method(cls, "forward") is not None
+
+        classes = [c for c in self._all_classes()]
+        for cls in classes:
+            if direct(cls):
+                found.add(cls.name)
+        changed = True
+        while changed:  # classes deriving from a module class defined in this file
+            changed = False
+            for cls in classes:
+                if cls.name not in found and any(
+                    isinstance(b, ast.Name) and b.id in found for b in cls.bases
+                ):
+                    found.add(cls.name)
+                    changed = True
+        return found
+
+    def _all_classes(self) -> Iterator[ast.ClassDef]:
+        stack = list(self.tree.body)
+        while stack:
+            stmt = stack.pop()
+            if isinstance(stmt, ast.ClassDef):
+                yield stmt
+                stack.extend(stmt.body)
+            elif isinstance(stmt, (ast.If, ast.Try)):
+                stack.extend(stmt.body + stmt.orelse)
+
+    def in_model_code(self, node: ast.AST) -> bool:
+        """Inside any method of an ``nn.Module`` subclass, or in a function those
+        methods call (same file)."""
+        cls, method = self.enclosing_method(node)
+        if cls is not None and method is not None and self.is_module_class(cls):
+            return True
+        return self.in_forward(node)
+
+    def in_forward(self, node: ast.AST) -> bool:
+        """Inside a module's ``forward`` or anything it calls in this file, transitively."""
+        if self._forward_reachable is None:
+            self._forward_reachable = self._compute_forward_reachable()
+        for anc in self.ancestors(node):
+            if isinstance(anc, FunctionNode) and id(anc) in self._forward_reachable:
+                return True
+        return False
+
+    def _compute_forward_reachable(self) -> set[int]:
+        methods_by_name: dict[str, list[ast.AST]] = {}
+        roots: list[ast.AST] = []
+        for cls in self._all_classes():
+            module = self.is_module_class(cls)
+            for stmt in cls.body:
+                if isinstance(stmt, FunctionNode):
+                    methods_by_name.setdefault(stmt.name, []).append(stmt)
+                    if module and stmt.name in _FORWARD_NAMES:
+                        roots.append(stmt)
+        reachable: set[int] = set()
+        todo = list(roots)
+        while todo:
+            func = todo.pop()
+            if id(func) in reachable:
+                continue
+            reachable.add(id(func))
+            for sub in ast.walk(func):
+                if not isinstance(sub, ast.Call):
+                    continue
+                target = sub.func
+                if isinstance(target, ast.Name) and target.id in self._functions:
+                    todo.append(self._functions[target.id])
+                elif (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in ("self", "cls")
+                ):
+                    todo.extend(methods_by_name.get(target.attr, ()))
+        return reachable
+
+    # --- constants -------------------------------------------------------------------
+
+    @property
+    def evaluator(self):
+        if self._evaluator is None:
+            from .evaluate import Evaluator
+
+            self._evaluator = Evaluator(self)
+        return self._evaluator
+
+    def evaluate(self, expr: ast.AST) -> Optional["Value"]:
+        """The number ``expr`` evaluates to, with where it came from, or None."""
+        return self.evaluator.evaluate(expr)
+
+    # --- source text -----------------------------------------------------------------
+
+    @staticmethod
+    def split_lines(text: str) -> list[str]:
+        """Split on exactly the line endings Python's tokenizer knows (not \\f, \\x1c...)."""
+        return _NEWLINE_RE.split(text)
+
+    @property
+    def lines(self) -> list[str]:
+        """Source lines without their line endings; ``lines[0]`` is line 1."""
+        if self._lines is None:
+            self._lines = _NEWLINE_RE.split(self.source)
+        return self._lines
+
+    def line_text(self, line: int) -> str:
+        lines = self.lines
+        return lines[line - 1] if 0 < line <= len(lines) else ""
+
+    def char_col(self, line: int, byte_col: int) -> int:
+        """0-based character column of an ast (UTF-8 byte) column."""
+        if self._ascii:
+            return byte_col
+        return len(self.line_text(line).encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def segment(self, node: ast.AST) -> str:
+        """The exact source text of ``node``."""
+        return self.text_between(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
+    def text_between(self, line: int, col: int, end_line: int, end_col: int) -> str:
+        if self._ascii:
+            if line == end_line:
+                return self.line_text(line)[col:end_col]
+            parts = [self.line_text(line)[col:]]
+            parts += [self.line_text(n) for n in range(line + 1, end_line)]
+            parts.append(self.line_text(end_line)[:end_col])
+            return self.newline.join(parts)
+        encoded = [self.line_text(n).encode("utf-8") for n in range(line, end_line + 1)]
+        if line == end_line:
+            return encoded[0][col:end_col].decode("utf-8")
+        encoded[0] = encoded[0][col:]
+        encoded[-1] = encoded[-1][:end_col]
+        return self.newline.encode().join(encoded).decode("utf-8")
+
+    def indentation(self, node: ast.AST) -> str:
+        """The leading whitespace of the line ``node`` starts on."""
+        text = self.line_text(node.lineno)
+        return text[: len(text) - len(text.lstrip(" \t"))]
+
+    # --- reporting -------------------------------------------------------------------
+
+    def report(
+        self,
+        rule: Rule,
+        node: ast.AST,
+        message: str,
+        *,
+        fix: Optional[Fix] = None,
+        related: Iterable[Related] = (),
+        severity: Optional[Severity] = None,
+    ) -> Finding:
+        line, end_line = node.lineno, node.end_lineno or node.lineno
+        finding = Finding(
+            path=self.path,
+            line=line,
+            column=self.char_col(line, node.col_offset) + 1,
+            end_line=end_line,
+            end_column=self.char_col(end_line, node.end_col_offset if node.end_col_offset is not None else node.col_offset) + 1,
+            code=rule.code,
+            rule=rule.name,
+            message=message,
+            severity=Severity(severity) if severity is not None else rule.severity,
+            fix=fix,
+            related=list(related),
+        )
+        finding.node = node  # for suppression lookup; dropped before results leave the worker
+        self.findings.append(finding)
+        return finding
+
+    def related(self, node: ast.AST, note: str, path: Optional[str] = None) -> Related:
+        """A :class:`Related` location for a node of this file (or of ``path``)."""
+        return Related(path or self.path, node.lineno, self.char_col(node.lineno, node.col_offset) + 1, note)
+
+
+def _canonical(name: str) -> str:
+    """Normalise a few spellings of the same torch object."""
+    if name.startswith("torch.nn.modules."):
+        # torch.nn.modules.linear.Linear -> torch.nn.Linear
+        rest = name[len("torch.nn.modules."):].split(".")
+        if len(rest) >= 2:
+            return "torch.nn." + rest[-1]
+    if name.startswith("torch.functional."):
+        return "torch." + name[len("torch.functional."):]
+    return name

@@ -1,0 +1,374 @@
+"""Constant folding over ``ast`` with provenance.
+
+``Evaluator(ctx).evaluate(expr)`` returns a :class:`Value` -- the number and the chain of
+definitions it came through -- or None when the expression is not a compile-time
+constant.  It never imports or runs the code it reads.
+
+What it follows:
+
+* literals, unary/binary arithmetic (``1e4 * 1e5``, ``4 * n_embd``, ``n // h``),
+  ``float("-inf")``, ``int(...)``, ``math.inf``/``np.inf``/``torch.inf``, ``math.pi``;
+* a name: a single local assignment in the enclosing function, else the parameter's
+  default (``def attention(q, k, mask_value=-1e9)``), else a module-level ``NAME = value``;
+* ``self.attr``: a class-level ``attr = value`` or ``self.attr = expr`` in ``__init__``
+  (evaluated there, so ``__init__`` defaults and ``config.attr`` flow through), also in
+  base classes of the same file;
+* ``config.attr`` / ``self.config.attr`` / ``cfg.attr``: the default of ``attr`` in a
+  config class -- dataclass-style fields (``n_embd: int = 770``) or ``__init__`` keyword
+  defaults stored on ``self`` (``vocab_size=30522``) -- in this file or, through the
+  project index, in another linted file.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import operator
+from typing import TYPE_CHECKING, Optional
+
+from .rule import Related
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+_MAX_DEPTH = 12
+_NAMED_CONSTANTS = {
+    "math.inf": math.inf, "math.pi": math.pi, "math.e": math.e, "math.nan": math.nan,
+    "numpy.inf": math.inf, "numpy.pi": math.pi, "numpy.nan": math.nan, "numpy.NINF": -math.inf,
+    "numpy.PINF": math.inf, "torch.inf": math.inf, "torch.pi": math.pi, "torch.nan": math.nan,
+}
+_BINOPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+#: names of the variable that usually holds a model config
+CONFIG_NAMES = ("config", "cfg", "conf", "model_config", "hparams", "args", "params", "opt", "hp")
+CONFIG_CLASS_SUFFIXES = ("Config", "Configuration", "Args", "Arguments", "Params", "HParams", "Settings")
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """A folded number and where it came from."""
+
+    value: float
+    #: definitions the value flowed through, use site first excluded (nearest first)
+    origin: tuple[Related, ...] = ()
+    #: the literal node the number was written as, when it is in this file
+    literal: Optional[ast.AST] = None
+
+    def via(self, related: Related) -> "Value":
+        return Value(self.value, (related,) + self.origin, self.literal)
+
+
+class Evaluator:
+    def __init__(self, ctx: "FileContext"):
+        self.ctx = ctx
+        self._config_fields: Optional[dict[str, dict[str, tuple[ast.AST, ast.AST]]]] = None
+
+    # --- entry -----------------------------------------------------------------------
+
+    def evaluate(self, expr: ast.AST, scope: Optional[ast.AST] = None, depth: int = 0) -> Optional[Value]:
+        """Fold ``expr``; ``scope`` is the function whose names are visible (default:
+        the function enclosing ``expr``)."""
+        if depth > _MAX_DEPTH or expr is None:
+            return None
+        try:
+            return self._eval(expr, scope, depth)
+        except (ArithmeticError, ValueError, TypeError, RecursionError):
+            return None
+
+    def _eval(self, expr: ast.AST, scope, depth) -> Optional[Value]:
+        if isinstance(expr, ast.Constant):
+            v = expr.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return None
+            return Value(v, (), expr)
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+            inner = self.evaluate(expr.operand, scope, depth + 1)
+            if inner is None:
+                return None
+            value = -inner.value if isinstance(expr.op, ast.USub) else inner.value
+            return Value(value, inner.origin, inner.literal)
+        if isinstance(expr, ast.BinOp) and type(expr.op) in _BINOPS:
+            left = self.evaluate(expr.left, scope, depth + 1)
+            if left is None:
+                return None
+            right = self.evaluate(expr.right, scope, depth + 1)
+            if right is None:
+                return None
+            if isinstance(expr.op, ast.Pow) and abs(right.value) > 1024:
+                return None
+            value = _BINOPS[type(expr.op)](left.value, right.value)
+            literal = left.literal if not right.origin and left.origin else None
+            return Value(value, left.origin + right.origin, literal)
+        if isinstance(expr, ast.Call):
+            return self._eval_call(expr, scope, depth)
+        if isinstance(expr, ast.Name):
+            return self._eval_name(expr, scope, depth)
+        if isinstance(expr, ast.Attribute):
+            return self._eval_attribute(expr, scope, depth)
+        return None
+
+    def _eval_call(self, call: ast.Call, scope, depth) -> Optional[Value]:
+        func = call.func
+        name = func.id if isinstance(func, ast.Name) else self.ctx.qualname(func)
+        if name in ("float", "int", "numpy.float32", "numpy.float64") and len(call.args) == 1 and not call.keywords:
+            arg = call.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                value = float(arg.value.strip())
+                return Value(int(value) if name == "int" else value, (), call)
+            inner = self.evaluate(arg, scope, depth + 1)
+            if inner is None:
+                return None
+            return Value(int(inner.value) if name == "int" else float(inner.value), inner.origin, inner.literal)
+        return None
+
+    # --- names -----------------------------------------------------------------------
+
+    def _eval_name(self, name: ast.Name, scope, depth) -> Optional[Value]:
+        ctx = self.ctx
+        func = scope if scope is not None else ctx.enclosing_function(name)
+        while func is not None:
+            found = self._local_value(func, name.id, depth)
+            if found is not _MISSING:
+                return found
+            func = ctx.enclosing_function(func)
+        assignments = ctx.module_assignments(name.id)
+        if len(assignments) == 1 and not isinstance(assignments[0], ast.AugAssign):
+            stmt = assignments[0]
+            inner = self.evaluate(stmt.value, None, depth + 1) if stmt.value is not None else None
+            if inner is not None:
+                return inner.via(ctx.related(stmt, f"`{name.id}` is defined here"))
+        qn = ctx.qualname(name)
+        if qn in _NAMED_CONSTANTS:
+            return Value(_NAMED_CONSTANTS[qn], (), name)
+        return None
+
+    def _local_value(self, func: ast.AST, name: str, depth: int):
+        """The value of ``name`` inside ``func``: one local assignment, or a parameter
+        default.  Returns _MISSING when ``func`` does not bind ``name``."""
+        assigned = [
+            node for node in _own_nodes(func)
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.NamedExpr))
+            and name in _bound_names(node)
+        ]
+        param, default = _parameter(func, name)
+        if assigned:
+            if param is not None or len(assigned) > 1:
+                return None  # rebound: not a constant
+            stmt = assigned[0]
+            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+                return None
+            inner = self.evaluate(stmt.value, func, depth + 1)
+            return None if inner is None else inner.via(self.ctx.related(stmt, f"`{name}` is assigned here"))
+        if param is None:
+            return _MISSING
+        if default is None:
+            return None
+        inner = self.evaluate(default, None, depth + 1)
+        if inner is None:
+            return None
+        fname = getattr(func, "name", "<lambda>")
+        return inner.via(self.ctx.related(default, f"default of parameter `{name}` of `{fname}`"))
+
+    # --- attributes ------------------------------------------------------------------
+
+    def _eval_attribute(self, attr: ast.Attribute, scope, depth) -> Optional[Value]:
+        ctx = self.ctx
+        qn = ctx.qualname(attr)
+        if qn in _NAMED_CONSTANTS:
+            return Value(_NAMED_CONSTANTS[qn], (), attr)
+        base = attr.value
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            cls = ctx.enclosing_class(attr)
+            if cls is not None:
+                found = self._class_attribute(cls, attr.attr, depth)
+                if found is not None:
+                    return found
+            return None
+        if _is_config_expr(base):
+            return self.config_default(attr.attr, _annotation_class(ctx, base, attr))
+        return None
+
+    def _class_attribute(self, cls: ast.ClassDef, name: str, depth: int) -> Optional[Value]:
+        ctx = self.ctx
+        for klass in (cls, *ctx.base_classes(cls)):
+            values = []
+            for stmt in klass.body:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and name in _bound_names(stmt) and stmt.value is not None:
+                    values.append((stmt, None))
+            init = ctx.method(klass, "__init__")
+            if init is not None:
+                for node in _own_nodes(init):
+                    if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                        isinstance(t, ast.Attribute) and t.attr == name
+                        and isinstance(t.value, ast.Name) and t.value.id == "self"
+                        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                    ):
+                        values.append((node, init))
+            if not values:
+                continue
+            results = [self.evaluate(stmt.value, scope, depth + 1) for stmt, scope in values]
+            if any(r is None for r in results) or len({r.value for r in results}) != 1:
+                return None
+            stmt = values[0][0]
+            return results[0].via(ctx.related(stmt, f"`self.{name}` is set here"))
+        return None
+
+    # --- config classes --------------------------------------------------------------
+
+    def _local_config_fields(self) -> dict[str, dict[str, tuple[ast.AST, ast.AST]]]:
+        """class name -> field -> (definition node, default expr) for config-like classes."""
+        if self._config_fields is None:
+            self._config_fields = {
+                cls.name: config_fields(cls) for cls in self.ctx.classes.values() if is_config_class(cls)
+            }
+        return self._config_fields
+
+    def config_default(self, field: str, class_name: Optional[str] = None) -> Optional[Value]:
+        """The default of ``field`` in a config class: the named class if known, else
+        the one value every config class that defines ``field`` agrees on."""
+        candidates: list[Value] = []
+        local = self._local_config_fields()
+        names = [class_name] if class_name and class_name in local else list(local)
+        for cname in names:
+            entry = local[cname].get(field)
+            if entry is not None:
+                node, default = entry
+                value = self.evaluate(default, None, 1)
+                if value is not None:
+                    candidates.append(value.via(self.ctx.related(node, f"default of `{cname}.{field}`")))
+        project = self.ctx.project
+        if project is not None and (not candidates or class_name and class_name not in local):
+            for fact in project.config_defaults(field, class_name, exclude_path=self.ctx.path):
+                candidates.append(
+                    Value(fact.value, (Related(fact.path, fact.line, fact.column, f"default of `{fact.cls}.{field}`"),))
+                )
+        if not candidates or len({c.value for c in candidates}) != 1:
+            return None
+        return candidates[0]
+
+
+# --- helpers -----------------------------------------------------------------------
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _own_nodes(func: ast.AST):
+    """Nodes in ``func``'s body, not descending into nested functions or classes."""
+    stack = list(func.body) if isinstance(func.body, list) else [func.body]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)):
+        targets = [node.target]
+    elif isinstance(node, ast.With):
+        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+    else:
+        return set()
+    out = set()
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                out.add(sub.id)
+    return out
+
+
+def _parameter(func: ast.AST, name: str):
+    """(arg node, default expr or None) of parameter ``name`` of ``func``, or (None, None)."""
+    args = func.args
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for arg, default in zip(positional, defaults):
+        if arg.arg == name:
+            return arg, default
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if arg.arg == name:
+            return arg, default
+    for arg in (args.vararg, args.kwarg):
+        if arg is not None and arg.arg == name:
+            return arg, None
+    return None, None
+
+
+def _is_config_expr(expr: ast.AST) -> bool:
+    """``config`` / ``self.config`` / ``cfg`` / ``self.cfg`` ..."""
+    if isinstance(expr, ast.Name):
+        return expr.id in CONFIG_NAMES or expr.id.endswith(("_config", "_cfg"))
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return expr.attr in CONFIG_NAMES or expr.attr.endswith(("_config", "_cfg"))
+    return False
+
+
+def _annotation_class(ctx, base: ast.AST, use: ast.AST) -> Optional[str]:
+    """The class a config parameter is annotated with (``config: GPT2Config``)."""
+    if not isinstance(base, ast.Name):
+        return None
+    func = ctx.enclosing_function(use)
+    while func is not None:
+        param, _ = _parameter(func, base.id)
+        if param is not None:
+            ann = param.annotation
+            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+                return ann.value.split(".")[-1]
+            if isinstance(ann, ast.Name):
+                return ann.id
+            if isinstance(ann, ast.Attribute):
+                return ann.attr
+            return None
+        func = ctx.enclosing_function(func)
+    return None
+
+
+def is_config_class(cls: ast.ClassDef) -> bool:
+    if cls.name.endswith(CONFIG_CLASS_SUFFIXES):
+        return True
+    for deco in cls.decorator_list:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "dataclass":
+            return True
+    for base in cls.bases:
+        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+        if name.endswith(("Config", "PretrainedConfig", "NamedTuple")):
+            return True
+    return False
+
+
+def config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
+    """field -> (definition node, default expression) of a config-like class."""
+    fields: dict[str, tuple[ast.AST, ast.AST]] = {}
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            value = stmt.value
+            # dataclasses.field(default=...)
+            if isinstance(value, ast.Call):
+                for kw in value.keywords:
+                    if kw.arg == "default":
+                        value = kw.value
+            fields[stmt.target.id] = (stmt, value)
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            fields[stmt.targets[0].id] = (stmt, stmt.value)
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
+            args = stmt.args
+            positional = args.posonlyargs + args.args
+            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+            pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+            for arg, default in pairs:
+                if default is not None and arg.arg != "self":
+                    fields.setdefault(arg.arg, (default, default))
+    return fields

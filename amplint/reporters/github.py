@@ -1,0 +1,22 @@
+"""GitHub Actions workflow commands: ``::warning file=...,line=...,col=...::message``."""
+from __future__ import annotations
+
+_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_prop(s: str) -> str:
+    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def render(results, out, *, statistics=False, color=False) -> None:
+    for result in results:
+        for f in result.findings:
+            props = (f"file={_escape_prop(f.path)},line={f.line},col={f.column},endLine={f.end_line},"
+                     f"endColumn={f.end_column},title={_escape_prop(f'{f.code} ({f.rule})')}")
+            out.write(f"::{_LEVEL[f.severity.value]} {props}::{_escape_data(f'{f.code} {f.message}')}\n")
+        for e in result.errors:
+            out.write(f"::error file={_escape_prop(e.path)},line={e.line},col={e.col},title=amplint::{_escape_data(e.reason)}\n")

@@ -1,0 +1,14 @@
+"""A JSON list of findings (keys documented in the README); errors go to stderr."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def render(results, out, *, statistics=False, color=False) -> None:
+    from .text import render_errors
+
+    findings = [f.to_dict() for r in results for f in r.findings]
+    json.dump(findings, out, indent=2)
+    out.write("\n")
+    render_errors(results, sys.stderr)

@@ -1,0 +1,223 @@
+"""The rule API: what a rule is, what it reports, and how a fix is described.
+
+A rule is a class in its own file under ``rules/`` (shipped as ``amplint.rules``).
+It never parses a file: the engine parses each file once with :mod:`ast`, walks it
+once, and calls every rule's ``visit_<NodeType>(node, ctx)`` methods with one shared
+:class:`amplint.context.FileContext`.  A rule reports through ``ctx.report(...)``.
+
+Fixes are text edits anchored at ``ast`` positions (line 1-based, column a 0-based
+UTF-8 byte offset, exactly what ``ast`` gives), so everything outside an edit is kept
+byte for byte -- comments, formatting, line endings.  The engine re-parses every fixed
+file and reverts it if the result is not valid Python.
+
+Each rule embeds its own tests (``VALID`` / ``INVALID``), run for every rule by one
+generic test (``tests/test_rule_examples.py``) and by ``amplint.testing``.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+from typing import ClassVar, Iterable, Optional, Sequence, Union
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is.  ``error``: the fp16 run fails or produces inf/NaN;
+    ``warning``: it silently loses accuracy or speed; ``info``: worth a look, often
+    already handled by the mixed-precision policy."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Applicability(str, enum.Enum):
+    """``safe``: cannot change fp32 behaviour, applied by ``amplint fix``.
+    ``unsafe``: may change numerics or architecture, applied with ``--unsafe-fixes``.
+    ``display``: shown as a suggestion, never applied."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    DISPLAY = "display"
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    line: int  # 1-based
+    col: int  # 0-based UTF-8 byte offset, as in ast
+
+    @classmethod
+    def start_of(cls, node: ast.AST) -> "Position":
+        return cls(node.lineno, node.col_offset)
+
+    @classmethod
+    def end_of(cls, node: ast.AST) -> "Position":
+        return cls(node.end_lineno, node.end_col_offset)
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    """Replace the text between ``start`` and ``end`` with ``text`` (insert when equal)."""
+
+    start: Position
+    end: Position
+    text: str
+
+    @classmethod
+    def replace(cls, node: ast.AST, text: str) -> "Edit":
+        return cls(Position.start_of(node), Position.end_of(node), text)
+
+    @classmethod
+    def insert_before(cls, node: ast.AST, text: str) -> "Edit":
+        p = Position.start_of(node)
+        return cls(p, p, text)
+
+    @classmethod
+    def insert_after(cls, node: ast.AST, text: str) -> "Edit":
+        p = Position.end_of(node)
+        return cls(p, p, text)
+
+    @classmethod
+    def insert_at(cls, line: int, col: int, text: str) -> "Edit":
+        p = Position(line, col)
+        return cls(p, p, text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    edits: tuple[Edit, ...]
+    applicability: Applicability
+    description: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "edits", tuple(self.edits))
+        object.__setattr__(self, "applicability", Applicability(self.applicability))
+
+
+@dataclasses.dataclass(frozen=True)
+class Related:
+    """Another place a finding depends on (a constant's definition, a config default)."""
+
+    path: str
+    line: int
+    column: int  # 1-based, like findings in reports
+    note: str
+
+
+@dataclasses.dataclass
+class Finding:
+    path: str
+    line: int  # 1-based
+    column: int  # 1-based, in characters
+    end_line: int
+    end_column: int
+    code: str
+    rule: str
+    message: str
+    severity: Severity
+    fix: Optional[Fix] = None
+    related: list[Related] = dataclasses.field(default_factory=list)
+
+    def sort_key(self):
+        return (self.path, self.line, self.column, self.code)
+
+    def to_dict(self) -> dict:
+        """The JSON shape documented in the README (``--format json``)."""
+        return {
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "code": self.code,
+            "rule": self.rule,
+            "message": self.message,
+            "severity": self.severity.value,
+            "fix": None
+            if self.fix is None
+            else {
+                "applicability": self.fix.applicability.value,
+                "description": self.fix.description,
+            },
+            "related": [dataclasses.asdict(r) for r in self.related],
+        }
+
+
+# --- embedded examples ------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Valid:
+    """Code on which the rule must report nothing."""
+
+    code: str
+    settings: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Invalid:
+    """Code on which the rule must report.
+
+    ``line``: the 1-based line of the (first) finding, when given.
+    ``count``: how many findings of this rule, when given.
+    ``message``: a substring the (first) finding's message must contain.
+    ``expected_fix``: the whole code after applying this rule's fixes (``None``: the
+    rule must offer no fix).  ``unsafe`` fixes are applied too.
+    ``severity``: the (first) finding's severity, when given.
+    """
+
+    code: str
+    line: Optional[int] = None
+    count: Optional[int] = None
+    message: Optional[str] = None
+    expected_fix: Optional[str] = None
+    severity: Optional[str] = None
+    settings: dict = dataclasses.field(default_factory=dict)
+
+
+class Rule:
+    """Base class of every rule.  Subclasses set the class attributes and define
+    ``visit_<ast node class name>(self, node, ctx)`` methods; optional
+    ``begin_file(ctx)`` / ``end_file(ctx)`` hooks run before and after the walk."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    #: Ruff-shaped documentation: "What it does", "Why is this bad?" (with numbers),
+    #: "Example", "Use instead".  Markdown; shown by ``amplint explain``.
+    docs: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.WARNING
+    #: the most permissive applicability any fix of the rule has (None: never fixes)
+    fix_applicability: ClassVar[Optional[Applicability]] = None
+    enabled_by_default: ClassVar[bool] = True
+    #: substrings of which at least one must occur in a file for the rule to matter;
+    #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
+    markers: ClassVar[tuple[str, ...]] = ()
+    VALID: ClassVar[Sequence[Union[Valid, str]]] = ()
+    INVALID: ClassVar[Sequence[Union[Invalid, str]]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.code:
+            missing = [a for a in ("name", "summary", "docs") if not getattr(cls, a)]
+            if missing:
+                raise TypeError(f"rule {cls.__name__} ({cls.code}) lacks {', '.join(missing)}")
+            cls.severity = Severity(cls.severity)
+            if cls.fix_applicability is not None:
+                cls.fix_applicability = Applicability(cls.fix_applicability)
+
+    @classmethod
+    def visitors(cls) -> dict[str, str]:
+        """Map ast node class name -> method name, for the engine's dispatch table."""
+        out = {}
+        for attr in dir(cls):
+            if attr.startswith("visit_") and callable(getattr(cls, attr)):
+                out[attr[len("visit_"):]] = attr
+        return out
+
+    @classmethod
+    def valid_examples(cls) -> Iterable[Valid]:
+        return [v if isinstance(v, Valid) else Valid(v) for v in cls.VALID]
+
+    @classmethod
+    def invalid_examples(cls) -> Iterable[Invalid]:
+        return [v if isinstance(v, Invalid) else Invalid(v) for v in cls.INVALID]

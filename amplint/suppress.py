@@ -1,0 +1,87 @@
+"""Suppression comments: ``# amplint: ignore[AMP101, AMP102]``, a bare
+``# amplint: ignore`` (every rule), and flake8/Ruff-style ``# noqa: AMP101`` or bare
+``# noqa``.  A comment on any line of a multi-line statement covers the whole statement
+(for compound statements such as ``def`` or ``if``, their header lines).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from typing import Optional
+
+from .context import FileContext
+from .rule import Finding
+
+_DIRECTIVE = re.compile(
+    r"#\s*(?:amplint\s*:\s*ignore(?P<bracket>\[(?P<codes1>[^\]]*)\])?"
+    r"|noqa(?:\s*:\s*(?P<codes2>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?)",
+    re.IGNORECASE,
+)
+_QUICK = re.compile(r"amplint\s*:\s*ignore|noqa", re.IGNORECASE)
+
+
+@dataclasses.dataclass
+class Directive:
+    line: int
+    column: int
+    codes: Optional[frozenset[str]]  # None: every rule
+    is_noqa: bool
+    used: set = dataclasses.field(default_factory=set)
+
+    def covers(self, code: str) -> bool:
+        return self.codes is None or code in self.codes
+
+
+def parse_directives(ctx: FileContext) -> dict[int, Directive]:
+    if not _QUICK.search(ctx.source):
+        return {}
+    out: dict[int, Directive] = {}
+    for number, text in enumerate(ctx.lines, 1):
+        if "#" not in text:
+            continue
+        match = _DIRECTIVE.search(text)
+        if not match:
+            continue
+        raw = match.group("codes1") if match.group("codes1") is not None else match.group("codes2")
+        if match.group("bracket") is not None or match.group("codes2") is not None:
+            codes = frozenset(c.strip().upper() for c in re.split(r"[\s,]+", raw or "") if c.strip())
+        else:
+            codes = None
+        out[number] = Directive(number, match.start() + 1, codes, match.group(0).lower().lstrip("# ").startswith("noqa"))
+    return out
+
+
+def statement_lines(ctx: FileContext, finding: Finding) -> range:
+    """The lines a suppression comment may sit on for ``finding``."""
+    node = getattr(finding, "node", None)
+    stmt = ctx.enclosing_statement(node) if node is not None else None
+    if stmt is None:
+        return range(finding.line, finding.end_line + 1)
+    start = min(stmt.lineno, finding.line)
+    body = getattr(stmt, "body", None)
+    if isinstance(body, list) and body and isinstance(body[0], ast.AST) and body[0].lineno > stmt.lineno:
+        end = max(body[0].lineno - 1, finding.end_line) if finding.line < body[0].lineno else finding.end_line
+    else:
+        end = max(stmt.end_lineno or stmt.lineno, finding.end_line)
+    return range(start, end + 1)
+
+
+def apply_suppressions(ctx: FileContext, findings: list[Finding]) -> tuple[list[Finding], dict[int, Directive]]:
+    """Drop suppressed findings; return the kept ones and the directives (with ``used``)."""
+    directives = parse_directives(ctx)
+    if not directives:
+        return findings, directives
+    kept = []
+    for finding in findings:
+        hit = None
+        for line in statement_lines(ctx, finding):
+            d = directives.get(line)
+            if d is not None and d.covers(finding.code):
+                hit = d
+                break
+        if hit is None:
+            kept.append(finding)
+        else:
+            hit.used.add(finding.code)
+    return kept, directives

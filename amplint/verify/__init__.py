@@ -1,0 +1,1 @@
+"""amplint's runtime verifier (in progress)."""

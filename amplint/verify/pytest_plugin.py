@@ -1,0 +1,1 @@
+"""pytest plugin entry point of the verifier (in progress)."""
