@@ -1,0 +1,74 @@
+"""amplint.amp: apex-compatible mixed precision (apex.amp's API) on modern PyTorch.
+
+Code written for apex runs after changing one line, ``from apex import amp`` ->
+``from amplint import amp``::
+
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    clip_grad_norm_(model.parameters(), 50)   # gradients are already unscaled here
+    optimizer.step()                           # skipped (one log line) after an overflow
+
+Importing this package does not import torch: the implementation is loaded on first use of
+any attribute below, so ``import amplint.amp.policy`` (pure data, used by the linter) stays
+cheap.
+
+API (apex)
+    ``initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
+    patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None, loss_scale=None,
+    cast_model_outputs=None, num_losses=1, verbosity=1, min_loss_scale=None,
+    max_loss_scale=2.**24)``, ``scale_loss(loss, optimizers, loss_id=0, model=None,
+    delay_unscale=False, delay_overflow_check=False)``, ``state_dict()``,
+    ``load_state_dict(sd)``, ``master_params(optimizer)``, ``register_half_function``,
+    ``register_float_function``, ``register_promote_function``, ``half_function``,
+    ``float_function``, ``promote_function``, ``disable_casts()``.
+
+Opt levels
+    O0 fp32. O1 casts inputs of listed functions (``amplint.amp.policy``), weights stay fp32.
+    O2 half model (affine BatchNorm kept fp32), fp32 master weights in the optimizer, inputs
+    cast to half and outputs to fp32, ``model.state_dict()`` in fp32. O3 pure half.
+
+Extensions beyond apex (keyword-only)
+    ``half_dtype=torch.bfloat16`` picks bf16 for O1 (for O2/O3, ``cast_model_type=
+    torch.bfloat16`` does the same); with bf16 the default loss scale is a static 1.0.
+    ``keep_fp32_modules=(nn.LayerNorm, nn.Softmax, nn.LogSoftmax)`` keeps more module classes
+    in fp32 under O2/O3 (they run in fp32 and hand back the input's dtype). CPU models work.
+
+For tools that drive the engine (the runtime verifier)
+    ``reset()`` (alias ``deinitialize()``) undoes everything initialize did: restores the
+    patched torch functions, removes model hooks and optimizer patches, drops the scalers; user
+    registrations are kept. ``initialize`` itself also undoes a previous session's O1
+    patching, so O0..O3 can run one after another in one process on fresh models and
+    optimizers (an optimizer may go through initialize only once). ``loss_scale(loss_id=0)``
+    and ``skipped_steps(loss_id=0)`` report each scaler; ``properties()`` the current options.
+
+Registration after ``initialize`` takes effect immediately (apex silently ignored it).
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "initialize": "_frontend", "state_dict": "_frontend", "load_state_dict": "_frontend",
+    "master_params": "_frontend", "reset": "_frontend", "deinitialize": "_frontend",
+    "loss_scale": "_frontend", "skipped_steps": "_frontend", "properties": "_frontend",
+    "scale_loss": "_handle",
+    "disable_casts": "_casting", "half_function": "_casting", "float_function": "_casting",
+    "promote_function": "_casting", "register_half_function": "_casting",
+    "register_float_function": "_casting", "register_promote_function": "_casting",
+}
+
+__all__ = sorted(_EXPORTS) + ["policy"]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'amplint.amp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

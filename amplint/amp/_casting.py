@@ -1,0 +1,261 @@
+"""O1: function-level casting by patching torch attributes, reversibly.
+
+Invariants
+----------
+* ``CASTS.installed`` maps ``(owner, name)`` to the original attribute (or ``_INHERITED`` when
+  the owner only inherited it); :meth:`Casts.uninstall` puts exactly that back, so torch is
+  pristine after ``amp.reset()``.
+* Wrappers look at ``CASTS.active`` on every call; ``disable_casts()`` flips it (exception-safe).
+* The weight-cast cache maps an fp32 leaf tensor to ``(version, cast)``; an entry is used only
+  while the tensor's ``_version`` is unchanged (so an optimizer step or ``load_state_dict``
+  invalidates it) and, under grad mode, only if the cast was recorded with grad.
+  It is emptied at every ``scale_loss`` exit, as apex did.
+* User registrations live in ``CASTS.registry`` for the whole process and override the lists.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+
+import torch
+
+from . import policy
+
+_F32 = torch.float32
+_F16 = torch.float16
+_BF16 = torch.bfloat16
+_Tensor = torch.Tensor
+_INHERITED = object()
+
+
+def resolve(qualname: str):
+    """``"torch.nn.functional.softmax"`` -> ``(torch.nn.functional, "softmax")``."""
+    owner_path, _, attr = qualname.rpartition(".")
+    parts = owner_path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            owner = getattr(owner, part)
+        return owner, attr
+    raise ImportError(qualname)
+
+
+class Casts:
+    def __init__(self):
+        self.active = False
+        self.half = _F16
+        self.installed: dict[tuple, object] = {}
+        self.registry: dict[tuple, str] = {}  # (owner, name) -> kind, from register_*_function
+        self.cache: dict = {}
+
+    # -- casting helpers ---------------------------------------------------------------
+    def to_half(self, x):
+        if isinstance(x, _Tensor):
+            dt = x.dtype
+            half = self.half
+            if dt is half or not (dt is _F32 or dt is _F16 or dt is _BF16):
+                return x
+            if dt is _F32 and x.is_leaf and x.requires_grad:
+                cache = self.cache
+                hit = cache.get(x)
+                grad = torch.is_grad_enabled()
+                if hit is not None and hit[0] == x._version and (hit[1].requires_grad or not grad):
+                    return hit[1]
+                cast = x.to(half)
+                cache[x] = (x._version, cast)
+                return cast
+            return x.to(half)
+        if isinstance(x, (list, tuple)) and x and not isinstance(x, torch.Size):
+            return type(x)([self.to_half(v) for v in x]) if type(x) in (list, tuple) else x
+        return x
+
+    def to_float(self, x):
+        if isinstance(x, _Tensor):
+            dt = x.dtype
+            return x.float() if (dt is _F16 or dt is _BF16) else x
+        if isinstance(x, (list, tuple)) and x and type(x) in (list, tuple):
+            return type(x)([self.to_float(v) for v in x])
+        return x
+
+    def clear_cache(self):
+        self.cache.clear()
+
+    # -- wrappers --------------------------------------------------------------------------
+    def wrap(self, orig, kind: str, name: str):
+        state = self
+        if kind == policy.HALF or kind == policy.FLOAT:
+            caster = state.to_half if kind == policy.HALF else state.to_float
+
+            def wrapper(*args, **kwargs):
+                if not state.active:
+                    return orig(*args, **kwargs)
+                args = [caster(a) for a in args]
+                if kwargs:
+                    kwargs = {k: caster(v) for k, v in kwargs.items()}
+                return orig(*args, **kwargs)
+        elif kind == policy.PROMOTE:
+            def wrapper(*args, **kwargs):
+                if state.active and _mixed(args, kwargs):
+                    args = [state.to_float(a) for a in args]
+                    kwargs = {k: state.to_float(v) for k, v in kwargs.items()}
+                return orig(*args, **kwargs)
+        elif kind == policy.BANNED:
+            def wrapper(*args, **kwargs):
+                if state.active:
+                    low = _first_low(args, kwargs)
+                    if low is not None:
+                        raise NotImplementedError(policy.BANNED_MESSAGE.format(dtype=low))
+                return orig(*args, **kwargs)
+        elif kind == "inplace":
+            def wrapper(*args, **kwargs):
+                if state.active:
+                    low = _first_low(args[:1], {}) if owner_is_tensor else _first_low(args, kwargs)
+                    if low is not None:
+                        raise NotImplementedError(
+                            f"amplint.amp O1: cannot run in-place {name} on a {low} tensor: "
+                            f"{name.rstrip('_').strip('_')} is an fp32 op under O1 and an in-place "
+                            f"result cannot change dtype. Fix: use the out-of-place form "
+                            f"(y = x.{name.rstrip('_').strip('_').replace('ipow', 'pow')}(...)).")
+                return orig(*args, **kwargs)
+            owner_is_tensor = name.startswith("Tensor.")
+        else:
+            raise ValueError(kind)
+        functools.update_wrapper(wrapper, orig, assigned=("__name__", "__qualname__", "__doc__"))
+        wrapper.__wrapped__ = orig
+        wrapper._amplint_kind = kind
+        return wrapper
+
+    # -- install / uninstall -------------------------------------------------------------
+    def _install_one(self, owner, name: str, kind: str):
+        key = (owner, name)
+        if key in self.installed:
+            self._uninstall_one(key)
+        try:
+            current = getattr(owner, name)
+        except AttributeError:
+            return False
+        had_own = name in vars(owner)
+        label = ("Tensor." if owner is torch.Tensor else "") + name
+        setattr(owner, name, self.wrap(current, kind, label))
+        self.installed[key] = current if had_own else _INHERITED
+        return True
+
+    def _uninstall_one(self, key):
+        owner, name = key
+        orig = self.installed.pop(key)
+        if orig is _INHERITED:
+            with contextlib.suppress(AttributeError):
+                delattr(owner, name)
+        else:
+            setattr(owner, name, orig)
+
+    def install(self, half_dtype):
+        """Patch the O1 lists plus the user registry (which wins)."""
+        self.uninstall()
+        self.half = half_dtype
+        plan: dict[tuple, str] = {}
+        for kind, names in ((policy.FLOAT, policy.O1_FLOAT), (policy.HALF, policy.O1_HALF),
+                            (policy.PROMOTE, policy.O1_PROMOTE), (policy.BANNED, policy.O1_BANNED),
+                            ("inplace", policy.O1_INPLACE_GUARDED)):
+            for qualname in names:
+                try:
+                    owner, attr = resolve(qualname)
+                except (ImportError, AttributeError):
+                    continue  # not in this torch build (documented in policy tests)
+                plan[(owner, attr)] = kind
+        plan.update(self.registry)
+        for (owner, attr), kind in plan.items():
+            self._install_one(owner, attr, kind)
+        self.active = True
+
+    def uninstall(self):
+        for key in list(self.installed)[::-1]:
+            self._uninstall_one(key)
+        self.active = False
+        self.cache.clear()
+
+    @property
+    def is_installed(self) -> bool:
+        return bool(self.installed)
+
+    def register(self, owner, name: str, kind: str):
+        if not hasattr(owner, name):
+            raise ValueError(f"No function named {name} in module {owner}.")
+        self.registry[(owner, name)] = kind
+        if self.is_installed:  # registration after initialize takes effect now (apex ignored it)
+            self._install_one(owner, name, kind)
+
+
+def _first_low(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, _Tensor):
+            if a.dtype is _F16 or a.dtype is _BF16:
+                return a.dtype
+        elif isinstance(a, (list, tuple)):
+            low = _first_low(a, {})
+            if low is not None:
+                return low
+    return None
+
+
+def _mixed(args, kwargs) -> bool:
+    seen_low = seen_f32 = False
+    stack = list(args) + list(kwargs.values())
+    while stack:
+        a = stack.pop()
+        if isinstance(a, _Tensor):
+            dt = a.dtype
+            if dt is _F32:
+                seen_f32 = True
+            elif dt is _F16 or dt is _BF16:
+                seen_low = True
+        elif isinstance(a, (list, tuple)):
+            stack.extend(a)
+    return seen_low and seen_f32
+
+
+CASTS = Casts()
+
+
+@contextlib.contextmanager
+def disable_casts():
+    """Run the block without O1 casts (a no-op when O1 is not active)."""
+    prev = CASTS.active
+    CASTS.active = False
+    try:
+        yield
+    finally:
+        CASTS.active = prev
+
+
+def _decorator(kind):
+    def decorate(fn):
+        wrapped = CASTS.wrap(fn, kind, getattr(fn, "__name__", "fn"))
+        return wrapped
+    return decorate
+
+
+#: Decorators: cast a user function's tensor arguments under O1 (a no-op otherwise); may be
+#: applied before or after ``initialize``.
+half_function = _decorator(policy.HALF)
+float_function = _decorator(policy.FLOAT)
+promote_function = _decorator(policy.PROMOTE)
+
+
+def register_half_function(module, name):
+    """Run ``module.name`` in the low-precision dtype under O1 (works before or after initialize)."""
+    CASTS.register(module, name, policy.HALF)
+
+
+def register_float_function(module, name):
+    """Run ``module.name`` in fp32 under O1 (works before or after initialize)."""
+    CASTS.register(module, name, policy.FLOAT)
+
+
+def register_promote_function(module, name):
+    """Run ``module.name`` in fp32 when its inputs mix fp32 and fp16/bf16, under O1."""
+    CASTS.register(module, name, policy.PROMOTE)

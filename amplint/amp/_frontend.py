@@ -1,0 +1,572 @@
+"""``initialize``, opt-level properties and their validation, checkpoints and reset.
+
+Engine state (one per process, :data:`ENGINE`):
+
+* ``session``  a fresh object per ``initialize``; optimizers remember the session they were
+  initialised in, and ``scale_loss`` refuses optimizers from an earlier one.
+* ``props``    the :class:`Properties` of the current session (``None`` before ``initialize``).
+* ``scalers``  one :class:`LossScaler` per ``loss_id``.
+* ``optimizer_states`` / ``model_patches``  everything ``initialize`` changed, so that
+  :func:`reset` can undo it (forward hooks, state-dict hooks, optimizer patches, O1 patching).
+* ``pending_amp_restore``  set when ``optimizer.load_state_dict`` restored a checkpoint that
+  carries loss-scaler state; ``scale_loss`` refuses to run until ``amp.load_state_dict`` is
+  called, so a scaler is never silently reset.
+"""
+from __future__ import annotations
+
+import collections.abc
+import weakref
+
+import torch
+from torch import nn
+
+from ._casting import CASTS
+from ._optimizer import MasterState, OptimizerState
+from ._scaler import LossScaler, _distributed
+
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+_FIELDS = ("enabled", "opt_level", "cast_model_type", "patch_torch_functions",
+           "keep_batchnorm_fp32", "master_weights", "loss_scale")
+_PRESETS = {
+    "O0": dict(cast_model_type=torch.float32, patch_torch_functions=False,
+               keep_batchnorm_fp32=None, master_weights=False, loss_scale=1.0),
+    "O1": dict(cast_model_type=None, patch_torch_functions=True,
+               keep_batchnorm_fp32=None, master_weights=None, loss_scale="dynamic"),
+    "O2": dict(cast_model_type=torch.float16, patch_torch_functions=False,
+               keep_batchnorm_fp32=True, master_weights=True, loss_scale="dynamic"),
+    "O3": dict(cast_model_type=torch.float16, patch_torch_functions=False,
+               keep_batchnorm_fp32=False, master_weights=False, loss_scale=1.0),
+}
+_DESCRIPTIONS = {
+    "O0": "O0:  Pure FP32 training.",
+    "O1": "O1:  Insert automatic casts around Pytorch functions and Tensor methods.",
+    "O2": "O2:  FP16 training with FP32 batchnorm and FP32 master weights.",
+    "O3": "O3:  Pure FP16 training.",
+}
+_LOW = (torch.float16, torch.bfloat16)
+
+
+class Properties:
+    """apex's option set; assignments are validated exactly as apex validated them."""
+
+    def __init__(self):
+        object.__setattr__(self, "_options", {
+            "enabled": False, "opt_level": None, "cast_model_type": None,
+            "patch_torch_functions": False, "keep_batchnorm_fp32": None,
+            "master_weights": None, "loss_scale": 1.0})
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["_options"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        opts = self._options
+        if name not in opts:
+            raise AttributeError(name)
+        o1 = opts["opt_level"] == "O1"
+        if name == "cast_model_type" and o1 and value not in (None, False, torch.float32):
+            raise RuntimeError(
+                "O1 inserts casts around Torch functions rather than model weights, so with O1, "
+                "the model weights themselves should remain FP32. If you wish to cast the model "
+                "to a different type, use opt_level='O2' or 'O3'. cast_model_type was "
+                f"{value}. (For bf16 under O1 pass half_dtype=torch.bfloat16.)")
+        if name == "patch_torch_functions" and value and opts["opt_level"] != "O1":
+            raise RuntimeError("Currently, patch_torch_functions=True should only be set by "
+                               "selecting opt_level='O1'.")
+        if name == "keep_batchnorm_fp32":
+            if o1 and value is not None:
+                raise RuntimeError(
+                    "With opt_level O1, batchnorm functions are automatically patched to run in "
+                    "FP32, so keep_batchnorm_fp32 should be None. keep_batchnorm_fp32 was "
+                    f"{value}")
+            if value in ("True", "False"):
+                value = value == "True"
+            if not (value is None or isinstance(value, bool)):
+                raise AssertionError("keep_batchnorm_fp32 must be a boolean, the string 'True' or "
+                                     f"'False', or None, found keep_batchnorm_fp32={value}")
+        if name == "master_weights" and o1 and value is not None:
+            raise RuntimeError("It doesn't make sense to use master_weights with O1. With O1, your "
+                               "model weights themselves should be FP32.")
+        if name == "loss_scale" and value != "dynamic":
+            value = float(value)
+        opts[name] = value
+
+    def as_dict(self):
+        return dict(self._options)
+
+
+class _ModelPatch:
+    def __init__(self, model):
+        self.model = weakref.ref(model)
+        self.handles: list = []
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+
+class Engine:
+    def __init__(self):
+        self.session = None
+        self.props: Properties | None = None
+        self.half_dtype = torch.float16
+        self.scalers: list[LossScaler] = []
+        self.optimizer_states: list[OptimizerState] = []
+        self.model_patches: list[_ModelPatch] = []
+        self.verbosity = 1
+        self.pending_amp_restore = None
+        self.reduce_device = None
+
+    @property
+    def o1_active(self) -> bool:
+        return CASTS.is_installed
+
+    def log(self, msg):
+        if self.verbosity >= 1 and _rank0():
+            print(msg)
+
+    def state_dict(self, destination=None):
+        if destination is None:
+            destination = collections.OrderedDict()
+        for i, s in enumerate(self.scalers):
+            destination[f"loss_scaler{i}"] = {"loss_scale": float(s.scale), "unskipped": int(s.unskipped)}
+        return destination
+
+
+ENGINE = Engine()
+
+
+def _rank0() -> bool:
+    return not _distributed() or torch.distributed.get_rank() == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# casting helpers for model inputs / outputs (apex's `applier`)
+# ------------------------------------------------------------------------------------------------
+
+def _apply(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (str, bytes)):
+        return value
+    if type(value).__module__ == "numpy":
+        return value
+    if isinstance(value, collections.abc.Mapping):
+        return {_apply(k, fn): _apply(v, fn) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
+        return type(value)(*(_apply(v, fn) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_apply(v, fn) for v in value)
+    if hasattr(value, "to") and callable(value.to) and not isinstance(value, nn.Module):
+        try:
+            return value.to(fn.dtype)
+        except Exception:
+            return value
+    return value
+
+
+def _caster(dtype):
+    def cast(t):
+        return t.to(dtype) if t.is_floating_point() and t.dtype is not dtype else t
+    cast.dtype = dtype
+    return cast
+
+
+def _install_io_casts(patch: _ModelPatch, model, input_dtype, output_dtype):
+    in_cast = _caster(input_dtype) if input_dtype is not None else None
+    out_cast = _caster(output_dtype)
+
+    if in_cast is not None:
+        def pre(module, args, kwargs):
+            return _apply(args, in_cast), _apply(kwargs, in_cast)
+        patch.handles.append(model.register_forward_pre_hook(pre, with_kwargs=True))
+
+    def post(module, args, output):
+        return _apply(output, out_cast)
+    patch.handles.append(model.register_forward_hook(post))
+
+
+def _install_fp32_module_hooks(patch: _ModelPatch, module):
+    """A kept-fp32 module inside a half model: run it in fp32, hand half back."""
+    to_f32 = _caster(torch.float32)
+    stack: list = []
+
+    def pre(mod, args, kwargs):
+        low = _first_low_dtype((args, kwargs))
+        stack.append(low)
+        if low is None:
+            return None
+        return _apply(args, to_f32), _apply(kwargs, to_f32)
+
+    def post(mod, args, output):
+        low = stack.pop() if stack else None
+        return output if low is None else _apply(output, _caster(low))
+
+    patch.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+    patch.handles.append(module.register_forward_hook(post))
+
+
+def _first_low_dtype(value):
+    if isinstance(value, torch.Tensor):
+        return value.dtype if value.dtype in _LOW else None
+    if isinstance(value, collections.abc.Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            d = _first_low_dtype(v)
+            if d is not None:
+                return d
+    return None
+
+
+def _fp32_state_dict_hook(module, state_dict, prefix, local_metadata):
+    # O2/O3 export fp32 (apex's O2StateDictHook), looking only at this module's own entries.
+    for name in list(module._parameters) + list(module._buffers):
+        key = prefix + name
+        t = state_dict.get(key)
+        if isinstance(t, torch.Tensor) and t.dtype in _LOW:
+            state_dict[key] = t.to(torch.float32)
+    return state_dict
+
+
+def _resolve_keep_classes(keep_fp32_modules):
+    if keep_fp32_modules is None:
+        return ()
+    if isinstance(keep_fp32_modules, (type, str)):
+        keep_fp32_modules = (keep_fp32_modules,)
+    classes = []
+    for item in keep_fp32_modules:
+        if isinstance(item, str):
+            from ._casting import resolve
+            owner, attr = resolve(item if "." in item else "torch.nn." + item)
+            item = getattr(owner, attr)
+        if not (isinstance(item, type) and issubclass(item, nn.Module)):
+            raise TypeError(f"keep_fp32_modules entries must be nn.Module classes, got {item!r}")
+        classes.append(item)
+    return tuple(classes)
+
+
+def _cast_plan(model, keep_bn: bool, keep_classes: tuple):
+    """Split the module tree into modules to cast and kept-fp32 subtrees (roots)."""
+    to_cast, kept_roots = [], []
+
+    def visit(m):
+        bn = isinstance(m, nn.modules.batchnorm._BatchNorm) and m.affine
+        if (keep_bn and bn) or (keep_classes and isinstance(m, keep_classes)):
+            kept_roots.append(m)
+            return
+        to_cast.append(m)
+        for child in m.children():
+            visit(child)
+
+    visit(model)
+    return to_cast, kept_roots
+
+
+def _cast_module_own(m, dtype):
+    for p in m._parameters.values():
+        if p is not None and p.is_floating_point():
+            p.data = p.data.to(dtype)
+            if p.grad is not None:
+                p.grad.data = p.grad.data.to(dtype)
+    for name, b in m._buffers.items():
+        if b is not None and b.is_floating_point():
+            m._buffers[name] = b.to(dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# initialize
+# ------------------------------------------------------------------------------------------------
+
+def _check_models(models):
+    for model in models:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            raise RuntimeError(
+                f"Incoming model is an instance of {type(model).__name__}. Parallel wrappers should "
+                "only be applied to the model(s) AFTER the model(s) have been returned from "
+                "amp.initialize. Fix: model, optimizer = amp.initialize(model, optimizer, ...); "
+                "model = DistributedDataParallel(model, ...).")
+        for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers())):
+            for name, t in named:
+                if t.is_floating_point() and t.dtype in _LOW:
+                    raise RuntimeError(
+                        f"Found {kind} {name} with dtype {t.dtype}, expected torch.float32.\n"
+                        "When using amp.initialize, you do not need to call .half() (or "
+                        ".bfloat16()) on your model before passing it, no matter what "
+                        "optimization level you choose. Fix: pass the fp32 model; O2/O3 cast "
+                        "it for you.")
+
+
+def _check_optimizers(optimizers, models):
+    model_params = {id(p) for m in models for p in m.parameters()}
+    for opt in optimizers:
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
+        if getattr(opt, "_amplint_amp", None) is not None:
+            raise RuntimeError(
+                "A given optimizer should only be passed through amp.initialize once. Fix: build "
+                "a fresh optimizer over the fresh model's parameters for each initialize (and "
+                "call amp.reset() in between if you run several opt levels in one process).")
+        foreign = [p for g in opt.param_groups for p in g["params"] if id(p) not in model_params]
+        if foreign:
+            raise RuntimeError(
+                f"The optimizer {type(opt).__name__} holds {len(foreign)} parameter(s) (shape "
+                f"{tuple(foreign[0].shape)} first) that are not parameters of the model(s) passed "
+                "to amp.initialize. Fix: build the optimizer from model.parameters() of the same "
+                "model object you pass to initialize (not of a copy), and pass every model whose "
+                "parameters the optimizer updates.")
+
+
+def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
+               patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
+               loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
+               min_loss_scale=None, max_loss_scale=2.0 ** 24, *, half_dtype=None,
+               keep_fp32_modules=None):
+    """apex ``amp.initialize``; see :mod:`amplint.amp` for the extensions
+    (``half_dtype``, ``keep_fp32_modules``, CPU models, bf16)."""
+    eng = ENGINE
+    _end_session(eng)
+    eng.verbosity = verbosity
+    props = Properties()
+    eng.props = props
+    eng.session = object()
+    if not enabled:
+        return models if optimizers is None else (models, optimizers)
+
+    if opt_level not in OPT_LEVELS:
+        raise RuntimeError(
+            f"Unexpected optimization level {opt_level}. Options are 'O0', 'O1', 'O2', 'O3'.  Note "
+            "that in `O0`, `O1`, etc., the prefix O is the letter O, not the number zero.")
+    if half_dtype is not None and half_dtype not in _LOW:
+        raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {half_dtype}")
+    props.enabled = True
+    props.opt_level = opt_level
+    for k, v in _PRESETS[opt_level].items():
+        setattr(props, k, v)
+    eng.log(f"Selected optimization level {_DESCRIPTIONS[opt_level]}")
+    _print_props(eng, "Defaults for this optimization level are:", props)
+    eng.log("Processing user overrides (additional kwargs that are not None)...")
+    overrides = dict(enabled=enabled, opt_level=opt_level, cast_model_type=cast_model_type,
+                     patch_torch_functions=patch_torch_functions,
+                     keep_batchnorm_fp32=keep_batchnorm_fp32, master_weights=master_weights,
+                     loss_scale=loss_scale)
+    for k in _FIELDS:
+        if overrides[k] is not None:
+            setattr(props, k, overrides[k])
+
+    # Low-precision dtype: cast_model_type for O2/O3, half_dtype for O1 (or to pick bf16 anywhere).
+    cmt = props.cast_model_type
+    if cmt in _LOW and half_dtype is not None and cmt is not half_dtype:
+        if cast_model_type is not None:
+            raise ValueError(f"cast_model_type={cmt} and half_dtype={half_dtype} disagree; pass one.")
+        props.cast_model_type = cmt = half_dtype
+    eng.half_dtype = cmt if cmt in _LOW else (half_dtype or torch.float16)
+    if eng.half_dtype is torch.bfloat16 and loss_scale is None and props.loss_scale == "dynamic":
+        props.loss_scale = 1.0  # bf16 has fp32's range: no loss scaling needed
+    keep_classes = _resolve_keep_classes(keep_fp32_modules)
+    if keep_classes and cmt not in _LOW:
+        raise RuntimeError("keep_fp32_modules only applies when the model is cast (O2/O3, or "
+                           "cast_model_type=torch.float16/bfloat16).")
+    _print_props(eng, "After processing overrides, optimization options are:", props)
+    if eng.half_dtype is torch.bfloat16:
+        eng.log(f"{'half_dtype':22} : torch.bfloat16")
+
+    # Normalise inputs, mirroring the return shapes.
+    models_was_list = isinstance(models, list)
+    if isinstance(models, nn.Module):
+        model_list = [models]
+    elif models_was_list:
+        model_list = models
+    else:
+        raise TypeError("models must be either a single model or a list of models.")
+    if optimizers is None:
+        opt_list = []
+    elif isinstance(optimizers, torch.optim.Optimizer):
+        opt_list = [optimizers]
+    elif isinstance(optimizers, list):
+        opt_list = optimizers
+    else:
+        raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
+    _check_models(model_list)
+    _check_optimizers(opt_list, model_list)
+
+    first = next((p for m in model_list for p in m.parameters()), None)
+    eng.reduce_device = first.device if first is not None else None
+
+    # Models: plan the cast first, so master weights are cloned from the fp32 values.
+    to_cast_ids: set = set()
+    plans = []
+    if cmt:
+        for model in model_list:
+            keep_bn = bool(props.keep_batchnorm_fp32) and cmt in _LOW
+            to_cast, kept = _cast_plan(model, keep_bn, keep_classes) if cmt in _LOW else (list(model.modules()), [])
+            plans.append((model, to_cast, kept))
+            for m in to_cast:
+                to_cast_ids.update(id(p) for p in m._parameters.values() if p is not None)
+
+    for opt in opt_list:
+        if props.master_weights and cmt in _LOW:
+            state = MasterState(opt, eng, eng.session, to_cast_ids)
+        else:
+            state = OptimizerState(opt, eng, eng.session)
+        state.attach()
+        eng.optimizer_states.append(state)
+
+    for model, to_cast, kept in plans:
+        patch = _ModelPatch(model)
+        for m in to_cast:
+            _cast_module_own(m, cmt)
+            if cmt in _LOW:
+                patch.handles.append(m._register_state_dict_hook(_fp32_state_dict_hook))
+            if isinstance(m, nn.RNNBase):
+                m.flatten_parameters()
+        for root in kept:
+            if not isinstance(root, nn.modules.batchnorm._BatchNorm):
+                _install_fp32_module_hooks(patch, root)
+        _install_io_casts(patch, model, cmt, cast_model_outputs or torch.float32)
+        eng.model_patches.append(patch)
+    if not cmt and cast_model_outputs is not None:
+        for model in model_list:
+            patch = _ModelPatch(model)
+            _install_io_casts(patch, model, None, cast_model_outputs)
+            eng.model_patches.append(patch)
+
+    for state in eng.optimizer_states:
+        if isinstance(state, MasterState):
+            state.mark_synced()
+            state.view_versions = [None] * len(state.masters)
+
+    eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale)
+                   for _ in range(num_losses)]
+    if props.patch_torch_functions:
+        CASTS.install(eng.half_dtype)
+
+    model_ret = model_list if models_was_list else model_list[0]
+    if optimizers is None:
+        return model_ret
+    if isinstance(optimizers, list):
+        return model_ret, opt_list
+    return model_ret, opt_list[0]
+
+
+def _print_props(eng, title, props):
+    eng.log(title)
+    for k, v in props.as_dict().items():
+        eng.log(f"{k:22} : {v}")
+
+
+def _end_session(eng):
+    """A new initialize starts a new session: undo O1 patching, drop scalers."""
+    CASTS.uninstall()
+    eng.scalers = []
+    eng.pending_amp_restore = None
+    eng.props = None
+    eng.session = None
+
+
+def reset():
+    """Undo everything ``initialize`` did to torch and to the models/optimizers it saw.
+
+    Restores the patched torch functions (O1), removes the forward / state-dict hooks from the
+    models and the ``step`` / ``zero_grad`` / state-dict patches from the optimizers, and drops
+    the loss scalers. Model weights are not cast back (build fresh models for the next run).
+    User registrations (``register_*_function``) are kept. Idempotent.
+    """
+    eng = ENGINE
+    _end_session(eng)
+    for patch in eng.model_patches:
+        patch.remove()
+    eng.model_patches.clear()
+    for state in eng.optimizer_states:
+        state.detach()
+    eng.optimizer_states.clear()
+
+
+deinitialize = reset
+
+
+def state_dict(destination=None):
+    """``{'loss_scaler0': {'loss_scale': float, 'unskipped': int}, ...}`` (apex format)."""
+    if ENGINE.props is None:
+        raise RuntimeError("amp.state_dict() called before amp.initialize(...).")
+    return ENGINE.state_dict(destination)
+
+
+def load_state_dict(state_dict):
+    """Restore the loss scalers saved by :func:`state_dict`. Strict: a missing, extra or
+    malformed entry raises (apex warned and carried on with a fresh scaler)."""
+    eng = ENGINE
+    if eng.props is None:
+        raise RuntimeError("amp.load_state_dict() called before amp.initialize(...). Fix: call "
+                           "amp.initialize first, then model/optimizer/amp load_state_dict.")
+    if not isinstance(state_dict, collections.abc.Mapping) or not state_dict:
+        raise RuntimeError(
+            f"amp.load_state_dict expected the dict saved by amp.state_dict() "
+            f"({{'loss_scaler0': {{'loss_scale': ..., 'unskipped': ...}}}}), got {state_dict!r}. "
+            "Fix: save checkpoint['amp'] = amp.state_dict() and pass checkpoint['amp'].")
+    n = len(eng.scalers)
+    expected = [f"loss_scaler{i}" for i in range(n)]
+    unexpected = [k for k in state_dict if k not in expected]
+    missing = [k for k in expected if k not in state_dict]
+    if unexpected or missing:
+        raise RuntimeError(
+            "Error(s) in loading amp state_dict: "
+            + (f"unexpected key(s) {unexpected}; " if unexpected else "")
+            + (f"missing key(s) {missing}; " if missing else "")
+            + f"this run has num_losses={n}. Fix: initialize with the num_losses the checkpoint "
+              f"was saved with ({len(state_dict)} entries).")
+    parsed = []
+    for key in expected:
+        entry = state_dict[key]
+        try:
+            scale = float(entry["loss_scale"])
+            unskipped = int(entry["unskipped"])
+        except (TypeError, KeyError, ValueError):
+            raise RuntimeError(f"amp state entry {key!r} is malformed: {entry!r}; expected "
+                               "{'loss_scale': float, 'unskipped': int}.") from None
+        if not (scale > 0 and scale != float("inf")) or unskipped < 0:
+            raise RuntimeError(f"amp state entry {key!r} has an invalid value: {entry!r}.")
+        parsed.append((scale, unskipped))
+    for scaler, (scale, unskipped) in zip(eng.scalers, parsed):
+        scaler.scale = scale
+        scaler.unskipped = unskipped
+    eng.pending_amp_restore = None
+
+
+def master_params(optimizer):
+    """The parameters the optimizer updates: the fp32 master weights under O2."""
+    for group in optimizer.param_groups:
+        yield from group["params"]
+
+
+def _scaler(loss_id):
+    eng = ENGINE
+    if eng.props is None or not eng.scalers:
+        raise RuntimeError("amp is not initialized (call amp.initialize first).")
+    if not 0 <= loss_id < len(eng.scalers):
+        raise IndexError(f"loss_id={loss_id} but amp.initialize was given num_losses="
+                         f"{len(eng.scalers)}; valid ids are 0..{len(eng.scalers) - 1}.")
+    return eng.scalers[loss_id]
+
+
+def loss_scale(loss_id=0) -> float:
+    """Current loss scale of scaler ``loss_id``."""
+    return _scaler(loss_id).scale
+
+
+def skipped_steps(loss_id=0) -> int:
+    """How many overflows scaler ``loss_id`` has seen (each skips one optimizer step)."""
+    return _scaler(loss_id).skipped
+
+
+def properties() -> dict:
+    """The current session's options (empty before initialize)."""
+    eng = ENGINE
+    if eng.props is None:
+        return {}
+    d = eng.props.as_dict()
+    d["half_dtype"] = eng.half_dtype
+    return d

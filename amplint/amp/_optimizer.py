@@ -1,0 +1,331 @@
+"""Per-optimizer gradient handling: plain (O0/O1/O3) and fp32 master weights (O2).
+
+Every optimizer passed to ``initialize`` gets ``optimizer._amplint_amp``, an
+:class:`OptimizerState`, and instance-level ``step``/``zero_grad`` patches that
+:meth:`OptimizerState.detach` removes again.
+
+Gradient invariant (apex): between ``scale_loss`` blocks the gradients the optimizer will use
+are *unscaled*. At block entry (:meth:`prepare`) existing gradients are stashed and set to
+None so backward writes fresh, scaled ones; at exit (:meth:`post`) the fresh ones are
+unscaled with one fused kernel per (device, dtype) and the stash is added back.
+
+Master weights (O2), for each model parameter cast to half ``p`` with master ``m`` (fp32):
+
+* ``m`` replaces ``p`` in ``param_groups`` (so the optimizer, its state and
+  ``amp.master_params`` see fp32); ``m`` is cloned from the fp32 weight *before* the model is
+  cast, so no bits are lost at initialize.
+* ``m.grad`` is a persistent fp32 buffer holding the unscaled gradient; ``p.grad`` is
+  overwritten with the same values in half (a view for user code). A change the user makes to
+  ``p.grad`` after the block (``zero_grad(set_to_none=False)``, ``clip_grad_norm_(model.
+  parameters())``) is noticed through the tensor's version counter and wins.
+* Before each step, masters whose model parameter was written from outside (for example
+  ``model.load_state_dict``) are refreshed from it; after each step the masters are copied
+  into the model with one fused copy.
+* ``optimizer.state_dict()`` carries the masters, so a restore continues bit-identically.
+"""
+from __future__ import annotations
+
+import types
+import warnings
+
+import torch
+
+from ._casting import disable_casts
+
+_MASTERS_KEY = "amplint_master_params"
+_AMP_KEY = "amplint_amp"
+
+
+class OptimizerState:
+    def __init__(self, optimizer, engine, session):
+        self.optimizer = optimizer
+        self.engine = engine
+        self.session = session
+        self.scaled_grads_pending = False  # apex params_have_scaled_gradients (delay_unscale)
+        self.skip_next: tuple | None = None  # (loss_id, new scale) when the next step is skipped
+        self._stash: list | None = None
+        self._hooks: list = []
+        self._orig = {}
+        self.has_masters = False
+
+    # -- plain gradients ------------------------------------------------------------------
+    def _params(self):
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _plain_params(self):
+        return self._params()
+
+    def prepare(self):
+        params = self._plain_params()
+        grads = [p.grad for p in params]
+        if any(g is not None for g in grads):
+            self._stash = grads
+            for p in params:
+                p.grad = None
+        else:
+            self._stash = None
+        self._stash_params = params
+
+    def abort(self):
+        """Undo :meth:`prepare` after an exception inside the block."""
+        if self._stash is not None:
+            for p, g in zip(self._stash_params, self._stash):
+                p.grad = g
+            self._stash = None
+
+    def post(self, scaler):
+        stash, self._stash = self._stash, None
+        if stash is None:
+            scaler.unscale_([p.grad for p in self._plain_params() if p.grad is not None])
+            return
+        fresh, fresh_with_old, olds = [], [], []
+        for p, old in zip(self._stash_params, stash):
+            g = p.grad
+            if g is None:
+                p.grad = old  # no new gradient: keep the accumulated one
+            else:
+                fresh.append(g)
+                if old is not None:
+                    fresh_with_old.append(g)
+                    olds.append(old)
+        scaler.unscale_(fresh)  # only the incoming gradients are checked, as in apex
+        if olds:
+            torch._foreach_add_(fresh_with_old, olds)
+
+    # -- step hooks (overridden for masters) -------------------------------------------------
+    def before_step(self):
+        pass
+
+    def after_step(self):
+        pass
+
+    def on_skip(self):
+        pass
+
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, extra: dict):
+        pass
+
+    def zero_grad(self, orig, set_to_none=True):
+        return orig(set_to_none=set_to_none)
+
+    # -- patching ------------------------------------------------------------------------------
+    def attach(self):
+        opt = self.optimizer
+        opt._amplint_amp = self
+        for name in ("step", "zero_grad", "add_param_group"):
+            self._orig[name] = vars(opt).get(name)
+        orig_step = opt.step
+        orig_zero_grad = opt.zero_grad
+        orig_add_group = opt.add_param_group
+        state = self
+
+        def step(self_, closure=None):
+            return state._step(orig_step, closure)
+
+        def zero_grad(self_, set_to_none=True):
+            return state.zero_grad(orig_zero_grad, set_to_none)
+
+        def add_param_group(self_, group):
+            if state.has_masters:
+                raise RuntimeError(
+                    "amplint.amp: add_param_group after initialize is not supported with fp32 "
+                    "master weights (O2). Fix: add every parameter group before amp.initialize.")
+            return orig_add_group(group)
+
+        opt.step = types.MethodType(step, opt)
+        opt.zero_grad = types.MethodType(zero_grad, opt)
+        opt.add_param_group = types.MethodType(add_param_group, opt)
+        if hasattr(opt, "register_state_dict_post_hook"):
+            self._hooks.append(opt.register_state_dict_post_hook(self._state_dict_hook))
+            self._hooks.append(opt.register_load_state_dict_pre_hook(self._load_pre_hook))
+            self._hooks.append(opt.register_load_state_dict_post_hook(self._load_post_hook))
+
+    def detach(self):
+        opt = self.optimizer
+        for name, orig in self._orig.items():
+            if orig is None:
+                vars(opt).pop(name, None)
+            else:
+                setattr(opt, name, orig)
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self.session = None
+
+    def _step(self, orig_step, closure):
+        if self.skip_next is not None:
+            loss_id, new_scale = self.skip_next
+            self.skip_next = None
+            if closure is not None:
+                raise RuntimeError("amplint.amp does not support optimizer.step(closure).")
+            self.engine.log(f"Gradient overflow.  Skipping step, loss scaler {loss_id} "
+                            f"reducing loss scale to {new_scale}")
+            self.on_skip()
+            return None
+        if closure is not None and self.has_masters:
+            raise RuntimeError("amplint.amp does not support optimizer.step(closure) with fp32 "
+                               "master weights (O2).")
+        self.before_step()
+        if self.engine.o1_active:
+            with disable_casts():
+                ret = orig_step() if closure is None else orig_step(closure)
+        else:
+            ret = orig_step() if closure is None else orig_step(closure)
+        self.after_step()
+        return ret
+
+    # -- checkpoint hooks -------------------------------------------------------------------
+    def _state_dict_hook(self, optimizer, state_dict):
+        state_dict[_AMP_KEY] = self.engine.state_dict() if self.session is self.engine.session else {}
+        state_dict.update(self.extra_state())
+        return state_dict
+
+    def _load_pre_hook(self, optimizer, state_dict):
+        state_dict = dict(state_dict)
+        self._pending_extra = {k: state_dict.pop(k) for k in (_MASTERS_KEY,) if k in state_dict}
+        amp_state = state_dict.pop(_AMP_KEY, None)
+        if amp_state and self.session is self.engine.session:
+            self.engine.pending_amp_restore = amp_state
+        return state_dict
+
+    def _load_post_hook(self, optimizer):
+        extra = getattr(self, "_pending_extra", {})
+        self._pending_extra = {}
+        self.load_extra_state(extra)
+
+
+class MasterState(OptimizerState):
+    """O2: fp32 master weights inside the optimizer (see module docstring)."""
+
+    def __init__(self, optimizer, engine, session, to_cast: set):
+        super().__init__(optimizer, engine, session)
+        self.has_masters = True
+        self.model_params: list = []
+        self.masters: list = []
+        for group in optimizer.param_groups:
+            params = group["params"]
+            for i, p in enumerate(params):
+                if id(p) in to_cast and p.requires_grad:
+                    master = p.detach().clone().float().requires_grad_(True)
+                    if p in optimizer.state:
+                        optimizer.state[master] = optimizer.state.pop(p)
+                    params[i] = master
+                    self.model_params.append(p)
+                    self.masters.append(master)
+        master_ids = {id(m) for m in self.masters}
+        self.fp32_params = [p for g in optimizer.param_groups for p in g["params"]
+                            if id(p) not in master_ids]
+        self.master_grads = [torch.zeros_like(m) for m in self.masters]
+        self.valid = [False] * len(self.masters)
+        self.synced = [0] * len(self.masters)  # model-param versions after our last write
+        self.view_versions = [None] * len(self.masters)  # p.grad versions after our last write
+        self._warned_lossy = False
+
+    def mark_synced(self):
+        self.synced = [p._version for p in self.model_params]
+
+    def _plain_params(self):
+        return self.fp32_params
+
+    def _reconcile_user_grads(self, at_step: bool):
+        """Let a change the user made to the half gradients win over the master gradients."""
+        lossy = []
+        for i, p in enumerate(self.model_params):
+            g = p.grad
+            if g is None:
+                if self.valid[i]:
+                    self.valid[i] = False
+                    self.masters[i].grad = None
+            elif g._version != self.view_versions[i]:
+                self.master_grads[i].copy_(g)
+                self.masters[i].grad = self.master_grads[i]
+                self.valid[i] = True
+                self.view_versions[i] = g._version
+                lossy.append(i)
+        if at_step and lossy and self.model_params[lossy[0]].dtype == torch.float16 and not self._warned_lossy:
+            self._warned_lossy = True
+            warnings.warn(
+                "amplint.amp O2: the fp16 gradients of the model were changed between scale_loss "
+                "and optimizer.step() (for example clip_grad_norm_(model.parameters(), ...)); the "
+                "change was applied to the fp32 master gradients from the fp16 values, which loses "
+                "the small ones. Fix: clip amp.master_params(optimizer) instead.", stacklevel=4)
+
+    def prepare(self):
+        super().prepare()
+        self._reconcile_user_grads(at_step=False)
+        for p in self.model_params:
+            p.grad = None
+
+    def post(self, scaler):
+        super().post(scaler)  # fp32 parameters the model kept (BatchNorm, keep_fp32_modules)
+        fresh_idx, accum_idx = [], []
+        for i, p in enumerate(self.model_params):
+            if p.grad is not None:
+                (accum_idx if self.valid[i] else fresh_idx).append(i)
+        if not fresh_idx and not accum_idx:
+            return
+        mg = self.master_grads
+        fresh = [mg[i] for i in fresh_idx]
+        tmp = [torch.empty_like(mg[i]) for i in accum_idx]
+        torch._foreach_copy_(fresh + tmp, [self.model_params[i].grad for i in fresh_idx + accum_idx])
+        scaler.unscale_(fresh + tmp)
+        if tmp:
+            torch._foreach_add_([mg[i] for i in accum_idx], tmp)
+        touched = fresh_idx + accum_idx
+        views = [self.model_params[i].grad for i in touched]
+        torch._foreach_copy_(views, [mg[i] for i in touched])
+        for i, v in zip(touched, views):
+            self.masters[i].grad = mg[i]
+            self.valid[i] = True
+            self.view_versions[i] = v._version
+
+    def before_step(self):
+        self._reconcile_user_grads(at_step=True)
+        stale = [i for i, p in enumerate(self.model_params) if p._version != self.synced[i]]
+        if stale:
+            torch._foreach_copy_([self.masters[i] for i in stale], [self.model_params[i] for i in stale])
+
+    def after_step(self):
+        with torch.no_grad():
+            torch._foreach_copy_(self.model_params, self.masters)
+        self.mark_synced()
+        self._invalidate()
+
+    def _invalidate(self):
+        for i, m in enumerate(self.masters):
+            m.grad = None
+            self.valid[i] = False
+
+    def on_skip(self):
+        self._invalidate()
+
+    def zero_grad(self, orig, set_to_none=True):
+        ret = orig(set_to_none=set_to_none)
+        self._invalidate()
+        for i, p in enumerate(self.model_params):
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.detach_()
+                p.grad.zero_()
+                self.view_versions[i] = p.grad._version
+        return ret
+
+    def extra_state(self) -> dict:
+        return {_MASTERS_KEY: [m.detach() for m in self.masters]}
+
+    def load_extra_state(self, extra: dict):
+        saved = extra.get(_MASTERS_KEY)
+        if saved is None:
+            return  # e.g. a checkpoint from O1: masters are refreshed from the model before the step
+        if len(saved) != len(self.masters):
+            raise RuntimeError(
+                f"amplint.amp: the optimizer checkpoint holds {len(saved)} fp32 master weights but "
+                f"this optimizer has {len(self.masters)}; restore with the same model and opt_level.")
+        with torch.no_grad():
+            torch._foreach_copy_(self.masters, [s.to(m.device) for s, m in zip(saved, self.masters)])
+            torch._foreach_copy_(self.model_params, self.masters)
+        self.mark_synced()
