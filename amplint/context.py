@@ -250,7 +250,9 @@ class FileContext:
                 name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
                 if name.endswith(_MODULE_BASE_SUFFIXES) and name not in self._classes:
                     return True
-            return self.method(cls, "forward") is not None
+            # a base imported from elsewhere (a project's own BaseLayer) plus a forward method
+            bases = [b for b in cls.bases if not (isinstance(b, ast.Name) and b.id in ("object", "ABC", "Protocol"))]
+            return bool(bases) and self.method(cls, "forward") is not None
 
         classes = [c for c in self._all_classes()]
         for cls in classes:

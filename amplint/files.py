@@ -97,6 +97,19 @@ def write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def _looks_like_python(path: str) -> bool:
+    """An explicitly named file is linted when it has a Python suffix or a python shebang
+    (hooks and shells pass whatever files they have; a README is not a parse error)."""
+    if path.endswith(PY_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(200)
+    except OSError:
+        return True  # let read_source report why it cannot be read
+    return first.startswith(b"#!") and b"python" in first
+
+
 def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[str, Optional[SourceError]]]:
     """Yield (file, None) for each file to lint and (path, error) for bad paths.
 
@@ -136,7 +149,7 @@ def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[
             if os.path.islink(given) and not os.path.exists(given):
                 yield given, SourceError(given, "broken symbolic link (or a symlink loop)")
                 continue
-            if is_excluded(given):
+            if is_excluded(given) or not _looks_like_python(given):
                 continue
             key = os.path.realpath(given)
             if key not in seen:
