@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from .config import ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_source, write_atomic
-from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
+from .project import FileSummary, ProjectIndex, summarize
 from .registry import all_rules, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
@@ -268,7 +268,7 @@ def _finding_from_dict(d: dict) -> Finding:
 _WORKER: dict = {}
 
 
-def _init_worker(rule_paths_by_settings: dict, project_json: Optional[list]) -> None:
+def _init_worker(project_json: Optional[list]) -> None:
     _WORKER["project"] = ProjectIndex(FileSummary.from_json(s) for s in project_json) if project_json is not None else None
     _WORKER["rules"] = {}
 
@@ -281,24 +281,47 @@ def _rules_for(settings: Settings) -> list[type[Rule]]:
     return cache[key]
 
 
-def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
-    path, settings = args
+def _error_dict(e: SourceError) -> dict:
+    return {"path": e.path, "reason": e.reason, "line": e.line, "col": e.col}
+
+
+def _frames(findings: list[Finding], text: str) -> dict[int, str]:
+    frames: dict[int, str] = {}
+    lines = None
+    for f in findings:
+        if f.line not in frames:
+            if lines is None:
+                lines = FileContext.split_lines(text)
+            frames[f.line] = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
+    return frames
+
+
+def _check_task(args) -> dict:
+    """Lint one file (check mode) and return a JSON-able entry: findings, the source
+    lines of their frames, errors, and -- in the first pass, against an empty project
+    index -- the file's summary and the cross-file questions it asked."""
+    path, settings, unused = args
+    entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
     try:
         source = read_source(path)
-        rules = all_rules(settings.rule_paths)
-        wanted = CONFIG_MARKERS + tuple(m for r in rules for m in getattr(r, "collect_markers", ()))
-        has_collect = [r for r in rules if hasattr(r, "collect") and not getattr(r, "collect_markers", ())]
-        if not has_collect and not any(m in source.text for m in wanted):
-            return path, FileSummary(path).to_json(), None
-        tree = parse(path, source.text)
-        ctx = FileContext(path, source.text, tree, settings, None)
-        ctx.walk_and_bucket(set())
-        return path, summarize(ctx, rules).to_json(), None
+        given = _WORKER.get("project")
+        project = given if given is not None else ProjectIndex()
+        findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
+        if given is None:
+            entry["summary"] = summarize(ctx, all_rules(settings.rule_paths)).to_json()
+            entry["queries"] = [list(q) for q in dict.fromkeys(project.queries)]
     except SourceError as exc:
-        return path, None, exc
+        entry["errors"].append(_error_dict(exc))
+        return entry
+    for f in findings:
+        f.__dict__.pop("node", None)
+    entry["findings"] = [f.to_dict() for f in findings]
+    entry["frames"] = _frames(findings, source.text)
+    entry["errors"] = [_error_dict(e) for e in errors]
+    return entry
 
 
-def _lint_task(args) -> FileResult:
+def _fix_task(args) -> FileResult:
     path, settings, options = args
     result = FileResult(path)
     try:
@@ -309,39 +332,43 @@ def _lint_task(args) -> FileResult:
     rules = _rules_for(settings)
     project = _WORKER.get("project")
     try:
-        if options.fix or options.diff:
-            new_text, fixed, findings, errors = fix_text(path, source.text, settings, rules, project, options.unsafe_fixes)
-            result.errors.extend(errors)
-            result.fixed = fixed
-            if new_text != source.text:
-                result.changed = True
-                if options.diff:
-                    result.diff = _unified_diff(path, source.text, new_text)
-                else:
-                    write_atomic(path, source.encode(new_text))
-                    source = SourceFile(path, new_text, source.encoding, b"")
-            if options.diff:  # nothing written: report what is there now
+        new_text, fixed, findings, errors = fix_text(path, source.text, settings, rules, project, options.unsafe_fixes)
+        result.errors.extend(errors)
+        result.fixed = fixed
+        if new_text != source.text:
+            result.changed = True
+            if options.diff:
+                result.diff = _unified_diff(path, source.text, new_text)
+                # nothing written: report what is in the file now
                 findings, _, _ = lint_text(path, source.text, settings, rules, project, options.report_unused_suppressions)
-            elif options.report_unused_suppressions:
-                findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
-        else:
-            findings, _, errors = lint_text(path, source.text, settings, rules, project, options.report_unused_suppressions)
-            result.errors.extend(errors)
+            else:
+                write_atomic(path, source.encode(new_text))
+                source = SourceFile(path, new_text, source.encoding, b"")
+        if options.report_unused_suppressions and not options.diff:
+            findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:
         result.errors.append(exc)
         return result
     except OSError as exc:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
         return result
-    lines = None
     for f in findings:
         f.__dict__.pop("node", None)
-        if f.line not in result.frames:
-            if lines is None:
-                lines = FileContext.split_lines(source.text)
-            result.frames[f.line] = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
     result.findings = findings
+    result.frames = _frames(findings, source.text)
     return result
+
+
+def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
+    path, settings = args
+    try:
+        source = read_source(path)
+        tree = parse(path, source.text)
+        ctx = FileContext(path, source.text, tree, settings, None)
+        ctx.walk_and_bucket(set())
+        return path, summarize(ctx, all_rules(settings.rule_paths)).to_json(), None
+    except SourceError as exc:
+        return path, None, exc
 
 
 def _unified_diff(path: str, old: str, new: str) -> str:
@@ -379,8 +406,6 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
 def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:
     """Lint (or fix) every Python file under ``paths``.  Results are in path order;
     paths that cannot be read or parsed come back as results with errors."""
-    from .cache import Cache
-
     jobs = options.jobs or os.cpu_count() or 1
     results: dict[str, FileResult] = {}
     files: list[tuple[str, Settings]] = []
@@ -389,16 +414,42 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
             results[path] = FileResult(path, errors=[error])
         else:
             files.append((path, resolver.for_path(path)))
-    if not files:
-        return [results[p] for p in sorted(results)]
+    if files:
+        runner = _run_fix if (options.fix or options.diff) else _run_check
+        results.update(runner(files, options, jobs))
+    return [results[p] for p in sorted(results)]
 
-    # Phase 1: summaries for the project index (cached on file bytes).
+
+def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
+    """Fix mode: summaries of every file first (the project index), then fix each file
+    against it.  No cache: fixing always starts from the bytes on disk."""
+    summaries, out = [], {}
+    for path, summary, error in _map(_summarize_task, files, jobs, (None,), None):
+        if summary is not None:
+            summaries.append(summary)
+        else:
+            out[path] = FileResult(path, errors=[error])
+    tasks = [(path, settings, options) for path, settings in files if path not in out]
+    for result in _map(_fix_task, tasks, jobs, (summaries,), options.progress):
+        out[result.path] = result
+    return out
+
+
+def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
+    """Check mode: every file is parsed once against an empty project index; only files
+    whose cross-file questions another file answers are linted again with the index.
+    Both passes are cached on the file's bytes and the settings (the second pass also
+    on the index)."""
+    from .cache import Cache
+
     cache = None
-    if options.use_cache and not (options.fix or options.diff):
-        folder = options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache")
-        cache = Cache(folder)
+    if options.use_cache:
+        cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
+    unused = options.report_unused_suppressions
+    settings_of = dict(files)
     raw: dict[str, bytes] = {}
-    summaries: dict[str, dict] = {}
+    keys: dict[str, str] = {}
+    entries: dict[str, dict] = {}
     todo = []
     for path, settings in files:
         if cache is not None:
@@ -407,38 +458,41 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
                     raw[path] = fh.read()
             except OSError:
                 raw[path] = b""
-            hit = cache.get(Cache.key("summary", raw[path], ",".join(settings.rule_paths)))
-            if hit is not None:
-                summaries[path] = hit
+            keys[path] = Cache.key("check", raw[path], settings.fingerprint(), str(unused))
+            hit = cache.get(keys[path])
+            if hit is not None and hit.get("path") == path:
+                entries[path] = hit
                 continue
-        todo.append((path, settings))
-    for path, summary, error in _map(_summarize_task, todo, jobs, ({}, None), None):
-        if summary is not None:
-            summaries[path] = summary
-            if cache is not None:
-                settings = dict(files)[path]
-                cache.put(Cache.key("summary", raw[path], ",".join(settings.rule_paths)), summary)
-    project_json = [summaries[p] for p in sorted(summaries)]
-    project = ProjectIndex(FileSummary.from_json(s) for s in project_json)
-    project_fp = project.fingerprint()
+        todo.append((path, settings, unused))
+    for entry in _map(_check_task, todo, jobs, (None,), options.progress):
+        entries[entry["path"]] = entry
+        if cache is not None and not entry["errors"]:
+            cache.put(keys[entry["path"]], entry)
 
-    # Phase 2: lint (or fix) with the index.
-    todo = []
-    keys: dict[str, str] = {}
-    for path, settings in files:
-        if cache is not None:
-            key = Cache.key("lint", raw[path], settings.fingerprint(), project_fp, str(options.report_unused_suppressions))
-            keys[path] = key
-            hit = cache.get(key)
-            if hit is not None:
-                results[path] = FileResult(
-                    path, [_finding_from_dict(d) for d in hit["findings"]],
-                    frames={int(k): v for k, v in hit["frames"].items()},
-                )
-                continue
-        todo.append((path, settings, options))
-    for result in _map(_lint_task, todo, jobs, ({}, project_json), options.progress):
-        results[result.path] = result
-        if cache is not None and not result.errors and result.path in keys:
-            cache.put(keys[result.path], {"findings": [f.to_dict() for f in result.findings], "frames": result.frames})
-    return [results[p] for p in sorted(results)]
+    project_json = [entries[p]["summary"] for p in sorted(entries) if entries[p]["summary"]]
+    index = ProjectIndex(FileSummary.from_json(s) for s in project_json)
+    again = [p for p in sorted(entries) if entries[p]["queries"] and index.answers_any(entries[p]["queries"], p)]
+    if again:
+        fingerprint = index.fingerprint()
+        todo = []
+        for path in again:
+            if cache is not None:
+                keys[path] = Cache.key("cross", raw[path], settings_of[path].fingerprint(), str(unused), fingerprint)
+                hit = cache.get(keys[path])
+                if hit is not None and hit.get("path") == path:
+                    entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
+                    continue
+            todo.append((path, settings_of[path], unused))
+        for entry in _map(_check_task, todo, jobs, (project_json,), None):
+            entries[entry["path"]].update(findings=entry["findings"], frames=entry["frames"], errors=entry["errors"])
+            if cache is not None and not entry["errors"]:
+                cache.put(keys[entry["path"]], entry)
+    return {
+        path: FileResult(
+            path,
+            [_finding_from_dict(d) for d in e["findings"]],
+            [SourceError(**d) for d in e["errors"]],
+            frames={int(k): v for k, v in e["frames"].items()},
+        )
+        for path, e in entries.items()
+    }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 #: a file needs one of these for the built-in config summary to be worth a parse
 CONFIG_MARKERS = ("Config", "config", "dataclass", "Args", "Params", "Settings")
@@ -62,6 +62,8 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
                     ConfigDefault(cls.name, field, value.value, ctx.path, node.lineno, ctx.char_col(node.lineno, node.col_offset) + 1)
                 )
     for rule in rules:
+        if isinstance(rule, type):
+            rule = rule()
         collect = getattr(rule, "collect", None)
         if collect is None:
             continue
@@ -75,9 +77,14 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
 
 
 class ProjectIndex:
-    """The merged summaries of every file linted in this run."""
+    """The merged summaries of every file linted in this run.
+
+    Every question asked is recorded in ``queries``: the engine lints each file once
+    against an empty index, then re-lints only the files that asked a question another
+    file can answer (see :meth:`answers_any`), so most files are parsed once."""
 
     def __init__(self, summaries: Iterable[FileSummary] = ()):
+        self.queries: list[tuple] = []
         self.summaries: dict[str, FileSummary] = {s.path: s for s in summaries}
         self._by_field: dict[str, list[ConfigDefault]] = {}
         for summary in self.summaries.values():
@@ -85,6 +92,7 @@ class ProjectIndex:
                 self._by_field.setdefault(default.field, []).append(default)
 
     def config_defaults(self, field: str, cls: Optional[str] = None, exclude_path: Optional[str] = None) -> Iterator[ConfigDefault]:
+        self.queries.append(("config", field, cls))
         for default in self._by_field.get(field, ()):
             if default.path == exclude_path:
                 continue
@@ -93,7 +101,19 @@ class ProjectIndex:
 
     def facts(self, code: str) -> list[tuple[str, Any]]:
         """(path, data) for every file whose summary has facts from rule ``code``."""
+        self.queries.append(("facts", code))
         return [(s.path, s.facts[code]) for s in self.summaries.values() if code in s.facts]
+
+    def answers_any(self, queries: Iterable[Sequence], path: str) -> bool:
+        """Whether another file than ``path`` answers one of ``queries``."""
+        for query in queries:
+            if query[0] == "config":
+                if any(d.path != path for d in self._by_field.get(query[1], ()) if query[2] is None or d.cls == query[2]):
+                    return True
+            elif query[0] == "facts":
+                if any(p != path and query[1] in s.facts for p, s in self.summaries.items()):
+                    return True
+        return False
 
     def fingerprint(self) -> str:
         """Changes whenever any summary changes (part of the cache key)."""
