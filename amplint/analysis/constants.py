@@ -1,0 +1,427 @@
+"""Shared analysis for the constant rules (AMP101 overflow-constant, AMP102
+underflow-epsilon, AMP103 all-masked-row NaN).
+
+Everything here works on the ``ast`` the engine already parsed and on the shared
+:class:`amplint.context.FileContext`; nothing imports torch or runs the code read.
+Walks are bounded to one function and only happen for nodes that already passed the
+rules' cheap checks.
+
+* :func:`dtype_branch` -- does a node sit in a branch a dtype check selects or excludes
+  (``if x.dtype == torch.float16: -1e4 else: -1e9``)?
+* :func:`feeds_softmax` -- does the tensor a call produces (or fills in place) flow into
+  a softmax in the same function?
+* :func:`tensor_name` -- a side-effect-free expression naming a tensor whose ``dtype``
+  a fix may refer to.
+* :func:`mask_kind` -- is a mask causal (``tril``/``triu``, a registered causal buffer),
+  a padding mask, or unknown?
+* :func:`fp32_evidence` -- is an operand explicitly computed in fp32 (``.float()``,
+  ``.to(torch.float32)``)?
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Optional
+
+# --- dtypes ------------------------------------------------------------------------
+
+#: torch dtype attribute -> canonical name
+DTYPE_ALIASES = {
+    "float16": "float16", "half": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32", "float": "float32",
+    "float64": "float64", "double": "float64",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "float8_e4m3fnuz": "float8_e4m3fn", "float8_e5m2fnuz": "float8_e5m2",
+    "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int": "int32",
+    "int64": "int64", "long": "int64", "bool": "bool",
+}
+#: the dtypes a settings target means
+TARGET_DTYPES = {
+    "fp16": frozenset({"float16"}),
+    "bf16": frozenset({"bfloat16"}),
+    "fp8": frozenset({"float8_e4m3fn", "float8_e5m2"}),
+    "int8": frozenset({"int8"}),
+}
+FP32_DTYPES = frozenset({"float32", "float64"})
+
+
+def dtype_literal(ctx, expr: ast.AST) -> Optional[str]:
+    """``torch.float16`` / ``torch.half`` (any torch alias) -> ``"float16"``; else None."""
+    if isinstance(expr, ast.Attribute) and expr.attr in DTYPE_ALIASES:
+        qn = ctx.qualname(expr)
+        if qn is not None and qn.startswith("torch.") and qn.count(".") == 1:
+            return DTYPE_ALIASES[expr.attr]
+        if isinstance(expr.value, ast.Name) and expr.value.id == "torch":
+            return DTYPE_ALIASES[expr.attr]
+    if isinstance(expr, ast.Name):
+        qn = ctx.imports.get(expr.id)
+        if qn and qn.startswith("torch.") and qn[6:] in DTYPE_ALIASES:
+            return DTYPE_ALIASES[qn[6:]]
+    return None
+
+
+def _dtype_set(ctx, expr: ast.AST) -> Optional[frozenset]:
+    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        names = [dtype_literal(ctx, e) for e in expr.elts]
+        return None if any(n is None for n in names) else frozenset(names)
+    name = dtype_literal(ctx, expr)
+    return None if name is None else frozenset({name})
+
+
+def _is_dtype_probe(expr: ast.AST) -> bool:
+    """``x.dtype``, ``self.weight.dtype``, ``dtype``, ``hidden_dtype``."""
+    if isinstance(expr, ast.Attribute):
+        return expr.attr == "dtype"
+    if isinstance(expr, ast.Name):
+        return expr.id == "dtype" or expr.id.endswith("_dtype")
+    return False
+
+
+def _test_truth(ctx, test: ast.AST, dtypes: frozenset) -> Optional[bool]:
+    """Whether ``test`` is true when the probed tensor has one of ``dtypes`` (the
+    target), or None when the test is not a dtype check / cannot tell."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _test_truth(ctx, test.operand, dtypes)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        parts = [_test_truth(ctx, v, dtypes) for v in test.values]
+        if isinstance(test.op, ast.And):
+            if any(p is False for p in parts):
+                return False
+            return True if all(p is True for p in parts) else None
+        if any(p is True for p in parts):
+            return True
+        return False if all(p is False for p in parts) else None
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if _is_dtype_probe(right) and not _is_dtype_probe(left):
+        left, right = right, left
+    if not _is_dtype_probe(left):
+        return None
+    wanted = _dtype_set(ctx, right)
+    if wanted is None:
+        return None
+    hit = bool(wanted & dtypes)
+    if hit and not dtypes <= wanted and isinstance(op, (ast.Eq, ast.Is, ast.In)):
+        return None  # fp8 target, only one fp8 flavour checked
+    if isinstance(op, (ast.Eq, ast.Is, ast.In)):
+        return hit
+    if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
+        return not hit
+    return None
+
+
+def dtype_branch(ctx, node: ast.AST, target: Optional[str] = None) -> Optional[bool]:
+    """Whether ``node`` runs when tensors have the ``target`` dtype (default: the
+    settings' target), judged from enclosing dtype checks::
+
+        if x.dtype == torch.float16:
+            fill = -1e4          # True: runs only in half
+        else:
+            fill = -1e9          # False: never runs in half
+        fill = -1e4 if scores.dtype == torch.half else -1e9
+
+    None: no enclosing dtype check decides it."""
+    dtypes = TARGET_DTYPES.get(target or ctx.settings.target)
+    if dtypes is None:
+        return None
+    result: Optional[bool] = None
+    child = node
+    for anc in ctx.ancestors(node):
+        branch = None
+        if isinstance(anc, ast.If):
+            if any(s is child for s in anc.body):
+                branch = True
+            elif any(s is child for s in anc.orelse):
+                branch = False
+        elif isinstance(anc, ast.IfExp):
+            if anc.body is child:
+                branch = True
+            elif anc.orelse is child:
+                branch = False
+        elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            break
+        if branch is not None:
+            truth = _test_truth(ctx, anc.test, dtypes)
+            if truth is not None:
+                if truth != branch:
+                    return False
+                result = True
+        child = anc
+    return result
+
+
+# --- flows -------------------------------------------------------------------------
+
+SOFTMAX_ATTRS = ("softmax", "log_softmax", "_softmax")
+#: consumers an all -inf row also turns into NaN (AMP103 only)
+ATTENTION_CONSUMERS = ("scaled_dot_product_attention", "multi_head_attention_forward")
+
+
+def _func_name(call: ast.Call) -> str:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ""
+
+
+def _is_consumer(call: ast.Call, consumers: tuple[str, ...]) -> bool:
+    name = _func_name(call).lower()
+    return any(name == c or name.endswith(c) for c in consumers)
+
+
+def _names_in(expr: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+
+def _target_names(targets: Iterable[ast.AST]) -> set[str]:
+    out = set()
+    for t in targets:
+        if isinstance(t, ast.Name):
+            out.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            out |= _target_names(t.elts)
+    return out
+
+
+def feeds_softmax(ctx, node: ast.AST, produced: Optional[set] = None, consumers: tuple[str, ...] = SOFTMAX_ATTRS) -> bool:
+    """Whether the value of ``node`` (an expression) -- or the tensors named in
+    ``produced`` (in-place fills) -- reaches a softmax: directly
+    (``F.softmax(x.masked_fill(...), -1)``, ``x.masked_fill(...).softmax(-1)``) or
+    through names assigned later in the same function."""
+    child = node
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, ast.stmt):
+            break
+        if isinstance(anc, ast.Call) and child is not anc.func and _is_consumer(anc, consumers):
+            return True
+        if isinstance(anc, ast.Attribute) and anc.value is child:
+            parent = ctx.parent(anc)
+            if isinstance(parent, ast.Call) and parent.func is anc and _is_consumer(parent, consumers):
+                return True
+        child = anc
+    stmt = ctx.enclosing_statement(node)
+    names = set(produced or ())
+    if isinstance(stmt, ast.Assign):
+        names |= _target_names(stmt.targets)
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        names |= _target_names([stmt.target])
+    if not names or stmt is None:
+        return False
+    func = ctx.enclosing_function(stmt)
+    if func is None:
+        return False
+    after = stmt.end_lineno
+    later_assigns = []
+    later_calls = []
+    for sub in ast.walk(func):
+        if getattr(sub, "lineno", 0) <= after:
+            continue
+        if isinstance(sub, ast.Assign):
+            later_assigns.append(sub)
+        elif isinstance(sub, ast.Call) and _is_consumer(sub, consumers):
+            later_calls.append(sub)
+    later_assigns.sort(key=lambda s: s.lineno)
+    for _ in range(3):  # follow a few hops of renaming: att = self.drop(att); p = att
+        grew = False
+        for assign in later_assigns:
+            if _names_in(assign.value) & names:
+                new = _target_names(assign.targets) - names
+                if new:
+                    names |= new
+                    grew = True
+        if not grew:
+            break
+    for call in later_calls:
+        pieces = list(call.args) + [k.value for k in call.keywords]
+        if isinstance(call.func, ast.Attribute):
+            pieces.append(call.func.value)
+        if any(_names_in(p) & names for p in pieces):
+            return True
+    return False
+
+
+# --- naming tensors ------------------------------------------------------------------
+
+def _simple_chain(expr: ast.AST) -> bool:
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name)
+
+
+def tensor_name(expr: ast.AST) -> Optional[ast.AST]:
+    """A side-effect-free expression with the same dtype as ``expr``: a name, an
+    attribute chain (``self.scores``), or the base of a subscript (``att[:, h]`` ->
+    ``att``).  None for calls and arithmetic."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, (ast.Name, ast.Attribute)) and _simple_chain(expr):
+        if isinstance(expr, ast.Name) and expr.id in ("torch", "self", "np", "math", "F", "nn"):
+            return None
+        return expr
+    return None
+
+
+_FLOAT_CASTS = ("to", "float", "half", "bfloat16", "type_as", "type", "double")
+
+
+def float_cast_name(ctx, expr: ast.AST, func: Optional[ast.AST]) -> Optional[ast.AST]:
+    """For an additive-mask operand like ``(1.0 - mask)`` return ``mask`` when the
+    function converts ``mask`` to a floating dtype before (``mask = mask.to(dtype)``,
+    ``.float()``, ``.half()``, ``.type_as(x)``); its dtype is then the operand's."""
+    named = tensor_name(expr)
+    if named is not None:
+        return named
+    if not isinstance(expr, ast.BinOp) or not isinstance(expr.op, (ast.Sub, ast.Add, ast.Mult)):
+        return None
+    sides = [expr.left, expr.right]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, (int, float))]
+    others = [s for s in sides if s not in consts]
+    if len(consts) != 1 or len(others) != 1 or not isinstance(others[0], ast.Name) or func is None:
+        return None
+    name = others[0].id
+    for sub in ast.walk(func):
+        if isinstance(sub, ast.Assign) and name in _target_names(sub.targets) and sub.lineno < expr.lineno:
+            for call in ast.walk(sub.value):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _FLOAT_CASTS:
+                    if call.func.attr == "to" and not call.keywords and not call.args:
+                        continue
+                    if call.func.attr in ("to", "type") and any(
+                        dtype_literal(ctx, a) not in (None, "float16", "bfloat16", "float32", "float64")
+                        for a in list(call.args) + [k.value for k in call.keywords]
+                    ):
+                        continue  # .to(torch.long): not floating
+                    return others[0]
+    return None
+
+
+def torch_alias(ctx) -> Optional[str]:
+    """The local name ``torch`` is imported as (``import torch`` -> ``torch``)."""
+    if ctx.imports.get("torch") == "torch":
+        return "torch"
+    for local, qn in ctx.imports.items():
+        if qn == "torch":
+            return local
+    return None
+
+
+def finfo_text(ctx, tensor: ast.AST, negative: bool, dtype_expr: bool = False) -> Optional[str]:
+    """``torch.finfo(x.dtype).min`` for the tensor (or dtype expression) given."""
+    alias = torch_alias(ctx)
+    if alias is None:
+        return None
+    inner = ctx.segment(tensor) if dtype_expr else f"{ctx.segment(tensor)}.dtype"
+    if "\n" in inner or "\r" in inner:
+        return None
+    return f"{alias}.finfo({inner}).{'min' if negative else 'max'}"
+
+
+# --- masks -------------------------------------------------------------------------
+
+_CAUSAL_CALLS = ("tril", "triu", "tril_", "triu_", "generate_square_subsequent_mask", "tril_indices", "triu_indices")
+_CAUSAL_WORDS = ("causal", "subsequent", "future", "autoregressive", "tril", "triu", "look_ahead", "lookahead")
+_PADDING_WORDS = ("pad", "attention_mask", "attn_mask_2d", "length", "lens", "valid", "key_mask", "seq_mask", "input_mask")
+
+
+def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
+    """``"causal"`` (built with tril/triu, a registered causal buffer, a causal name),
+    ``"padding"`` (a padding / attention mask, lengths), or ``"unknown"``."""
+    evidence: set[str] = set()
+    func = ctx.enclosing_function(use)
+    cls = ctx.enclosing_class(use)
+    seen: set[str] = set()
+    todo: list[tuple[ast.AST, int]] = [(mask, 0)]
+    while todo:
+        expr, depth = todo.pop()
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Call):
+                name = _func_name(sub)
+                if name in _CAUSAL_CALLS:
+                    evidence.add("causal")
+                if "causal" in name.lower():
+                    evidence.add("causal")
+            word = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else sub.arg if isinstance(sub, ast.keyword) and sub.arg else None
+            if word is None:
+                continue
+            low = word.lower()
+            if any(w in low for w in _PADDING_WORDS):
+                evidence.add("padding")
+            elif any(w in low for w in _CAUSAL_WORDS):
+                evidence.add("causal")
+            if depth >= 3 or word in seen:
+                continue
+            # follow names to their local assignments, self.attr to __init__ / buffers
+            if isinstance(sub, ast.Name) and func is not None:
+                seen.add(word)
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Assign) and word in _target_names(node.targets):
+                        todo.append((node.value, depth + 1))
+            elif (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
+                  and sub.value.id == "self" and cls is not None):
+                seen.add(word)
+                init = ctx.method(cls, "__init__")
+                if init is None:
+                    continue
+                for node in ast.walk(init):
+                    if isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Attribute) and t.attr == word for t in node.targets
+                    ):
+                        todo.append((node.value, depth + 1))
+                    elif (isinstance(node, ast.Call) and _func_name(node) == "register_buffer" and len(node.args) >= 2
+                          and isinstance(node.args[0], ast.Constant) and node.args[0].value == word):
+                        todo.append((node.args[1], depth + 1))
+    if "padding" in evidence:
+        return "padding"
+    if "causal" in evidence:
+        return "causal"
+    return "unknown"
+
+
+# --- fp32 evidence -------------------------------------------------------------------
+
+_FP32_METHODS = ("float", "double")
+
+
+def _fp32_call(ctx, call: ast.Call) -> bool:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        if func.attr in _FP32_METHODS and not call.args:
+            return True
+        if func.attr in ("to", "type"):
+            for a in list(call.args) + [k.value for k in call.keywords if k.arg in (None, "dtype")]:
+                if dtype_literal(ctx, a) in FP32_DTYPES:
+                    return True
+    for k in call.keywords:
+        if k.arg == "dtype" and dtype_literal(ctx, k.value) in FP32_DTYPES:
+            return True
+    return False
+
+
+def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
+    """Whether ``expr`` is explicitly computed in fp32: it (or a local name it reads,
+    followed a few assignments back) is ``.float()``, ``.double()``,
+    ``.to(torch.float32)``, or made with ``dtype=torch.float32``."""
+    func = ctx.enclosing_function(use)
+    names = set()
+    for sub in ast.walk(expr):
+        if isinstance(sub, ast.Call) and _fp32_call(ctx, sub):
+            return True
+        if isinstance(sub, ast.Name):
+            names.add(sub.id)
+    if depth >= 3 or func is None or not names:
+        return False
+    for node in ast.walk(func):
+        if (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+                and node.lineno < use.lineno
+                and _target_names(node.targets if isinstance(node, ast.Assign) else [node.target]) & names):
+            if fp32_evidence(ctx, node.value, node, depth + 1):
+                return True
+    return False
+
+
+def origin_has_default(value) -> bool:
+    """The value came through a parameter or config default a caller can override."""
+    return any("default of" in r.note for r in value.origin)

@@ -1,0 +1,471 @@
+"""AMP101 overflow-constant: a constant beyond the target dtype's range used as a tensor value."""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from amplint.analysis.constants import (
+    dtype_branch,
+    dtype_literal,
+    feeds_softmax,
+    finfo_text,
+    float_cast_name,
+    origin_has_default,
+    tensor_name,
+)
+from amplint.numerics import FORMATS, fmt
+from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+_FILL_METHODS = ("masked_fill", "masked_fill_", "fill_", "new_full", "full", "full_like", "where", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
+_NON_TENSOR_CALLS = ("len", "int", "float", "round", "abs", "min", "max", "sum", "range", "str", "bool")
+_NON_TENSOR_MODULES = ("time.", "math.", "numpy.", "random.", "datetime.", "os.", "sys.")
+
+
+class OverflowConstant(Rule):
+    code = "AMP101"
+    name = "overflow-constant"
+    summary = "A constant beyond the target dtype's range (fp16: 65504) is used as a tensor value"
+    severity = Severity.ERROR
+    fix_applicability = "safe"
+    markers = ("torch",)
+    docs = """
+## What it does
+Flags a number whose magnitude exceeds the largest finite value of the target dtype
+(fp16: 65504; fp8 e4m3: 448; bf16 has fp32's range, so nothing is flagged for
+`target = "bf16"`) where it becomes a tensor value:
+
+- `x.masked_fill(mask, -1e9)`, `masked_fill_`, `x.fill_(-1e9)`, `x.new_full(..., -1e9)`,
+  `torch.full(..., -1e9, dtype=x.dtype)`, `torch.full_like(x, -1e9)`;
+- `torch.where(mask, x, -1e9)`, `x[mask] = -1e9`;
+- tensor arithmetic: `x + (-1e9)`, additive masks `(1.0 - mask) * -1e9`, `x -= 1e9`;
+- `x.clamp(max=1e10)`, `clamp(min=-1e10)`, `clamp_min` / `clamp_max` / `clip`.
+
+The constant may be written at the use or reached through a name: a module constant
+(`NEG_INF = -1e9`), a default argument (`def attention(q, k, v, mask_value=-1e9)`),
+`self.attr` set in `__init__`, or a config-class default used as `config.attr` -- also
+when the config class lives in another linted file. The finding points at the use and
+its related locations name the definitions.
+
+Not flagged: values that fit (`-1e4`, `-65500`, `torch.finfo(x.dtype).min`), infinities
+(see AMP103), `torch.full` without a `dtype` (it makes fp32), and code a dtype check
+keeps out of half: in `if x.dtype == torch.float16: ... else: -1e30` or
+`-1e4 if x.dtype == torch.half else -1e9` only the branch that runs in half counts.
+
+## Why is this bad?
+Measured on fp16 tensors (CPU and CUDA; `fp16-facts.md`):
+
+- `x.masked_fill(m, -1e9)` raises `RuntimeError: value cannot be converted to type
+  c10::Half without overflow` -- for any magnitude above 65504, even -65519. The same
+  happens inside `torch.autocast`, where attention scores come out of a matmul as fp16.
+- `torch.full(..., -1e9, dtype=torch.half)`, `x.fill_(-1e9)`, `x.new_full(...)`,
+  `torch.full_like(x, -1e9)` and `x.clamp(max=1e10)` raise the same error.
+- `x[m] = -1e9`, `x + (-1e9)` and `(1.0 - mask) * -1e9` silently give `-inf`;
+  `torch.where(m, x, -1e9)` gives `-inf` on CPU and raises on CUDA. An `-inf` score turns
+  a fully masked softmax row into NaN, and `0 * -inf` is NaN.
+
+## Example
+```python
+scores = scores.masked_fill(mask == 0, -1e9)
+probs = scores.softmax(dim=-1)
+```
+
+## Use instead
+```python
+scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+probs = scores.softmax(dim=-1)
+```
+
+## Fix applicability
+The fix writes `torch.finfo(<tensor>.dtype).min` (`.max` for positive constants), naming
+the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_full` /
+`clamp`, the other branch of `torch.where`, the subscripted tensor, the `dtype=` of
+`torch.full`, or the other operand of the arithmetic.
+
+- `safe` for `masked_fill` / `where` / `x[m] = ...` whose result feeds a softmax in the
+  same function: in fp32, `exp(-1e9 - max)` and `exp(finfo.min - max)` are both exactly 0,
+  and a fully masked row is uniform either way, so the fp32 output is unchanged.
+- `unsafe` for everything else, above all additive use: `finfo(fp16).min` plus a score
+  below about -16 rounds past -65504 to `-inf`, so a mask added to scores (or two masks
+  added together, transformers#17306) can still overflow. Check additive masks by hand;
+  `-1e4` (BERT's original constant) is often the better value there.
+- No fix when the tensor cannot be named (the receiver is a call), when the constant comes
+  through a parameter or config default (a caller may pass another value; fix the
+  definition instead), or when `torch` is not imported.
+"""
+
+    VALID = [
+        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e4)\n"),
+        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -65500)\n"),
+        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
+        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, float('-inf'))\n"),
+        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"target": "bf16"}),
+        Valid(
+            "import torch\n"
+            "def f(x, m):\n"
+            "    if x.dtype == torch.float16:\n"
+            "        return x.masked_fill(m, -1e4)\n"
+            "    else:\n"
+            "        return x.masked_fill(m, -1e30)\n"
+        ),
+        Valid(
+            "import torch\n"
+            "def f(x, m):\n"
+            "    fill = -1e4 if x.dtype in (torch.float16, torch.bfloat16) else -1e9\n"
+            "    return x.masked_fill(m, fill)\n"
+        ),
+        Valid("import torch\ndef f(x, m):\n    v = -1e4 if x.dtype == torch.half else -1e9\n    return x\n"),
+        Valid("import torch\ndef f(n):\n    return torch.full((n,), -1e9)\n"),
+        Valid("import torch\ndef f(n):\n    return torch.full((n,), -1e9, dtype=torch.float32)\n"),
+        Valid("import torch\nbest = 1e9\ndef f():\n    return 4 * 1e9\n"),
+        Valid("import numpy as np\nimport torch\ndef f(m, x):\n    return np.where(m, x, -1e9)\n"),
+        Valid("import torch\nimport time\nclass M(torch.nn.Module):\n    def forward(self, x):\n        t = time.time() * 1e9\n        return x / 1e9\n"),
+        Valid("import torch\ndef f(x):\n    return x.clamp(min=-1e4, max=1e4)\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\n"
+            "def attend(scores, mask):\n"
+            "    scores = scores.masked_fill(mask == 0, -1e9)\n"
+            "    return torch.softmax(scores, dim=-1)\n",
+            line=3,
+            message="`-1e9` exceeds float16's largest value (65504)",
+            expected_fix="import torch\n"
+            "def attend(scores, mask):\n"
+            "    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n"
+            "    return torch.softmax(scores, dim=-1)\n",
+        ),
+        Invalid(
+            "import torch.nn.functional as F\nimport torch as th\n"
+            "def attend(s, m):\n"
+            "    return F.softmax(s.masked_fill_(m, value=-1e10), -1)\n",
+            expected_fix="import torch.nn.functional as F\nimport torch as th\n"
+            "def attend(s, m):\n"
+            "    return F.softmax(s.masked_fill_(m, value=th.finfo(s.dtype).min), -1)\n",
+        ),
+        Invalid(
+            "import torch\nNEG_INF = -1e9\n"
+            "def f(x, m):\n"
+            "    return x.masked_fill(m, NEG_INF).softmax(-1)\n",
+            line=4,
+            message="NEG_INF",
+            expected_fix="import torch\nNEG_INF = -1e9\n"
+            "def f(x, m):\n"
+            "    return x.masked_fill(m, torch.finfo(x.dtype).min).softmax(-1)\n",
+        ),
+        # reached through a default argument: finding, but no fix (a caller may pass another value)
+        Invalid(
+            "import torch\n"
+            "def attention(q, k, v, mask, mask_value=-1e9):\n"
+            "    s = (q @ k.T).masked_fill(mask, mask_value)\n"
+            "    return s.softmax(-1) @ v\n",
+            line=3,
+            message="mask_value",
+            expected_fix=None,
+        ),
+        # self.attr from an __init__ default
+        Invalid(
+            "import torch\n"
+            "class Attn(torch.nn.Module):\n"
+            "    def __init__(self, fill=-1e9):\n"
+            "        super().__init__()\n"
+            "        self.fill = fill\n"
+            "    def forward(self, s, m):\n"
+            "        return s.masked_fill(m, self.fill).softmax(-1)\n",
+            line=7,
+            expected_fix=None,
+        ),
+        # a config-class default used as config.attr
+        Invalid(
+            "import torch\nfrom dataclasses import dataclass\n"
+            "@dataclass\nclass ModelConfig:\n    mask_value: float = -1e9\n"
+            "class Attn(torch.nn.Module):\n"
+            "    def __init__(self, config: ModelConfig):\n"
+            "        super().__init__()\n"
+            "        self.config = config\n"
+            "    def forward(self, s, m):\n"
+            "        return s.masked_fill(m, self.config.mask_value).softmax(-1)\n",
+            line=11,
+            message="self.config.mask_value",
+            expected_fix=None,
+        ),
+        # not feeding a softmax: unsafe, still fixed with --unsafe-fixes
+        Invalid(
+            "import torch\ndef f(x, m):\n    x.masked_fill_(m, -1e9)\n    return x.sum()\n",
+            expected_fix="import torch\ndef f(x, m):\n    x.masked_fill_(m, torch.finfo(x.dtype).min)\n    return x.sum()\n",
+        ),
+        Invalid(
+            "import torch\ndef f(x, m):\n    return torch.where(m, x, -1e9).softmax(-1)\n",
+            expected_fix="import torch\ndef f(x, m):\n    return torch.where(m, x, torch.finfo(x.dtype).min).softmax(-1)\n",
+        ),
+        Invalid(
+            "import torch\ndef f(x, m):\n    x[m] = -1e9\n    return torch.softmax(x, -1)\n",
+            expected_fix="import torch\ndef f(x, m):\n    x[m] = torch.finfo(x.dtype).min\n    return torch.softmax(x, -1)\n",
+        ),
+        Invalid(
+            "import torch\ndef f(x):\n    return torch.full(x.shape, -1e9, dtype=x.dtype)\n",
+            expected_fix="import torch\ndef f(x):\n    return torch.full(x.shape, torch.finfo(x.dtype).min, dtype=x.dtype)\n",
+        ),
+        Invalid(
+            "import torch\ndef f(x):\n    return torch.full_like(x, 1e5)\n",
+            message="65504",
+            expected_fix="import torch\ndef f(x):\n    return torch.full_like(x, torch.finfo(x.dtype).max)\n",
+        ),
+        Invalid("import torch\ndef f(x):\n    return x.fill_(-1e9)\n",
+                expected_fix="import torch\ndef f(x):\n    return x.fill_(torch.finfo(x.dtype).min)\n"),
+        Invalid("import torch\ndef f(x):\n    return x.clamp(max=1e10)\n",
+                expected_fix="import torch\ndef f(x):\n    return x.clamp(max=torch.finfo(x.dtype).max)\n"),
+        Invalid("import torch\ndef f(x):\n    return torch.clamp(x, -1e10, 1e4)\n",
+                expected_fix="import torch\ndef f(x):\n    return torch.clamp(x, torch.finfo(x.dtype).min, 1e4)\n"),
+        # additive masks: unsafe
+        Invalid(
+            "import torch\n"
+            "class Enc(torch.nn.Module):\n"
+            "    def forward(self, scores, mask):\n"
+            "        mask = mask.to(dtype=scores.dtype)\n"
+            "        ext = (1.0 - mask) * -1e9\n"
+            "        return scores + ext\n",
+            line=5,
+            expected_fix="import torch\n"
+            "class Enc(torch.nn.Module):\n"
+            "    def forward(self, scores, mask):\n"
+            "        mask = mask.to(dtype=scores.dtype)\n"
+            "        ext = (1.0 - mask) * torch.finfo(mask.dtype).min\n"
+            "        return scores + ext\n",
+        ),
+        # additive mask of an integer mask: the tensor cannot be named honestly -> no fix
+        Invalid(
+            "import torch\n"
+            "class Enc(torch.nn.Module):\n"
+            "    def forward(self, scores, mask):\n"
+            "        return scores + (1 - mask) * -1e9\n",
+            expected_fix=None,
+        ),
+        Invalid(
+            "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x -= 1e9\n        return x\n",
+            expected_fix="import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x -= torch.finfo(x.dtype).max\n        return x\n",
+        ),
+        # fp8 target: 448
+        Invalid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e4)\n", settings={"target": "fp8"}, message="448",
+                expected_fix="import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
+        # a dtype check that keeps fp32-only code apart; the half branch still counts
+        Invalid(
+            "import torch\n"
+            "def f(x, m):\n"
+            "    if x.dtype != torch.float32:\n"
+            "        x = x.masked_fill(m, -1e9)\n"
+            "    return x\n",
+            line=4,
+            expected_fix="import torch\n"
+            "def f(x, m):\n"
+            "    if x.dtype != torch.float32:\n"
+            "        x = x.masked_fill(m, torch.finfo(x.dtype).min)\n"
+            "    return x\n",
+        ),
+        # no torch import: no fix
+        Invalid("from torch import where\ndef f(x, m):\n    return where(m, x, -1e9)\n", expected_fix=None),
+    ]
+
+    def __init__(self):
+        self._fmt = None
+
+    def _format(self, ctx):
+        target = ctx.settings.target
+        if target not in ("fp16", "fp8"):
+            return None  # bf16: fp32's range; int8: quantisation, not a tensor value dtype
+        return FORMATS[target]
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def _overflow(self, ctx, expr: ast.AST, fmt_):
+        """The folded value of ``expr`` when it overflows the target, else None."""
+        if expr is None:
+            return None
+        if isinstance(expr, (ast.Constant, ast.UnaryOp, ast.Name, ast.Attribute, ast.BinOp, ast.Call)):
+            if isinstance(expr, ast.Call) and not (isinstance(expr.func, ast.Name) and expr.func.id in ("float", "int")):
+                return None
+            value = ctx.evaluate(expr)
+            if value is not None and isinstance(value.value, (int, float)) and fmt_.overflows(value.value):
+                return value
+        return None
+
+    def _report(self, ctx, use, value, fmt_, what, tensor, safe, dtype_expr=False):
+        if dtype_branch(ctx, use) is False:
+            return
+        text = ctx.segment(use)
+        shown = fmt(value.value)
+        literal = isinstance(use, ast.Constant) or isinstance(use, ast.UnaryOp) and isinstance(use.operand, ast.Constant)
+        desc = f"`{text}`" if literal else f"`{text}` (= {shown})"
+        message = (
+            f"{desc} exceeds {fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}"
+        )
+        fix = None
+        if tensor is not None and not origin_has_default(value):
+            replacement = finfo_text(ctx, tensor, value.value < 0, dtype_expr)
+            if replacement is not None:
+                fix = Fix([Edit.replace(use, replacement)], "safe" if safe else "unsafe",
+                          f"Use `{replacement}`" + ("" if safe else " (check additive use: it can still overflow when added)"))
+        ctx.report(self, use, message, fix=fix, related=value.origin)
+
+    # --- calls -----------------------------------------------------------------------
+
+    def visit_Call(self, node: ast.Call, ctx) -> None:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name not in _FILL_METHODS:
+            return
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        qn = ctx.qualname(func)
+        if qn is not None and not qn.startswith("torch."):
+            return  # numpy.where, numpy.full, math...
+        is_function = qn is not None  # torch.where(...) rather than x.where(...)
+        receiver = func.value if isinstance(func, ast.Attribute) and not is_function else None
+        args, kw = node.args, {k.arg: k.value for k in node.keywords if k.arg}
+
+        if name in ("masked_fill", "masked_fill_"):
+            if is_function:  # torch.masked_fill(x, mask, value)
+                target, value_expr = (args[0] if args else kw.get("input")), (args[2] if len(args) > 2 else kw.get("value"))
+            else:
+                target, value_expr = receiver, (args[1] if len(args) > 1 else kw.get("value"))
+            value = self._overflow(ctx, value_expr, fmt_)
+            if value is not None:
+                safe = feeds_softmax(ctx, node, {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None)
+                self._report(ctx, value_expr, value, fmt_,
+                             "`masked_fill` raises `RuntimeError: value cannot be converted to type c10::Half without overflow` on a half tensor",
+                             tensor_name(target) if target is not None else None, safe)
+        elif name == "where":
+            if is_function:
+                if len(args) != 3:
+                    return
+                cond, a, b = args
+            elif receiver is not None and len(args) == 2:  # x.where(cond, other)
+                a, b = receiver, args[1]
+            else:
+                return
+            for value_expr, other in ((b, a), (a, b)):
+                value = self._overflow(ctx, value_expr, fmt_)
+                if value is not None:
+                    self._report(ctx, value_expr, value, fmt_,
+                                 "`torch.where` gives -inf on CPU and raises on CUDA for a half tensor",
+                                 tensor_name(other), feeds_softmax(ctx, node))
+        elif name in ("fill_", "new_full"):
+            if receiver is None:
+                return
+            value_expr = args[0] if name == "fill_" and args else args[1] if len(args) > 1 else kw.get("fill_value" if name == "new_full" else "value")
+            value = self._overflow(ctx, value_expr, fmt_)
+            if value is not None:
+                self._report(ctx, value_expr, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor", tensor_name(receiver), False)
+        elif name in ("full", "full_like"):
+            if not is_function:
+                return
+            value_expr = args[1] if len(args) > 1 else kw.get("fill_value")
+            value = self._overflow(ctx, value_expr, fmt_)
+            if value is None:
+                return
+            dtype = kw.get("dtype")
+            if name == "full":
+                if dtype is None or dtype_literal(ctx, dtype) in ("float32", "float64", "int64", "int32", "bool"):
+                    return  # fp32 by default
+                if isinstance(dtype, ast.Attribute) and dtype.attr == "dtype" and tensor_name(dtype.value) is not None:
+                    tensor, as_dtype = dtype.value, False
+                elif dtype_literal(ctx, dtype) is not None:
+                    tensor, as_dtype = dtype, True
+                else:
+                    tensor, as_dtype = None, False
+            else:
+                if dtype is not None and dtype_literal(ctx, dtype) in ("float32", "float64"):
+                    return
+                tensor, as_dtype = (tensor_name(args[0]) if args else None), False
+            self._report(ctx, value_expr, value, fmt_, f"`torch.{name}` raises `RuntimeError` for a half dtype", tensor, False, as_dtype)
+        else:  # clamp / clip family
+            if is_function:
+                target = args[0] if args else kw.get("input")
+                positional = args[1:]
+            else:
+                target, positional = receiver, args
+            if name.startswith(("clamp_min", "clamp_max")):
+                bounds = [(positional[0] if positional else kw.get("min" if "min" in name else "max"))]
+            else:
+                bounds = [positional[0] if positional else kw.get("min"), positional[1] if len(positional) > 1 else kw.get("max")]
+            for bound in bounds:
+                value = self._overflow(ctx, bound, fmt_)
+                if value is not None:
+                    self._report(ctx, bound, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor",
+                                 tensor_name(target) if target is not None else None, False)
+
+    # --- x[m] = -1e9 -------------------------------------------------------------------
+
+    def visit_Assign(self, node: ast.Assign, ctx) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Subscript):
+            return
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        value = self._overflow(ctx, node.value, fmt_)
+        if value is None:
+            return
+        target = tensor_name(node.targets[0])
+        if target is None:
+            return
+        produced = {target.id} if isinstance(target, ast.Name) else None
+        softmax = feeds_softmax(ctx, node.value, produced)
+        if not softmax and not ctx.in_model_code(node):
+            return  # cfg["max_len"] = 1e6
+        self._report(ctx, node.value, value, fmt_, "assigning it into a half tensor stores -inf", target, softmax)
+
+    def visit_AugAssign(self, node: ast.AugAssign, ctx) -> None:
+        if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            return
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        value = self._overflow(ctx, node.value, fmt_)
+        if value is None or not ctx.in_model_code(node):
+            return
+        self._report(ctx, node.value, value, fmt_, "half tensor arithmetic with it gives inf",
+                     tensor_name(node.target), False)
+
+    # --- arithmetic ------------------------------------------------------------------
+
+    def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            return
+        left, right = node.left, node.right
+        # cheap: one side must look like a constant
+        candidates = []
+        for side, other in ((right, left), (left, right)):
+            if isinstance(side, (ast.Constant, ast.UnaryOp)) or isinstance(side, ast.Call) and isinstance(side.func, ast.Name) and side.func.id == "float":
+                candidates.append((side, other))
+            elif isinstance(side, (ast.Name, ast.Attribute)):
+                candidates.append((side, other))
+        if not candidates:
+            return
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        for side, other in candidates:
+            value = self._overflow(ctx, side, fmt_)
+            if value is None:
+                continue
+            if not self._tensorish(ctx, other) or not ctx.in_model_code(node):
+                return
+            # (1.0 - mask) * -1e9 inside `scores + ...`: report the innermost binop only once
+            func = ctx.enclosing_function(node)
+            self._report(ctx, side, value, fmt_, "half tensor arithmetic with it gives -inf (softmax of a fully masked row is then NaN)",
+                         float_cast_name(ctx, other, func), False)
+            return
+
+    def _tensorish(self, ctx, expr: ast.AST) -> bool:
+        if ctx.evaluate(expr) is not None:
+            return False  # both sides constant: part of a bigger constant
+        if isinstance(expr, ast.Call):
+            func = expr.func
+            if isinstance(func, ast.Name) and func.id in _NON_TENSOR_CALLS:
+                return False
+            qn = ctx.qualname(func)
+            if qn is not None and qn.startswith(_NON_TENSOR_MODULES):
+                return False
+        if isinstance(expr, ast.Constant):
+            return False
+        return True

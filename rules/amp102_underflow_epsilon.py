@@ -1,0 +1,364 @@
+"""AMP102 underflow-epsilon: a stabilising epsilon below the target's smallest normal number."""
+from __future__ import annotations
+
+import ast
+import math
+from typing import Optional
+
+from amplint.analysis.constants import dtype_branch, fp32_evidence
+from amplint.numerics import FORMATS, fmt
+from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+#: functions / methods for which an argument of the form `x + eps` is a stabiliser
+_STAB_FUNCS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "div", "true_divide", "divide")
+_STAB_METHODS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "log_", "sqrt_", "rsqrt_", "reciprocal_")
+_CLAMPS = ("clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_min_")
+_EPS_WORDS = ("eps", "epsilon", "tiny", "small", "delta", "stab", "smooth")
+_NON_TORCH = ("numpy.", "math.", "scipy.", "jax.", "tensorflow.")
+#: optimizers with an `eps` added to the denominator of the update, and their defaults
+_OPTIMIZERS = {
+    "Adam": 1e-8, "AdamW": 1e-8, "Adamax": 1e-8, "NAdam": 1e-8, "RAdam": 1e-8, "SparseAdam": 1e-8,
+    "RMSprop": 1e-8, "Adagrad": 1e-10, "Adadelta": 1e-6,
+    "FusedAdam": 1e-8, "FusedLAMB": 1e-6, "FusedNovoGrad": 1e-8, "FusedAdagrad": 1e-10,
+}
+
+
+def normal_replacement(smallest_normal: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k that is a normal number of the format
+    (fp16: 1e-4; fp8 e4m3: 0.02)."""
+    exp = math.floor(math.log10(smallest_normal))
+    for k in (exp, exp + 1):
+        for m in (1, 2, 5):
+            v = float(f"{m}e{k}")
+            if v >= smallest_normal:
+                return v
+    return float(f"1e{exp + 2}")
+
+
+def _literal_text(v: float) -> str:
+    m, e = f"{v:e}".split("e")
+    m = m.rstrip("0").rstrip(".")
+    return f"{m}e{int(e)}"
+
+
+class UnderflowEpsilon(Rule):
+    code = "AMP102"
+    name = "underflow-epsilon"
+    summary = "A stabilising epsilon below the target's smallest normal number (fp16: 6.1e-5) vanishes in half"
+    severity = Severity.WARNING
+    fix_applicability = "unsafe"
+    markers = ("torch",)
+    docs = """
+## What it does
+Flags a positive constant below the target dtype's smallest normal number (fp16:
+6.1e-5) used as a stabiliser in arithmetic that runs in half:
+
+- a denominator `x / (norm + 1e-8)`, `torch.div(x, y + eps)`;
+- the argument of `log`, `sqrt`, `rsqrt`, `reciprocal`: `torch.log(p + 1e-10)`,
+  `torch.sqrt(var + self.eps)` in hand-written norms, `(var + eps).rsqrt()`,
+  `(var + eps) ** -0.5`;
+- a lower bound `x.clamp(min=1e-12)`, `clamp_min(1e-12)`;
+- at opt level O3 (half optimizer state, no fp32 master weights): an optimizer's `eps`
+  (`torch.optim.Adam(..., eps=1e-8)`, also the default).
+
+The epsilon may be reached through names: a module constant, a default argument, the
+`self.eps` a hand-written norm sets from its `__init__(..., eps=1e-6)`, a config default
+(`config.layer_norm_eps`, also in another linted file). An epsilon that **becomes 0**
+(below about 3e-8 in fp16) is an error; one that becomes **subnormal** (3e-8 to 6.1e-5)
+a warning.
+
+Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
+`nn.BatchNorm*`, `F.normalize` and other library kernels (they add eps in fp32), optimizer
+`eps` below O3, operands computed explicitly in fp32 (`x.float()`,
+`.to(torch.float32)`, as in LLaMA's RMSNorm), code a dtype check keeps out of half, and
+numpy / math arithmetic.
+
+## Why is this bad?
+Measured (`fp16-facts.md`): in fp16, `1e-8` and `1e-12` round to 0 and `1e-6` becomes the
+subnormal 1.01e-6. `x + 1e-8` on an fp16 tensor stores 0 where `x` is 0, so the
+following division or `rsqrt` gives inf and `log` gives -inf; `x.clamp(min=1e-8)` keeps
+0. Subnormal epsilons survive, but with few significant bits, and are flushed to zero
+where the hardware or kernel does so. By contrast `nn.LayerNorm(d, eps=1e-12).half()`
+on a constant row gives 0, not inf: the fused kernel adds eps in fp32. Adam's
+`eps=1e-8` underflows only when its state is half (apex O3).
+
+## Example
+```python
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-8):
+        ...
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+```
+
+## Use instead
+```python
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-4):
+        ...
+```
+or compute the statistics in fp32 (`x.float()`, then cast the result back).
+
+## Fix applicability
+The fix raises the literal to the smallest "round" normal number of the target
+(fp16: `1e-4`, fp8 e4m3: `0.02`), where the literal is written in this file (a default
+argument, a module constant, the use itself); with none (an optimizer default) it adds
+`eps=1e-4`. It is `unsafe`: it changes fp32 numerics (a bigger epsilon biases small
+norms and variances). Raising the constant was chosen over "compute in fp32" because
+it is a one-token edit that keeps every tensor's dtype -- inserting `.float()` would
+change the dtype of everything downstream (fp32 activations meeting fp16 weights under
+O2/O3). No fix when the constant lives in another file (fix the config there).
+"""
+
+    VALID = [
+        Valid("import torch\nimport torch.nn as nn\nln = nn.LayerNorm(8, eps=1e-12)\n"),
+        Valid("import torch\nimport torch.nn.functional as F\ndef f(x):\n    return F.normalize(x, eps=1e-12)\n"),
+        Valid("import torch\ndef f(x):\n    return x / (x.norm() + 1e-4)\n"),
+        Valid("import torch\ndef f(x):\n    return torch.log(x + 1e-8)\n", settings={"target": "bf16"}),
+        Valid("import numpy as np\nimport torch\ndef f(p):\n    return np.log(p + 1e-10)\n"),
+        Valid("import torch\ndef f(x):\n    x = x.float()\n    var = x.pow(2).mean(-1)\n    return x * torch.rsqrt(var + 1e-6)\n"),
+        Valid("import torch\ndef f(h, eps=1e-6):\n    h = h.to(torch.float32)\n    v = h.pow(2).mean(-1)\n    return h * torch.rsqrt(v + eps)\n"),
+        Valid("import torch\nopt = torch.optim.Adam([], lr=1e-3, eps=1e-8)\n"),
+        Valid("import torch\ndef f(x):\n    if x.dtype == torch.float32:\n        return torch.log(x + 1e-10)\n    return torch.log(x + 1e-4)\n"),
+        Valid("import torch\ndef f(x):\n    return x + 1e-8\n"),
+        Valid("import torch\ndef f(lr):\n    return lr / (1 + 1e-8)\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\ndef f(x):\n    return x / (x.norm(dim=-1, keepdim=True) + 1e-8)\n",
+            line=3, severity="error", message="becomes 0",
+            expected_fix="import torch\ndef f(x):\n    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)\n",
+        ),
+        Invalid(
+            "import torch\ndef nll(p):\n    return -torch.log(p + 1e-10).mean()\n",
+            expected_fix="import torch\ndef nll(p):\n    return -torch.log(p + 1e-4).mean()\n",
+        ),
+        Invalid(
+            "import torch\nimport torch.nn as nn\n"
+            "class LayerNorm(nn.Module):\n"
+            "    def __init__(self, d, eps=1e-6):\n"
+            "        super().__init__()\n"
+            "        self.eps = eps\n"
+            "    def forward(self, x):\n"
+            "        u = x.mean(-1, keepdim=True)\n"
+            "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
+            "        return (x - u) / torch.sqrt(s + self.eps)\n",
+            line=10, severity="warning", message="subnormal",
+            expected_fix="import torch\nimport torch.nn as nn\n"
+            "class LayerNorm(nn.Module):\n"
+            "    def __init__(self, d, eps=1e-4):\n"
+            "        super().__init__()\n"
+            "        self.eps = eps\n"
+            "    def forward(self, x):\n"
+            "        u = x.mean(-1, keepdim=True)\n"
+            "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
+            "        return (x - u) / torch.sqrt(s + self.eps)\n",
+        ),
+        Invalid(
+            "import torch\nEPS = 1e-12\ndef f(v):\n    return (v + EPS).rsqrt()\n",
+            line=4,
+            expected_fix="import torch\nEPS = 1e-4\ndef f(v):\n    return (v + EPS).rsqrt()\n",
+        ),
+        Invalid(
+            "import torch\ndef f(v):\n    return 1 / (v + 1e-9) ** 0.5\n",
+            expected_fix="import torch\ndef f(v):\n    return 1 / (v + 1e-4) ** 0.5\n",
+        ),
+        Invalid(
+            "import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-12))\n",
+            expected_fix="import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-4))\n",
+        ),
+        Invalid(
+            "import torch\ndef f(p):\n    return torch.clamp(p, 1e-12, 1.0)\n",
+            expected_fix="import torch\ndef f(p):\n    return torch.clamp(p, 1e-4, 1.0)\n",
+        ),
+        Invalid(
+            "import torch\nopt = torch.optim.AdamW([], lr=1e-3)\n",
+            settings={"opt_level": "O3"}, message="O3",
+            expected_fix="import torch\nopt = torch.optim.AdamW([], lr=1e-3, eps=1e-4)\n",
+        ),
+        Invalid(
+            "import torch\nfrom torch.optim import Adam\nopt = Adam([], eps=1e-8)\n",
+            settings={"opt_level": "O3"},
+            expected_fix="import torch\nfrom torch.optim import Adam\nopt = Adam([], eps=1e-4)\n",
+        ),
+        Invalid(
+            "import torch\ndef f(x):\n    return x / (x.abs().sum() + 1e-3)\n",
+            settings={"target": "fp8"}, message="float8",
+            expected_fix="import torch\ndef f(x):\n    return x / (x.abs().sum() + 2e-2)\n",
+        ),
+        # a config default in this file: the finding names it, no fix at the use
+        Invalid(
+            "import torch\nfrom dataclasses import dataclass\n"
+            "@dataclass\nclass NormConfig:\n    eps: float = 1e-12\n"
+            "def f(x, config: NormConfig):\n"
+            "    return x / (x.std(-1) + config.eps)\n",
+            line=7,
+            expected_fix="import torch\nfrom dataclasses import dataclass\n"
+            "@dataclass\nclass NormConfig:\n    eps: float = 1e-4\n"
+            "def f(x, config: NormConfig):\n"
+            "    return x / (x.std(-1) + config.eps)\n",
+        ),
+    ]
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def _format(self, ctx):
+        target = ctx.settings.target
+        return FORMATS[target] if target in ("fp16", "bf16", "fp8") else None
+
+    def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True):
+        """The folded value of ``expr`` when it is a positive constant below the
+        format's smallest normal number."""
+        if isinstance(expr, ast.Constant):
+            v = expr.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < fmt_.smallest_normal:
+                return None
+        elif isinstance(expr, (ast.Name, ast.Attribute)):
+            word = (expr.id if isinstance(expr, ast.Name) else expr.attr).lower()
+            if not by_name or not (any(w in word for w in _EPS_WORDS) or word.isupper()):
+                return None
+        elif not isinstance(expr, ast.BinOp):
+            return None
+        value = ctx.evaluate(expr)
+        if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
+            return None
+        return value
+
+    def _report(self, ctx, use, value, fmt_, where: str, opt_default=None, at=None):
+        v = value.value
+        zero = fmt_.underflows_to_zero(v)
+        text = ctx.segment(use) if use is not None else ""
+        shown = fmt(v)
+        literal = isinstance(use, ast.Constant)
+        desc = f"`{text}`" if literal else f"`{text}` (= {shown})" if text else f"the default eps={shown}"
+        if zero:
+            message = (f"{desc} becomes 0 in {fmt_.name} (below half its smallest subnormal, "
+                       f"{fmt(fmt_.smallest_subnormal / 2)}): {where}")
+        else:
+            message = (f"{desc} is subnormal in {fmt_.name} (smallest normal {fmt(fmt_.smallest_normal)}): "
+                       f"it keeps few significant bits and is flushed to 0 where denormals are: {where}")
+        new = _literal_text(normal_replacement(fmt_.smallest_normal))
+        fix = None
+        lit = value.literal
+        if opt_default is not None:
+            fix = Fix([Edit.insert_after(opt_default, f", eps={new}")], "unsafe", f"Pass `eps={new}`")
+        elif isinstance(lit, ast.Constant) and lit.value == v and getattr(lit, "amplint_parent", None) is not None:
+            fix = Fix([Edit.replace(lit, new)], "unsafe", f"Raise the epsilon to {new}, a normal {fmt_.name} number")
+        ctx.report(self, use if use is not None else at, message, fix=fix, related=value.origin,
+                   severity=Severity.ERROR if zero else Severity.WARNING)
+
+    def _runs_in_half(self, ctx, node, operand) -> bool:
+        if dtype_branch(ctx, node) is False:
+            return False
+        if operand is not None and fp32_evidence(ctx, operand, node):
+            return False
+        return True
+
+    # --- x + eps in a stabilising position --------------------------------------------
+
+    def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        if not isinstance(node.op, ast.Add):
+            return
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        for side, other in ((node.right, node.left), (node.left, node.right)):
+            value = self._tiny(ctx, side, fmt_)
+            if value is None:
+                continue
+            if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
+                return  # 1 + 1e-8: plain Python arithmetic
+            where = self._stabiliser(ctx, node)
+            if where is None or not self._runs_in_half(ctx, node, other):
+                return
+            self._report(ctx, side, value, fmt_, where)
+            return
+
+    def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[str]:
+        """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
+        child, parent = node, ctx.parent(node)
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
+            exponent = ctx.evaluate(parent.right)
+            if exponent is not None and exponent.value < 0:
+                return "a negative power of 0 is inf"
+            child, parent = parent, ctx.parent(parent)
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Div, ast.FloorDiv)) and parent.right is child:
+            return "the denominator is 0 where the other term is, so the division gives inf"
+        if isinstance(parent, ast.Call) and child in parent.args:
+            name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
+            qn = ctx.qualname(parent.func)
+            if qn is not None and qn.startswith(_NON_TORCH):
+                return None
+            if name in _STAB_FUNCS and (name not in ("div", "true_divide", "divide") or parent.args.index(child) == 1 or isinstance(parent.func, ast.Attribute) and qn is None):
+                return f"`{name}` of 0 is {'-inf' if name.startswith('log') else 'inf' if name != 'sqrt' else '0, and its gradient inf'}"
+        if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in _STAB_METHODS:
+            call = ctx.parent(parent)
+            if isinstance(call, ast.Call) and call.func is parent:
+                return f"`.{parent.attr}()` of 0 is {'-inf' if parent.attr.startswith('log') else 'inf' if 'sqrt' != parent.attr.rstrip('_') else '0, and its gradient inf'}"
+        if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr == "pow":
+            call = ctx.parent(parent)
+            if isinstance(call, ast.Call) and call.args:
+                exponent = ctx.evaluate(call.args[0])
+                if exponent is not None and exponent.value < 0:
+                    return "a negative power of 0 is inf"
+        return None
+
+    # --- clamp(min=eps) and optimizers -------------------------------------------------
+
+    def visit_Call(self, node: ast.Call, ctx) -> None:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name in _CLAMPS:
+            self._clamp(node, name, ctx)
+        elif name in _OPTIMIZERS and ctx.settings.opt_level == "O3":
+            self._optimizer(node, name, ctx)
+
+    def _clamp(self, node, name, ctx):
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        qn = ctx.qualname(node.func)
+        if qn is not None and not qn.startswith("torch."):
+            return
+        if qn is not None:  # torch.clamp(x, min, max)
+            target = node.args[0] if node.args else None
+            bound = node.args[1] if len(node.args) > 1 else None
+        else:
+            target = node.func.value
+            bound = node.args[0] if node.args else None
+        for kw in node.keywords:
+            if kw.arg == "min":
+                bound = kw.value
+        if bound is None:
+            return
+        value = self._tiny(ctx, bound, fmt_)
+        if value is None or not self._runs_in_half(ctx, node, target):
+            return
+        self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)")
+
+    def _optimizer(self, node, name, ctx):
+        qn = ctx.qualname(node.func)
+        if qn is None or not (qn.startswith("torch.optim.") or qn.startswith("apex.optimizers.") or qn.startswith("amplint.")):
+            return
+        fmt_ = self._format(ctx)
+        if fmt_ is None:
+            return
+        where = "at O3 the optimizer state is half (no fp32 master weights), so eps vanishes from the update's denominator"
+        for kw in node.keywords:
+            if kw.arg is None:
+                return  # **kwargs may carry eps
+            if kw.arg == "eps":
+                value = self._tiny(ctx, kw.value, fmt_, by_name=True) if not isinstance(kw.value, (ast.Name, ast.Attribute)) else ctx.evaluate(kw.value)
+                if value is not None and 0 < value.value < fmt_.smallest_normal:
+                    self._report(ctx, kw.value, value, fmt_, where)
+                return
+        default = _OPTIMIZERS[name]
+        if default >= fmt_.smallest_normal or len(node.args) > 3:
+            return  # positional eps (rare) not modelled
+        from amplint.evaluate import Value
+
+        last = max(list(node.args) + [k.value for k in node.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
+        if last is None:
+            return
+        value = Value(default)
+        self._report(ctx, None, value, fmt_, where, opt_default=last, at=node)
