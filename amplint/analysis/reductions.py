@@ -1,0 +1,382 @@
+"""Shared analysis for AMP301-AMP303: softmax, reductions and exponentials in half.
+
+Everything here works on the ``ast`` the engine already parsed and on the shared
+:class:`amplint.context.FileContext`; nothing is parsed or imported (no torch).
+
+* :func:`resolve_call` -- which torch op a call is (``F.softmax`` ->
+  ``torch.nn.functional.softmax``; ``x.sum(1)`` -> ``torch.Tensor.sum``) and its operand;
+* :func:`is_fp32` -- whether an operand is already fp32 (``.float()``, ``.to(torch.float32)``,
+  ``.type(torch.float32)``, a name last assigned from one of those in the same function);
+* :func:`severity_for` -- opt-level awareness: ``info`` under O1 when the selected op
+  policy (``amplint.amp.policy``, shared with the engine) already runs the op in fp32 on
+  every device the model runs on, ``warning`` otherwise, ``None`` at O0 (pure fp32);
+* fix helpers: the file's ``torch`` / ``torch.nn`` aliases, inserting a keyword argument,
+  a repeatable "dtype source" expression for the cast back, and the point where a
+  range-growing reduction's result is bounded again (a normalising division).
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Optional
+
+from amplint.amp import policy
+from amplint.rule import Edit, Severity
+
+FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
+LOW_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
+
+#: methods that keep their receiver's dtype (an fp32 tensor stays fp32 through them)
+DTYPE_PRESERVING = frozenset(
+    "view reshape transpose permute contiguous unsqueeze squeeze flatten expand expand_as "
+    "masked_fill clamp clamp_min clamp_max narrow select chunk split t detach clone "
+    "__getitem__ abs neg".split()
+)
+
+#: calls the result of a range-growing reduction may pass through on its way to the
+#: expression that bounds it again (``x / x.norm(...).clamp(min=...)``)
+_PASS_THROUGH = frozenset(
+    "clamp clamp_min clamp_max sqrt unsqueeze squeeze view reshape expand expand_as "
+    "transpose permute contiguous flatten abs neg mean sum add mul sub".split()
+)
+_INVERTING = frozenset({"rsqrt", "reciprocal"})
+
+_DEVICES = {"cuda": ("cuda",), "cpu": ("cpu",), "any": ("cuda", "cpu")}
+
+#: argument names of the tensor a torch function reduces / normalises
+_OPERAND_KEYWORDS = ("input", "logits", "A", "x", "self")
+
+
+# --- op policy ----------------------------------------------------------------------
+
+def upcast_by_policy(qualname: str, settings) -> bool:
+    """Whether the selected mixed-precision policy (``settings.engine``) runs ``qualname``
+    in fp32 under O1 on every device the model runs on (``settings.device``)."""
+    for device in _DEVICES.get(settings.device, ("cuda", "cpu")):
+        if policy.cast_of(qualname, settings.engine, device) != policy.FLOAT:
+            return False
+    return True
+
+
+def severity_for(settings, qualname: str) -> Optional[Severity]:
+    """``None`` at O0 (nothing runs in half); ``info`` at O1 when the policy already
+    upcasts the op; ``warning`` otherwise (O2/O3: nothing is upcast; or a device whose
+    autocast keeps the op in half)."""
+    if settings.opt_level == "O0":
+        return None
+    if settings.opt_level == "O1" and upcast_by_policy(qualname, settings):
+        return Severity.INFO
+    return Severity.WARNING
+
+
+def policy_note(settings, qualname: str, severity: Severity) -> str:
+    """A short clause for messages saying why the severity is what it is."""
+    if severity == Severity.INFO:
+        where = "torch.autocast on " + settings.device if settings.engine == "torch" else "the amplint O1 engine"
+        return f"{where} already runs it in fp32; under O2/O3 (pure half) nothing is upcast"
+    if settings.opt_level in ("O2", "O3"):
+        return f"under {settings.opt_level} the model runs in half and nothing upcasts it"
+    if settings.engine == "torch":
+        return f"torch.autocast on {settings.device} keeps it in half"
+    return "the O1 policy keeps it in half"
+
+
+# --- calls ----------------------------------------------------------------------------
+
+def resolve_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, Optional[ast.AST], bool]]:
+    """``(qualname, operand, is_method)`` when ``call`` is a torch function or tensor
+    method whose last name component is in ``names``.  Cheap string checks first."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        if func.attr not in names:
+            return None
+        qn = ctx.qualname(func)
+        if qn is not None:
+            if not qn.startswith("torch.") or qn.startswith("torch.Tensor.") and not call.args:
+                return None
+            if qn.startswith("torch.Tensor."):
+                return qn, call.args[0], False
+            return qn, function_operand(call), False
+        recv = func.value
+        if isinstance(recv, ast.Name) and (recv.id in ("self", "cls") or recv.id in ctx.imports):
+            return None
+        if isinstance(recv, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp,
+                             ast.GeneratorExp, ast.JoinedStr)):
+            return None
+        if isinstance(recv, ast.Attribute) and ctx.qualname(recv) is not None:
+            return None  # np.linalg.norm, math.prod ...
+        return "torch.Tensor." + func.attr, recv, True
+    if isinstance(func, ast.Name) and func.id in names:
+        qn = ctx.qualname(func)
+        if qn is not None and qn.startswith("torch."):
+            return qn, function_operand(call), False
+    return None
+
+
+def function_operand(call: ast.Call) -> Optional[ast.AST]:
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg in _OPERAND_KEYWORDS:
+            return kw.value
+    return None
+
+
+def keyword(call: ast.Call, name: str) -> Optional[ast.keyword]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw
+    return None
+
+
+def has_double_star(call: ast.Call) -> bool:
+    return any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
+
+
+def argument(call: ast.Call, name: str, position: int) -> Optional[ast.AST]:
+    """The argument called ``name``, or the positional one at ``position``."""
+    kw = keyword(call, name)
+    if kw is not None:
+        return kw.value
+    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
+        return call.args[position]
+    return None
+
+
+def dtype_kind(ctx, expr: Optional[ast.AST]) -> Optional[str]:
+    """``"fp32"``, ``"low"`` or ``"unknown"`` for a dtype expression; None for no expression."""
+    if expr is None:
+        return None
+    qn = ctx.qualname(expr)
+    if qn in FP32_DTYPES:
+        return "fp32"
+    if qn in LOW_DTYPES:
+        return "low"
+    if isinstance(expr, ast.Name) and expr.id == "float":
+        return "fp32"
+    return "unknown"
+
+
+def is_fp32(ctx, expr: Optional[ast.AST], depth: int = 0) -> bool:
+    """Whether ``expr`` is certainly an fp32 (or fp64) tensor."""
+    if expr is None or depth > 8:
+        return False
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        attr = expr.func.attr
+        if attr in ("float", "double") and not expr.args and not expr.keywords:
+            return True
+        if attr in ("to", "type"):
+            values = list(expr.args) + [kw.value for kw in expr.keywords if kw.arg in ("dtype", None)]
+            if any(dtype_kind(ctx, v) == "fp32" for v in values):
+                return True
+            return False
+        if attr in DTYPE_PRESERVING:
+            return is_fp32(ctx, expr.func.value, depth + 1)
+        kw = keyword(expr, "dtype")  # x.sum(dtype=torch.float32)
+        return kw is not None and dtype_kind(ctx, kw.value) == "fp32"
+    if isinstance(expr, ast.Call):
+        kw = keyword(expr, "dtype")
+        return kw is not None and dtype_kind(ctx, kw.value) == "fp32"
+    if isinstance(expr, ast.Subscript):
+        return is_fp32(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.BinOp):  # fp16 op fp32 -> fp32 (type promotion)
+        return is_fp32(ctx, expr.left, depth + 1) or is_fp32(ctx, expr.right, depth + 1)
+    if isinstance(expr, ast.UnaryOp):
+        return is_fp32(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        return value is not None and is_fp32(ctx, value, depth + 1)
+    return False
+
+
+def _assignments(func: ast.AST) -> dict[str, list[tuple[int, int, Optional[ast.AST]]]]:
+    """name -> [(line, col, assigned value or None when rebound otherwise)], cached on the node."""
+    cached = getattr(func, "amplint_reduction_assigns", None)
+    if cached is not None:
+        return cached
+    out: dict[str, list[tuple[int, int, Optional[ast.AST]]]] = {}
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out.setdefault(target.id, []).append((node.lineno, node.col_offset, node.value))
+                else:
+                    for sub in ast.walk(target):
+                        if isinstance(sub, ast.Name):
+                            out.setdefault(sub.id, []).append((node.lineno, node.col_offset, None))
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            value = node.value if isinstance(node, ast.AnnAssign) else None
+            out.setdefault(node.target.id, []).append((node.lineno, node.col_offset, value))
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            targets = [node.target] if isinstance(node, (ast.For, ast.AsyncFor, ast.NamedExpr)) else [
+                i.optional_vars for i in node.items if i.optional_vars is not None]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        out.setdefault(sub.id, []).append((node.lineno, node.col_offset, None))
+        stack.extend(ast.iter_child_nodes(node))
+    for entries in out.values():
+        entries.sort(key=lambda e: (e[0], e[1]))
+    func.amplint_reduction_assigns = out
+    return out
+
+
+def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
+    """The value of the last plain assignment to ``name`` before its use, in the same
+    function and at the same or an enclosing block level's line order (None when the
+    name is a parameter, rebound by a loop, or unknown)."""
+    func = ctx.enclosing_function(name)
+    if func is None:
+        return None
+    entries = _assignments(func).get(name.id)
+    if not entries:
+        return None
+    before = [e for e in entries if (e[0], e[1]) < (name.lineno, name.col_offset)]
+    stmt = ctx.enclosing_statement(name)
+    if stmt is not None:  # `x = x.float()` -- the use on the right sees the old value
+        before = [e for e in before if e[0] < stmt.lineno or (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
+    if not before:
+        return None
+    return before[-1][2]
+
+
+def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> bool:
+    """Whether ``name`` is (re)bound in ``func`` on lines strictly between start and end."""
+    return any(start < e[0] < end for e in _assignments(func).get(name, ()))
+
+
+# --- fix helpers ----------------------------------------------------------------------
+
+def torch_alias(ctx) -> Optional[str]:
+    """The local name of the ``torch`` module, if the file binds one."""
+    if ctx.imports.get("torch") == "torch":
+        return "torch"
+    for local, full in ctx.imports.items():
+        if full == "torch":
+            return local
+    return None
+
+
+def nn_alias(ctx) -> Optional[str]:
+    """How to spell ``torch.nn`` in this file: its alias, else ``<torch>.nn``."""
+    for local, full in ctx.imports.items():
+        if full == "torch.nn":
+            return local
+    t = torch_alias(ctx)
+    return f"{t}.nn" if t else None
+
+
+def is_simple(expr: ast.AST) -> bool:
+    """A name or a dotted attribute of a name: cheap and side-effect free to repeat."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name)
+
+
+def dtype_source(ctx, operand: Optional[ast.AST]) -> Optional[ast.AST]:
+    """A repeatable expression whose ``.dtype`` is the dtype the operand had: the operand
+    when it is a name / attribute, else the first tensor-looking name inside it
+    (``scores`` in ``scores / self.scale``)."""
+    if operand is None:
+        return None
+    if is_simple(operand):
+        return None if _not_a_tensor(ctx, operand) else operand
+    todo = [operand]
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, ast.Call):
+            # the receiver of a method chain carries the dtype; arguments usually do not
+            todo.insert(0, node.func.value) if isinstance(node.func, ast.Attribute) else None
+            continue
+        if isinstance(node, (ast.Name, ast.Attribute)) and is_simple(node):
+            if not _not_a_tensor(ctx, node):
+                return node
+            continue
+        if isinstance(node, ast.BinOp):
+            todo[0:0] = [node.left, node.right]
+        elif isinstance(node, ast.UnaryOp):
+            todo.insert(0, node.operand)
+        elif isinstance(node, ast.Subscript):
+            todo.insert(0, node.value)
+    return None
+
+
+def _not_a_tensor(ctx, expr: ast.AST) -> bool:
+    base = expr
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    if isinstance(base, ast.Name) and base.id in ctx.imports:
+        return True  # math.pi, torch.float32
+    if isinstance(expr, ast.Name) and expr.id == "self":
+        return True
+    return ctx.evaluate(expr) is not None  # a constant: self.scale = d ** -0.5
+
+
+def add_keyword_edit(ctx, call: ast.Call, text: str) -> Edit:
+    """Insert ``text`` (e.g. ``dtype=torch.float32``) as the call's last argument."""
+    items = list(call.args) + list(call.keywords)
+    if items:
+        last = max(items, key=lambda n: (n.end_lineno, n.end_col_offset))
+        return Edit.insert_after(last, ", " + text)
+    return Edit.insert_at(call.end_lineno, call.end_col_offset - 1, text)
+
+
+def upcast_operand_edits(operand: ast.AST) -> list[Edit]:
+    """``x`` -> ``x.float()``; ``a - b`` -> ``(a - b).float()``."""
+    if isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        return [Edit.insert_after(operand, ".float()")]
+    return [Edit.insert_before(operand, "("), Edit.insert_after(operand, ").float()")]
+
+
+def cast_back_edits(ctx, node: ast.AST, source: ast.AST) -> list[Edit]:
+    """Append ``.to(<source>.dtype)`` to ``node`` (parenthesised unless it is postfix-safe)."""
+    text = f".to({ctx.segment(source)}.dtype)"
+    if isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
+        return [Edit.insert_after(node, text)]
+    return [Edit.insert_before(node, "("), Edit.insert_after(node, ")" + text)]
+
+
+def bounding_point(ctx, call: ast.AST) -> Optional[ast.AST]:
+    """Where the result of a range-growing op (sum, norm, var, exp, pow) is bounded
+    again: the division it feeds (``x / x.norm(...)``, ``s.sum(1) / n``), or the product
+    with its ``rsqrt`` (``x * torch.rsqrt(x.pow(2).mean(-1) + eps)``), reached through
+    arithmetic and shape / clamp / sqrt / mean calls.  None when the result flows
+    elsewhere (a module call, a return, an assignment)."""
+    node = call
+    inverted = False
+    for _ in range(12):
+        parent = ctx.parent(node)
+        if isinstance(parent, ast.BinOp):
+            if isinstance(parent.op, ast.Div):
+                return parent
+            if isinstance(parent.op, ast.Mult) and inverted:
+                return parent
+            if not isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult)):
+                return None
+        elif isinstance(parent, ast.UnaryOp):
+            pass
+        elif isinstance(parent, ast.Attribute) and parent.value is node:
+            outer = ctx.parent(parent)
+            if not (isinstance(outer, ast.Call) and outer.func is parent):
+                return None
+            if parent.attr in _INVERTING:
+                inverted = True
+            elif parent.attr not in _PASS_THROUGH:
+                return None
+            parent = outer
+        elif isinstance(parent, ast.Call) and parent.args and parent.args[0] is node:
+            qn = ctx.qualname(parent.func) or ""
+            short = qn.rsplit(".", 1)[-1]
+            if not qn.startswith("torch.") or short not in (_PASS_THROUGH | _INVERTING):
+                return None
+            if short in _INVERTING:
+                inverted = True
+        else:
+            return None
+        node = parent
+    return None
+
+

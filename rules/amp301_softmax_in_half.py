@@ -1,0 +1,393 @@
+"""AMP301 softmax-in-half: softmax / log_softmax / softmin computed in fp16 inside forward."""
+from __future__ import annotations
+
+import ast
+
+from amplint.analysis import reductions as R
+from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+_NAMES = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
+#: what each op is called as a module (the seed's "define it as a layer in __init__")
+_MODULES = {"softmax": "Softmax", "log_softmax": "LogSoftmax", "softmin": "Softmin"}
+#: ops with no policy entry of their own: the op they run inside
+_RUNS_AS = {"gumbel_softmax": "torch.Tensor.softmax"}
+_FUNCTIONS = {
+    "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.functional.softmin",
+    "torch.nn.functional.gumbel_softmax", "torch.softmax", "torch.log_softmax",
+    "torch.special.softmax", "torch.special.log_softmax",
+    "torch.Tensor.softmax", "torch.Tensor.log_softmax",
+}
+
+
+def _find_super_init(ctx, init: ast.AST):
+    """The statement in ``__init__`` that initialises the base module: ``super().__init__()``,
+    ``super(Cls, self).__init__()``, ``nn.Module.__init__(self)``, ``Base.__init__(self, ...)``."""
+    for stmt in init.body:
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr == "__init__"
+        ):
+            return stmt
+    return None
+
+
+def _self_assignments(cls: ast.ClassDef, self_names=("self",)) -> dict[str, list[ast.AST]]:
+    """attribute name -> values assigned to ``self.<name>`` anywhere in the class's methods."""
+    out: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
+                    out.setdefault(t.attr, []).append(node.value)
+        elif isinstance(node, ast.AugAssign):
+            t = node.target
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
+                out.setdefault(t.attr, []).append(None)
+    return out
+
+
+def _literal_int(node) -> str | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return repr(node.value)
+    if (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant) and type(node.operand.value) is int
+    ):
+        return repr(-node.operand.value)
+    return None
+
+
+class SoftmaxInHalf(Rule):
+    code = "AMP301"
+    name = "softmax-in-half"
+    summary = "softmax / log_softmax computed in half precision inside `forward`"
+    severity = Severity.WARNING
+    fix_applicability = "safe"
+    markers = ("softmax", "softmin")
+    docs = """
+## What it does
+Flags `F.softmax`, `F.log_softmax`, `torch.softmax`, `torch.log_softmax`, `x.softmax(...)`,
+`x.log_softmax(...)`, `F.softmin` and `F.gumbel_softmax` called in model code (an
+`nn.Module`'s `forward`, or a function or method `forward` calls in the same file) without
+`dtype=torch.float32` and on an operand that is not already fp32 (`.float()`,
+`.to(torch.float32)`, `.type(torch.float32)`).
+
+Severity follows the settings: under `opt-level = "O1"` the finding is `info` when the
+selected op policy (`engine`, `device`) already runs the op in fp32 (CUDA autocast and the
+bundled engine's O1 do); it is a `warning` under O2/O3 (pure half: nothing is upcast) and
+on CPU autocast, which keeps softmax in fp16. At O0 nothing is reported.
+
+## Why is this bad?
+The fused kernel subtracts the row maximum, so fp16 softmax does not overflow, but its
+*result* is stored in fp16: any probability below 5.96e-8 (the smallest fp16 subnormal)
+becomes exactly 0. Measured: `torch.softmax(torch.tensor([0., -18.]).half(), -1)` gives
+`[1, 0]` (fp32: `1.5e-8`), so a following `log` gives `-inf` and an entropy term
+`(p * p.log()).sum()` gives NaN. `log_softmax` in fp16 keeps only 11 significant bits
+(-30.123456 is stored as -30.125). CUDA autocast returns softmax in fp32, but CPU autocast
+keeps it in fp16, and under pure-half training (apex O2/O3, `model.half()`) nothing is
+upcast (`docs/fp16-facts.md`).
+
+## Example
+```python
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-2, -1)
+        attn = F.softmax(scores, dim=-1)
+        return attn @ v
+```
+
+## Use instead
+`fix-style = "functional"` (default): compute in fp32 with the fused kernel and cast the
+result back to the operand's dtype, so the next half matmul still gets half (an fp32
+softmax meeting a half matmul would be a new crash under `model.half()`):
+```python
+        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+```
+`fix-style = "module"` (the seed's advice: define softmax as a layer in `__init__`, so
+the engine's O2 can keep it in fp32 with `keep_fp32_modules`):
+```python
+    def __init__(self):
+        super().__init__()
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, q, k, v):
+        attn = self.softmax(scores)
+```
+Both fixes are `safe`: in fp32 they compute exactly what the original did. The module fix
+needs a literal `dim` and an `__init__` that calls the base initialiser; where it cannot
+be written (a helper function outside a class, no `__init__`, `F.gumbel_softmax`), the
+functional fix is offered. No fix when the dtype cannot be restored (the operand has no
+tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
+"""
+
+    VALID = [
+        # already fp32
+        Valid("import torch\nimport torch.nn.functional as F\nclass A(torch.nn.Module):\n"
+              "    def forward(self, x):\n        return F.softmax(x, dim=-1, dtype=torch.float32)\n"),
+        Valid("import torch.nn as nn\nimport torch.nn.functional as F\nclass A(nn.Module):\n"
+              "    def forward(self, x):\n        return F.softmax(x.float(), dim=-1)\n"),
+        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
+              "        x = x.to(torch.float32)\n        return x.softmax(-1)\n"),
+        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return torch.log_softmax(x.type(torch.float32), 1)\n"),
+        # not model code
+        Valid("import torch.nn.functional as F\ndef probs(x):\n    return F.softmax(x, dim=-1)\n"),
+        Valid("import torch.nn.functional as F\nclass A:\n    def forward(self, x):\n        return F.softmax(x, dim=-1)\n"),
+        # the stable log-sum-exp is not a softmax
+        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return torch.logsumexp(x, -1)\n"),
+        # a module's own method, numpy
+        Valid("import torch\nimport numpy as np\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return self.softmax(x) + np.softmax(x)\n"),
+        # pure fp32 training
+        Valid(
+            "import torch.nn.functional as F\nimport torch.nn as nn\nclass A(nn.Module):\n"
+            "    def forward(self, x):\n        return F.softmax(x, dim=-1)\n",
+            settings={"opt_level": "O0"},
+        ),
+        # a dtype we cannot see
+        Valid("import torch.nn as nn\nimport torch.nn.functional as F\nclass A(nn.Module):\n"
+              "    def forward(self, x, dt):\n        return F.softmax(x, dim=-1, dtype=dt)\n"),
+    ]
+
+    INVALID = [
+        Invalid(
+            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "class Attention(nn.Module):\n"
+            "    def forward(self, q, k, v):\n"
+            "        scores = q @ k.transpose(-2, -1)\n"
+            "        attn = F.softmax(scores, dim=-1)  # probabilities\n"
+            "        return attn @ v\n",
+            line=8,
+            severity="info",
+            message="6e-8",
+            expected_fix="import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "class Attention(nn.Module):\n"
+            "    def forward(self, q, k, v):\n"
+            "        scores = q @ k.transpose(-2, -1)\n"
+            "        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probabilities\n"
+            "        return attn @ v\n",
+        ),
+        # O2: a warning; method form; operand with a constant scale
+        Invalid(
+            "import torch\n\nclass Head(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return (x / self.t).log_softmax(-1)\n"
+            "    def __init__(self):\n        super().__init__()\n        self.t = 2.0\n",
+            severity="warning",
+            settings={"opt_level": "O2"},
+            expected_fix="import torch\n\nclass Head(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return (x / self.t).log_softmax(-1, dtype=torch.float32).to(x.dtype)\n"
+            "    def __init__(self):\n        super().__init__()\n        self.t = 2.0\n",
+        ),
+        # torch.autocast on CPU keeps softmax in half: a warning even at O1
+        Invalid(
+            "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, 1)\n",
+            severity="warning",
+            settings={"engine": "torch", "device": "cpu"},
+            expected_fix="import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return torch.softmax(x, 1, dtype=torch.float32).to(x.dtype)\n",
+        ),
+        # reached from forward through a helper function; gumbel_softmax takes no dtype
+        Invalid(
+            "import torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "def route(logits):\n    return F.gumbel_softmax(logits, tau=0.5)\n\n"
+            "class Router(nn.Module):\n    def forward(self, x):\n        return route(x)\n",
+            line=5,
+            severity="info",
+            expected_fix="import torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "def route(logits):\n    return F.gumbel_softmax(logits.float(), tau=0.5).to(logits.dtype)\n\n"
+            "class Router(nn.Module):\n    def forward(self, x):\n        return route(x)\n",
+        ),
+        # an explicit half dtype is still half; no fix offered for it
+        Invalid(
+            "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return torch.softmax(x, -1, dtype=torch.half)\n",
+            expected_fix=None,
+        ),
+        # module style: a layer in __init__, called in forward; existing alias `nn`
+        Invalid(
+            "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n"
+            "class Attention(nn.Module):\n"
+            "    def __init__(self, d):\n"
+            "        super().__init__()  # base init\n"
+            "        self.proj = nn.Linear(d, d)\n\n"
+            "    def forward(self, x):\n"
+            "        s = self.proj(x) @ x.transpose(-2, -1)\n"
+            "        return F.softmax(s, dim=-1) @ x\n",
+            settings={"fix_style": "module"},
+            expected_fix="import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n"
+            "class Attention(nn.Module):\n"
+            "    def __init__(self, d):\n"
+            "        super().__init__()  # base init\n"
+            "        self.softmax = nn.Softmax(dim=-1)\n"
+            "        self.proj = nn.Linear(d, d)\n\n"
+            "    def forward(self, x):\n"
+            "        s = self.proj(x) @ x.transpose(-2, -1)\n"
+            "        return self.softmax(s) @ x\n",
+        ),
+        # module style: name clash, a second call with the same dim reuses the layer,
+        # `torch.nn` spelled out when `nn` is not imported
+        Invalid(
+            "import torch\n\nclass M(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        torch.nn.Module.__init__(self)\n"
+            "        self.softmax = torch.nn.Identity()\n\n"
+            "    def forward(self, x, y):\n"
+            "        return x.log_softmax(1) + torch.log_softmax(y, dim=1) + torch.softmax(y, 1)\n",
+            count=3,
+            settings={"fix_style": "module"},
+            expected_fix="import torch\n\nclass M(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        torch.nn.Module.__init__(self)\n"
+            "        self.softmax_1 = torch.nn.Softmax(dim=1)\n"
+            "        self.log_softmax = torch.nn.LogSoftmax(dim=1)\n"
+            "        self.softmax = torch.nn.Identity()\n\n"
+            "    def forward(self, x, y):\n"
+            "        return self.log_softmax(x) + self.log_softmax(y) + self.softmax_1(y)\n",
+        ),
+        # module style: a dim that is not a literal -> no fix
+        Invalid(
+            "import torch.nn as nn\nimport torch.nn.functional as F\n\nclass M(nn.Module):\n"
+            "    def __init__(self, dim):\n        super().__init__()\n        self.dim = dim\n\n"
+            "    def forward(self, x):\n        return F.softmax(x, dim=self.dim)\n",
+            settings={"fix_style": "module"},
+            expected_fix=None,
+        ),
+        # module style without a base initialiser call: the functional fix instead
+        Invalid(
+            "import torch\nimport torch.nn.functional as F\n\nclass M(torch.nn.Module):\n"
+            "    def forward(self, x):\n        return F.softmax(x, dim=-1)\n",
+            settings={"fix_style": "module"},
+            expected_fix="import torch\nimport torch.nn.functional as F\n\nclass M(torch.nn.Module):\n"
+            "    def forward(self, x):\n        return F.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)\n",
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call, ctx) -> None:
+        func = node.func
+        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if attr not in _NAMES or not ctx.in_forward(node):
+            return
+        resolved = R.resolve_call(ctx, node, _NAMES)
+        if resolved is None:
+            return
+        qualname, operand, is_method = resolved
+        if qualname not in _FUNCTIONS:
+            return
+        dtype = R.dtype_kind(ctx, R.argument(node, "dtype", -1))
+        if dtype in ("fp32", "unknown") or R.is_fp32(ctx, operand):
+            return
+        severity = R.severity_for(ctx.settings, _RUNS_AS.get(attr, qualname))
+        if severity is None:
+            return
+        shown = f".{attr}()" if is_method else ctx.segment(func)
+        note = R.policy_note(ctx.settings, _RUNS_AS.get(attr, qualname), severity)
+        if dtype == "low":
+            message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
+            ctx.report(self, node, message, severity=severity)
+            return
+        message = f"`{shown}` in half inside `forward`: probabilities below 6e-8 are stored as 0 ({note})"
+        fix = None
+        if operand is not None and not R.has_double_star(node):
+            fix = None
+            if ctx.settings.fix_style == "module":
+                fix = self._module_fix(ctx, node, attr, operand, is_method)
+                if fix is False:
+                    fix = None
+                elif fix is None:
+                    fix = self._functional_fix(ctx, node, attr, operand)
+            else:
+                fix = self._functional_fix(ctx, node, attr, operand)
+        ctx.report(self, node, message, fix=fix, severity=severity)
+
+    # --- fixes ------------------------------------------------------------------------
+
+    @staticmethod
+    def _functional_fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
+        source = R.dtype_source(ctx, operand)
+        if source is None:
+            return None
+        torch = R.torch_alias(ctx)
+        if attr != "gumbel_softmax" and torch is not None:
+            edits = [R.add_keyword_edit(ctx, node, f"dtype={torch}.float32")]
+            how = f"pass `dtype={torch}.float32`"
+        else:
+            edits = R.upcast_operand_edits(operand)
+            how = "upcast the operand with `.float()`"
+        edits += R.cast_back_edits(ctx, node, source)
+        return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast back to `{ctx.segment(source)}.dtype`")
+
+    @staticmethod
+    def _module_fix(ctx, node: ast.Call, attr: str, operand: ast.AST, is_method: bool):
+        """A Fix, ``None`` when the module style cannot be written here (use the
+        functional fix), or ``False`` when no fix should be offered (a non-literal dim)."""
+        module = _MODULES.get(attr)
+        if module is None:
+            return None
+        cls, method = ctx.enclosing_method(node)
+        if cls is None or method is None or not ctx.is_module_class(cls) or not method.args.args:
+            return None
+        self_name = method.args.args[0].arg
+        init = ctx.method(cls, "__init__")
+        if init is None or not init.args.args:
+            return None
+        anchor = _find_super_init(ctx, init)
+        if anchor is None:
+            return None
+        init_self = init.args.args[0].arg
+        # which arguments the call passes: the operand, the dim, nothing else
+        args = list(node.args)
+        if not is_method:
+            args = args[1:] if args and args[0] is operand else args
+        dim_node = args[0] if args else None
+        if len(args) > 1:
+            return False
+        for kw in node.keywords:
+            if kw.arg == "dim" and dim_node is None:
+                dim_node = kw.value
+            elif kw.arg not in ("input", "dim"):
+                return False
+        dim = _literal_int(dim_node)
+        if dim is None:
+            return False
+        nn = R.nn_alias(ctx)
+        if nn is None:
+            return None
+        assigned = _self_assignments(cls, (init_self, self_name))
+        taken = set(assigned) | {
+            s.name for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        } | {
+            t.id for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign))
+            for t in (s.targets if isinstance(s, ast.Assign) else [s.target]) if isinstance(t, ast.Name)
+        }
+        wanted = f"torch.nn.{module}"
+        edits = []
+        name = None
+        for i in range(0, 50):
+            candidate = attr if i == 0 else f"{attr}_{i}"
+            values = assigned.get(candidate, [])
+            if len(values) == 1 and isinstance(values[0], ast.Call) and ctx.qualname(values[0].func) == wanted:
+                existing = values[0]
+                existing_dim = existing.args[0] if existing.args else (
+                    R.keyword(existing, "dim").value if R.keyword(existing, "dim") else None)
+                if _literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
+                    name = candidate  # reuse the layer
+                    break
+            if candidate not in taken:
+                name = candidate
+                indent = ctx.indentation(anchor)
+                text = f"{indent}{init_self}.{name} = {nn}.{module}(dim={dim})"
+                if anchor.end_lineno < len(ctx.lines):
+                    edits.append(Edit.insert_at(anchor.end_lineno + 1, 0, text + "\n"))
+                else:
+                    edits.append(Edit.insert_after(anchor, "\n" + text))
+                break
+        if name is None:
+            return None
+        edits.append(Edit.replace(node, f"{self_name}.{name}({ctx.segment(operand)})"))
+        how = "reuse" if len(edits) == 1 else "define"
+        return Fix(edits, "safe", f"{how.capitalize()} `{self_name}.{name} = {nn}.{module}(dim={dim})` in `__init__` and call it")
