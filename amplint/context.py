@@ -72,6 +72,7 @@ class FileContext:
         self._module_classes: Optional[set[str]] = None
         self._forward_reachable: Optional[set[int]] = None
         self._evaluator = None
+        self._walked = False
         self._index_module_level()
 
     # --- walking ---------------------------------------------------------------------
@@ -80,6 +81,7 @@ class FileContext:
         """One pass over the tree: set parent links, collect imports, and bucket the
         nodes whose class name is in ``wanted`` (in source order)."""
         buckets: dict[str, list[ast.AST]] = {name: [] for name in wanted}
+        self._walked = True
         imports = self._import_nodes
         stack: list[ast.AST] = [self.tree]
         iter_children = ast.iter_child_nodes
@@ -96,6 +98,11 @@ class FileContext:
                 imports.append(node)
         self._resolve_imports()
         return buckets
+
+    def ensure_walked(self) -> None:
+        """Parent links and imports for a context the engine skipped (no rule needed it)."""
+        if not self._walked:
+            self.walk_and_bucket(set())
 
     def _index_module_level(self) -> None:
         for stmt in self.tree.body:

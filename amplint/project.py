@@ -51,6 +51,7 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
     from .evaluate import config_fields, is_config_class
 
+    ctx.ensure_walked()
     summary = FileSummary(ctx.path)
     for cls in ctx.classes.values():
         if not is_config_class(cls):
