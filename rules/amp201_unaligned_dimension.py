@@ -1,0 +1,625 @@
+"""AMP201 unaligned-dimension: a Tensor Core layer size that is not a multiple of 8
+(16 for fp8/int8, or the configured ``alignment``)."""
+from __future__ import annotations
+
+import ast
+import collections
+import math
+from typing import Optional
+
+from amplint.analysis.dims import (
+    CHECKPOINT_MARKERS,
+    GEMM_FUNCTIONS,
+    LAYERS,
+    Root,
+    argument,
+    as_size,
+    data_named,
+    find_root,
+    is_torch_layer,
+    layer_name,
+    lcm,
+    next_multiple,
+    parameter_shape,
+)
+from amplint.evaluate import config_fields, is_config_class
+from amplint.numerics import FORMATS
+from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
+
+_PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+_GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
+_LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
+_CONFIG_MARKERS = ("config", "cfg", "conf.", "args.", "hparams", "params.", "opt.", "hp.")
+
+
+class _Size:
+    """One unaligned size of one layer call."""
+
+    __slots__ = ("label", "size", "root", "origin")
+
+    def __init__(self, label: str, size: int, root: Optional[Root], origin):
+        self.label, self.size, self.root, self.origin = label, size, root, origin
+
+
+def _why(settings, alignment: int) -> str:
+    if settings.alignment:
+        reason = f"`alignment = {alignment}` in [tool.amplint]"
+    else:
+        reason = f"{settings.target} Tensor Cores want multiples of {alignment}"
+    return (
+        f"{reason}; H200 fp16: a 768x50257 GEMM is 5.3x slower than 768x50264, "
+        f"a GPT-2-small step 1.54x slower with vocab 50257"
+    )
+
+
+def _sizes_text(sizes: list[_Size], alignment: int) -> str:
+    if len(sizes) == 1:
+        s = sizes[0]
+        return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
+    parts = ", ".join(f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})" for s in sizes)
+    return f"sizes not multiples of {alignment}: {parts}"
+
+
+def _names_in(expr: ast.AST) -> list[str]:
+    out = []
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            out.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.append(node.attr)
+    return out
+
+
+def _self_attr(expr: ast.AST) -> Optional[str]:
+    """``self.w`` / ``self.w.t()`` / ``self.w.T`` / ``self.w.transpose(0, 1)`` -> "w"."""
+    while True:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("t", "transpose", "to", "half", "float"):
+            expr = expr.func.value
+        elif isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT"):
+            expr = expr.value
+        else:
+            break
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return expr.attr
+    return None
+
+
+class UnalignedDimension(Rule):
+    code = "AMP201"
+    name = "unaligned-dimension"
+    summary = "Layer size not a multiple of 8 (16 for fp8/int8): Tensor Core GEMMs fall back to slow kernels"
+    severity = Severity.WARNING
+    fix_applicability = "unsafe"
+    markers = _LAYER_MARKERS + ("Config", "dataclass") + _CONFIG_MARKERS
+    collect_markers = _LAYER_MARKERS
+    docs = """
+## What it does
+Flags sizes of Tensor Core layers that are not a multiple of the alignment: 8 for
+`--target fp16`/`bf16`, 16 for `fp8`/`int8`, or `[tool.amplint] alignment` (e.g. 64, as
+nanoGPT pads its vocabulary 50257 to 50304). It checks `in_features`/`out_features` of
+`nn.Linear`, `nn.Bilinear`, in/out channels of `nn.Conv1d/2d/3d` and `ConvTranspose*`,
+`nn.Embedding`/`EmbeddingBag` (`num_embeddings`, `embedding_dim`),
+`nn.MultiheadAttention` (`embed_dim`, `kdim`, `vdim`), `nn.LSTM/GRU/RNN` and their cells
+(`input_size`, `hidden_size`, `proj_size`), `nn.TransformerEncoderLayer`/`DecoderLayer`/
+`Transformer` (`d_model`, `dim_feedforward`), and 2-D `nn.Parameter(torch.empty(out, in))`
+weights used with `F.linear`/`matmul`/`@`.
+
+Sizes are followed wherever they are written: literals, module constants, default
+arguments, `self.attr` set in `__init__`, config-class defaults (`vocab_size=30522`,
+`n_embd: int = 770`) and arithmetic on them (`4 * n_embd`), also across files when the
+config file is linted together with the model. The finding points at the layer; its
+related locations say where the number is defined.
+
+Not flagged, because the data fixes them, not the design: sizes below the format's
+alignment (an image stem's `in_channels=3` or `1`, regression and binary heads with
+1 or 2 outputs, token-type embeddings of 2), sizes that reach the layer through a name
+about classes or labels (`num_classes=10`, `num_labels`), and sizes that cannot be
+computed. In a file that loads a pretrained checkpoint (`from_pretrained`,
+`PreTrainedModel`), sizes from the config are reported as `info` without a fix: the
+checkpoint's tensors have those shapes.
+
+## Why is this bad?
+Tensor Core GEMM and convolution kernels work on tiles whose sides are multiples of
+8 elements in fp16/bf16 (16 in fp8; TransformerEngine's FP8 path requires it). With an
+unaligned size cuBLAS falls back to slower kernels. Measured on an H200 (fp16, M=8192):
+
+| K x N | ms | TFLOP/s |
+|---|---|---|
+| 768 x 30522 (BERT vocab) | 1.806 | 213 |
+| 768 x 30528 | 0.548 | 701 |
+| 771 x 30528 (K not aligned) | 3.143 | 123 |
+| 768 x 50257 (GPT-2 vocab) | 5.127 | 123 |
+| 768 x 50264 | 0.960 | 659 |
+| 768 x 50304 (multiple of 64) | 0.928 | 682 |
+
+The GPT-2 vocabulary makes that GEMM 5.3x slower, an unaligned K of 771 5.7x slower,
+and a whole GPT-2-small training step (autocast fp16) takes 39.5 ms with vocab 50257
+against 25.7 ms with 50304: 1.54x slower for one number, most of what mixed precision
+bought over TF32 (54.5 ms).
+
+## The fix (unsafe)
+The fix pads the number where it is written (the literal, the constant, the default
+or the config field), so that every layer using it -- a hidden width is one layer's
+`out_features` and the next one's `in_features`, `4 * n_embd` of the MLP -- stays
+consistent and the model still builds. Where the width is split into heads
+(`n_embd % n_head`, `n_embd // n_head`, `nn.MultiheadAttention(embed_dim, num_heads)`),
+the padded value is also a multiple of the head count. When the number is defined in
+another file (a config module linted together with the model), the finding in that
+file carries the fix; the use site only points to it.
+
+It is `unsafe` because it changes the architecture: saved checkpoints no longer load.
+
+- A padded **vocabulary** (or class count) adds rows that no token id ever indexes: the
+  embedding rows stay untrained and cost nothing; the output layer produces extra
+  logits that the loss must ignore. With cross-entropy on true token ids the extra
+  classes only receive a push towards low scores; for sampling or exact probabilities
+  slice them off (`logits[..., :vocab_size]`) or mask them to `-inf`.
+- A padded **hidden width** changes the model: it must be trained (or retrained) at the
+  new size.
+
+For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
+`model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=8)`.
+
+## Example
+```python
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    n_embd: int = 768
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+```
+
+## Use instead
+```python
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50304  # 50257 padded to a multiple of 64
+    n_embd: int = 768
+```
+"""
+
+    VALID = [
+        Valid("import torch.nn as nn\nfc = nn.Linear(768, 3072)\n"),
+        # data-bound: RGB stem, binary head, class count through a name
+        Valid("import torch.nn as nn\nstem = nn.Conv2d(3, 64, kernel_size=7)\nhead = nn.Linear(512, 2)\n"),
+        Valid(
+            "import torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self, num_classes=10):\n"
+            "        super().__init__()\n"
+            "        self.fc = nn.Linear(512, num_classes)\n"
+        ),
+        Valid("import torch.nn as nn\nD = 768\nmlp = nn.Linear(D, 4 * D)\n"),
+        # not computable
+        Valid("import torch.nn as nn\ndef make(n):\n    return nn.Linear(n, 100 * n)\n"),
+        # not torch
+        Valid("from mylib import Linear\nfc = Linear(771, 30522)\n"),
+        # depthwise convolution (groups != 1) is not a Tensor Core GEMM
+        Valid("import torch.nn as nn\nc = nn.Conv2d(100, 100, 3, groups=100)\n"),
+        Valid("import torch.nn as nn\nfc = nn.Linear(768, 50304)\n", settings={"alignment": 64}),
+        # bias (1-D) and 3-D parameters are not GEMM weights
+        Valid(
+            "import torch, torch.nn as nn\n"
+            "class M(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.bias = nn.Parameter(torch.zeros(771))\n"
+            "        self.pos = nn.Parameter(torch.zeros(1, 197, 768))\n"
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch.nn as nn\nlm_head = nn.Linear(768, 50257)\n",
+            line=2,
+            message="out_features is 50257, not a multiple of 8: pad to 50264",
+            expected_fix="import torch.nn as nn\nlm_head = nn.Linear(768, 50264)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\nlm_head = nn.Linear(768, 50257)\n",
+            message="pad to 50304",
+            settings={"alignment": 64},
+            expected_fix="import torch.nn as nn\nlm_head = nn.Linear(768, 50304)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\nfc = nn.Linear(in_features=771, out_features=1000)\n",
+            message="in_features is 771",
+            expected_fix="import torch.nn as nn\nfc = nn.Linear(in_features=776, out_features=1000)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\nfc = nn.Linear(1000, 1000)\n",
+            message="multiples of 16",
+            settings={"target": "fp8"},
+            expected_fix="import torch.nn as nn\nfc = nn.Linear(1008, 1008)\n",
+        ),
+        # a hidden width defined once, used as out of one layer and in of the next
+        Invalid(
+            "import torch.nn as nn\n"
+            "HIDDEN = 650\n"
+            "net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))\n",
+            line=3,
+            count=2,
+            expected_fix="import torch.nn as nn\n"
+            "HIDDEN = 656\n"
+            "net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))\n",
+        ),
+        # dataclass config default, `4 * n_embd`, and the head constraint n_embd % n_head
+        Invalid(
+            "from dataclasses import dataclass\n"
+            "import torch.nn as nn\n"
+            "@dataclass\n"
+            "class Config:\n"
+            "    n_embd: int = 771\n"
+            "    n_head: int = 3\n"
+            "class MLP(nn.Module):\n"
+            "    def __init__(self, config):\n"
+            "        super().__init__()\n"
+            "        assert config.n_embd % config.n_head == 0\n"
+            "        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)\n",
+            line=11,
+            message="in_features 771 (pad to 776), out_features 3084 (pad to 3088)",
+            expected_fix="from dataclasses import dataclass\n"
+            "import torch.nn as nn\n"
+            "@dataclass\n"
+            "class Config:\n"
+            "    n_embd: int = 792\n"
+            "    n_head: int = 3\n"
+            "class MLP(nn.Module):\n"
+            "    def __init__(self, config):\n"
+            "        super().__init__()\n"
+            "        assert config.n_embd % config.n_head == 0\n"
+            "        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\n"
+            "class Attn(nn.Module):\n"
+            "    def __init__(self, d_model=770, heads=10):\n"
+            "        super().__init__()\n"
+            "        self.attn = nn.MultiheadAttention(d_model, heads)\n",
+            message="embed_dim is 770",
+            expected_fix="import torch.nn as nn\n"
+            "class Attn(nn.Module):\n"
+            "    def __init__(self, d_model=800, heads=10):\n"
+            "        super().__init__()\n"
+            "        self.attn = nn.MultiheadAttention(d_model, heads)\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\n"
+            "class LM(nn.Module):\n"
+            "    def __init__(self, ntoken=10000, nhid=650):\n"
+            "        super().__init__()\n"
+            "        self.nhid = nhid\n"
+            "        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)\n",
+            message="input_size 650 (pad to 656), hidden_size 650",
+            expected_fix="import torch.nn as nn\n"
+            "class LM(nn.Module):\n"
+            "    def __init__(self, ntoken=10000, nhid=656):\n"
+            "        super().__init__()\n"
+            "        self.nhid = nhid\n"
+            "        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)\n",
+        ),
+        # F.linear weight
+        Invalid(
+            "import torch, torch.nn as nn, torch.nn.functional as F\n"
+            "class Proj(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.w = nn.Parameter(torch.empty(1000, 771))\n"
+            "    def forward(self, x):\n"
+            "        return F.linear(x, self.w)\n",
+            line=5,
+            message="dim 1 is 771",
+            expected_fix="import torch, torch.nn as nn, torch.nn.functional as F\n"
+            "class Proj(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.w = nn.Parameter(torch.empty(1000, 776))\n"
+            "    def forward(self, x):\n"
+            "        return F.linear(x, self.w)\n",
+        ),
+        # arithmetic that padding one name cannot align: reported, no fix
+        Invalid(
+            "import torch.nn as nn\nN = 196\nproj = nn.Linear(N + 1, 768)\n",
+            message="197",
+            expected_fix=None,
+        ),
+        # a checkpoint fixes the size: info, no fix
+        Invalid(
+            "import torch.nn as nn\n"
+            "class GPT2Config:\n"
+            "    def __init__(self, vocab_size=50257):\n"
+            "        self.vocab_size = vocab_size\n"
+            "class GPT2(nn.Module):\n"
+            "    def __init__(self, config):\n"
+            "        super().__init__()\n"
+            "        self.wte = nn.Embedding(config.vocab_size, 768)\n"
+            "    @classmethod\n"
+            "    def from_pretrained(cls, path):\n"
+            "        return cls(GPT2Config())\n",
+            line=8,
+            severity="info",
+            message="pretrained checkpoint",
+            expected_fix=None,
+        ),
+        Invalid(
+            "from torch.nn import ConvTranspose2d\nup = ConvTranspose2d(in_channels=250, out_channels=125, kernel_size=2)\n",
+            count=1,
+            expected_fix="from torch.nn import ConvTranspose2d\nup = ConvTranspose2d(in_channels=256, out_channels=128, kernel_size=2)\n",
+        ),
+    ]
+
+    # --- per file state ----------------------------------------------------------------
+
+    def begin_file(self, ctx) -> None:
+        self._alignment = ctx.settings.effective_alignment()
+        self._floor = FORMATS[ctx.settings.target].alignment
+        self._checkpoint = any(m in ctx.source for m in CHECKPOINT_MARKERS)
+        self._pending: list[tuple[ast.AST, str, list[_Size]]] = []
+        self._params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = []
+        self._gemm_attrs: set[tuple[Optional[str], str]] = set()
+        self._divisors: dict = collections.defaultdict(set)
+
+    # --- visitors ----------------------------------------------------------------------
+
+    def visit_Call(self, node: ast.Call, ctx) -> None:
+        name = layer_name(node)
+        if name is not None:
+            if is_torch_layer(ctx, node, name):
+                self._layer(node, name, ctx)
+            return
+        func = node.func
+        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if attr == "Parameter":
+            if ctx.qualname(func) in _PARAMETER_QUALNAMES:
+                self._parameter(node, ctx)
+        elif attr in _GEMM_ATTRS:
+            indexes = GEMM_FUNCTIONS.get(ctx.qualname(func) or "")
+            if indexes:
+                cls = ctx.enclosing_class(node)
+                for i in indexes:
+                    if i < len(node.args):
+                        used = _self_attr(node.args[i])
+                        if used:
+                            self._gemm_attrs.add((cls.name if cls else None, used))
+
+    def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        op = node.op
+        if isinstance(op, (ast.FloorDiv, ast.Mod)):
+            root = find_root(ctx, node.left)
+            if root is not None and root.kind == "literal":
+                divisor = ctx.evaluate(node.right)
+                self._add_divisor(root, as_size(divisor.value) if divisor else None)
+        elif isinstance(op, ast.MatMult):
+            cls = ctx.enclosing_class(node)
+            for side in (node.left, node.right):
+                used = _self_attr(side)
+                if used:
+                    self._gemm_attrs.add((cls.name if cls else None, used))
+
+    def _add_divisor(self, root: Root, divisor: Optional[int]) -> None:
+        if not divisor or divisor < 2:
+            return
+        value = root.mult * root.node.value
+        if value % divisor == 0:  # a split the model relies on (heads); keep it exact
+            self._divisors[root.key].add(divisor // math.gcd(divisor, root.mult))
+
+    def _layer(self, call: ast.Call, name: str, ctx) -> None:
+        dims, heads, groups = LAYERS[name]
+        if groups is not None:
+            g = argument(call, *groups)
+            if g is not None:
+                gv = ctx.evaluate(g)
+                if gv is None or gv.value != 1:
+                    return
+        if heads is not None:
+            h, first = argument(call, *heads), argument(call, dims[0].index, dims[0].keyword)
+            if h is not None and first is not None:
+                root = find_root(ctx, first)
+                hv = ctx.evaluate(h)
+                if root is not None and root.kind == "literal" and hv is not None:
+                    self._add_divisor(root, as_size(hv.value))
+        sizes = []
+        for dim in dims:
+            expr = argument(call, dim.index, dim.keyword)
+            if expr is not None:
+                size = self._unaligned(expr, ctx, dim.keyword)
+                if size is not None:
+                    sizes.append(size)
+        if sizes:
+            self._pending.append((call, f"`nn.{name}`", sizes))
+
+    def _parameter(self, call: ast.Call, ctx) -> None:
+        shape = parameter_shape(ctx, call)
+        if shape is None:
+            return
+        stmt = ctx.parent(call)
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is not call:
+            return
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        attr = _self_attr(targets[0]) if len(targets) == 1 else None
+        if attr is None:
+            return
+        cls = ctx.enclosing_class(call)
+        self._params.append((call, attr, cls.name if cls else None, shape))
+
+    def _unaligned(self, expr: ast.AST, ctx, label: str) -> Optional[_Size]:
+        value = ctx.evaluate(expr)
+        if value is None:
+            return None
+        size = as_size(value.value)
+        if size is None or size % self._alignment == 0 or size < self._floor:
+            return None
+        root = find_root(ctx, expr)
+        names = list(root.names) if root is not None else _names_in(expr)
+        names += [r.note for r in value.origin]
+        if data_named(names):
+            return None
+        if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
+            root = None  # the evaluator and the root disagree: do not guess an edit
+        return _Size(label, size, root, value.origin)
+
+    # --- reporting ---------------------------------------------------------------------
+
+    def end_file(self, ctx) -> None:
+        for call, attr, cls, shape in self._params:
+            if (cls, attr) not in self._gemm_attrs and "weight" not in attr.lower():
+                continue
+            sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
+            if sizes:
+                self._pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
+        fixed_keys: set = set()
+        for call, label, sizes in self._pending:
+            self._report_use(ctx, call, label, sizes, fixed_keys)
+        if ctx.project is not None:
+            self._report_config_definitions(ctx, fixed_keys)
+
+    def _padded(self, root: Root, extra_divisors=()) -> int:
+        step = lcm(self._alignment, *self._divisors.get(root.key, ()), *extra_divisors)
+        return next_multiple(root.node.value, step)
+
+    def _report_use(self, ctx, call, label, sizes: list[_Size], fixed_keys: set) -> None:
+        alignment = self._alignment
+        related: list[Related] = []
+        for s in sizes:
+            for r in s.origin:
+                if r not in related:
+                    related.append(r)
+        message = f"{label} {_sizes_text(sizes, alignment)}"
+        checkpoint = self._checkpoint and any(s.root is None or s.root.via_config for s in sizes)
+        if checkpoint:
+            message += (
+                "; bound to a pretrained checkpoint (this file loads one): padding here breaks loading, "
+                "pad after loading (e.g. `resize_token_embeddings(..., pad_to_multiple_of=8)`)"
+            )
+            ctx.report(self, call, message, related=related, severity=Severity.INFO)
+            return
+        edits, notes, elsewhere = {}, [], []
+        for s in sizes:
+            root = s.root
+            if root is not None and root.kind == "literal":
+                if root.key not in edits:
+                    new = self._padded(root)
+                    edits[root.key] = Edit.replace(root.node, str(new))
+                    what = f"`{root.names[-1]}`" if root.names else "the literal"
+                    notes.append(f"{what} {root.node.value} -> {new}")
+            elif s.origin and s.origin[-1].path != ctx.path:
+                where = s.origin[-1]
+                elsewhere.append(f"{s.label} is defined in {where.path}:{where.line}")
+        message += f" ({_why(ctx.settings, alignment)})"
+        if elsewhere:
+            message += "; " + "; ".join(elsewhere) + " (its fix is offered there when that file is linted too)"
+        fix = None
+        if edits:
+            fixed_keys.update(edits)
+            fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(notes) + " (changes the architecture)")
+        ctx.report(self, call, message, fix=fix, related=related)
+
+    # --- sizes defined here, used as layer sizes in another file -----------------------
+
+    @classmethod
+    def collect(cls, ctx):
+        """Config fields this file uses as layer sizes (and head splits of them), for the
+        file that defines the config."""
+        source = ctx.source
+        if not any(m in source for m in _CONFIG_MARKERS):
+            return None
+        checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
+        uses, divisors = [], []
+        for node in ast.walk(ctx.tree):
+            if isinstance(node, ast.Call):
+                name = layer_name(node)
+                if name is None or not is_torch_layer(ctx, node, name):
+                    continue
+                dims, heads, _ = LAYERS[name]
+                for dim in dims:
+                    expr = argument(node, dim.index, dim.keyword)
+                    root = find_root(ctx, expr) if expr is not None else None
+                    if root is not None and root.kind == "config":
+                        uses.append({
+                            "field": root.field, "cls": root.cls, "mult": root.mult, "names": list(root.names),
+                            "line": node.lineno, "column": ctx.char_col(node.lineno, node.col_offset) + 1,
+                            "layer": f"nn.{name}", "arg": dim.keyword, "checkpoint": checkpoint,
+                        })
+                if heads is not None:
+                    first, h = argument(node, dims[0].index, dims[0].keyword), argument(node, *heads)
+                    if first is not None and h is not None:
+                        divisors.extend(cls._divisor_fact(ctx, first, h))
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+                divisors.extend(cls._divisor_fact(ctx, node.left, node.right))
+        return {"uses": uses, "divisors": divisors} if uses else None
+
+    @staticmethod
+    def _divisor_fact(ctx, left, right) -> list:
+        root = find_root(ctx, left)
+        if root is None or root.kind != "config":
+            return []
+        fact = {"field": root.field, "cls": root.cls, "mult": root.mult}
+        divisor = find_root(ctx, right)
+        if divisor is not None and divisor.kind == "config" and divisor.mult == 1:
+            return [{**fact, "div_field": divisor.field}]
+        value = ctx.evaluate(right)
+        size = as_size(value.value) if value is not None else None
+        return [{**fact, "value": size}] if size else []
+
+    def _report_config_definitions(self, ctx, fixed_keys: set) -> None:
+        local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+        if not local:
+            return
+        by_field: dict = {}  # (class, field) -> [(path, use)]
+        divisor_facts = []
+        for path, data in ctx.project.facts(self.code):
+            if path == ctx.path:
+                continue
+            divisor_facts.extend(data.get("divisors", ()))
+            for use in data.get("uses", ()):
+                owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
+                if len(owners) == 1 and owners[0] in local:
+                    by_field.setdefault((owners[0], use["field"]), []).append((path, use))
+        for (cname, field), uses in by_field.items():
+            entry = config_fields(local[cname]).get(field)
+            if entry is None:
+                continue
+            default = entry[1]
+            root = find_root(ctx, default)
+            value = ctx.evaluate(default)
+            if root is None or root.kind != "literal" or value is None or as_size(value.value) != root.mult * root.node.value:
+                continue
+            if root.key in fixed_keys:
+                continue
+            base = root.mult * root.node.value
+            bad = []
+            for path, use in uses:
+                size = base * use["mult"]
+                if size % self._alignment == 0 or size < self._floor or data_named(use["names"] + [field]):
+                    continue
+                if use["checkpoint"]:
+                    bad = []  # the use site reports it as checkpoint-bound
+                    break
+                bad.append((path, use, size))
+            if not bad:
+                continue
+            extra = set()
+            for fact in divisor_facts:
+                if fact["field"] != field or fact["cls"] not in (None, cname):
+                    continue
+                d = fact.get("value")
+                if d is None and fact.get("div_field"):
+                    dv = ctx.evaluator.config_default(fact["div_field"], cname)
+                    d = as_size(dv.value) if dv is not None else None
+                if d and d > 1 and (base * fact["mult"]) % d == 0:
+                    extra.add(d // math.gcd(d, fact["mult"]))
+            new = self._padded(root, extra)
+            path, use, size = bad[0]
+            where = ", ".join(f"`{u['layer']}` {u['arg']} in {p}:{u['line']}" for p, u, _ in bad[:3])
+            message = (
+                f"`{cname}.{field}` = {base} is a layer size ({where}), not a multiple of {self._alignment}: "
+                f"pad to {next_multiple(base, self._alignment)} ({_why(ctx.settings, self._alignment)})"
+            )
+            related = [Related(p, u["line"], u["column"], f"used as {u['arg']} of `{u['layer']}` here") for p, u, _ in bad]
+            fix = Fix([Edit.replace(root.node, str(new))], "unsafe", f"Pad `{field}` {root.node.value} -> {new} (changes the architecture)")
+            fixed_keys.add(root.key)
+            ctx.report(self, default, message, fix=fix, related=related)
