@@ -1,0 +1,238 @@
+"""AMP103 all-masked-row-nan: ``masked_fill(mask, -inf)`` feeding a softmax, where a whole row can be masked."""
+from __future__ import annotations
+
+import ast
+import math
+
+from amplint.analysis.constants import (
+    ATTENTION_CONSUMERS,
+    SOFTMAX_ATTRS,
+    feeds_softmax,
+    finfo_text,
+    mask_kind,
+    origin_has_default,
+    tensor_name,
+)
+from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+
+class AllMaskedRowNan(Rule):
+    code = "AMP103"
+    name = "all-masked-row-nan"
+    summary = "`masked_fill(mask, -inf)` before a softmax gives NaN for a row the mask covers entirely"
+    severity = Severity.WARNING
+    fix_applicability = "unsafe"
+    markers = ("masked_fill", "where", "inf")
+    docs = """
+## What it does
+Flags `x.masked_fill(mask, float("-inf"))` (also `masked_fill_`, `torch.where(mask, x,
+-inf)`, `x[mask] = -inf`; the infinity written as `float("-inf")`, `-float("inf")`,
+`-math.inf`, `-np.inf`, `-torch.inf`, or reached through a name) whose result feeds a
+softmax (or `scaled_dot_product_attention`) in the same function, where the mask can
+cover a whole row.
+
+- A padding mask (a name or source mentioning `pad`, `attention_mask`, lengths...):
+  `warning`.
+- A mask the linter cannot classify (a `mask` argument): `info`.
+- Causal masks are not flagged: masks built with `tril` / `triu` (directly, through a local
+  name, or a buffer registered in `__init__` as in nanoGPT's
+  `self.register_buffer("bias", torch.tril(...))` then
+  `att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))`), and masks named
+  `causal_mask` / `subsequent_mask`: they always keep the diagonal, so no row is empty.
+
+## Why is this bad?
+The softmax of a row that is entirely `-inf` is NaN in every dtype (fp32 too): `exp(-inf
+- (-inf))` is `exp(nan)`. That happens whenever a padding mask covers every key of a
+row -- a fully padded sequence in a batch, a padded query row of a pairwise mask, a
+left-padded prefix under a combined causal+padding mask -- and the NaN then spreads
+through the next layer's attention and into the loss. With `torch.finfo(dtype).min` (or
+-1e4 in fp16) the row comes out uniform, and the padded positions are normally ignored
+downstream anyway. Measured: softmax over an all-masked row with `-inf` fill is all
+NaN; with -1e4, -65504 or `finfo.min` it is uniform (`fp16-facts.md`).
+
+## Example
+```python
+scores = scores.masked_fill(key_padding_mask, float("-inf"))
+probs = scores.softmax(dim=-1)
+```
+
+## Use instead
+```python
+scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)
+probs = scores.softmax(dim=-1)
+```
+
+## Fix applicability
+`unsafe`: it changes fp32 results (a fully masked row becomes uniform instead of NaN,
+which is the point, but it is a behaviour change). The fix needs a nameable tensor (the
+receiver of `masked_fill`, the other branch of `where`, the subscripted tensor) and a
+`torch` import; without them it is not offered. When the infinity comes through a
+parameter default, the use is not rewritten (a caller may pass another value).
+"""
+
+    VALID = [
+        # nanoGPT: a registered causal buffer
+        Valid(
+            "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+            "class CausalSelfAttention(nn.Module):\n"
+            "    def __init__(self, n):\n"
+            "        super().__init__()\n"
+            "        self.register_buffer('bias', torch.tril(torch.ones(n, n)).view(1, 1, n, n))\n"
+            "    def forward(self, q, k, v):\n"
+            "        T = q.size(-2)\n"
+            "        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))\n"
+            "        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
+            "        att = F.softmax(att, dim=-1)\n"
+            "        return att @ v\n"
+        ),
+        # a causal mask built locally with triu
+        Valid(
+            "import torch\n"
+            "def attend(s):\n"
+            "    n = s.size(-1)\n"
+            "    m = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)\n"
+            "    return s.masked_fill(m, float('-inf')).softmax(-1)\n"
+        ),
+        Valid("import torch\ndef f(s, causal_mask):\n    return torch.softmax(s.masked_fill(causal_mask, -torch.inf), -1)\n"),
+        # not feeding a softmax (a masked max)
+        Valid("import torch\ndef f(x, pad):\n    return x.masked_fill(pad, float('-inf')).max(dim=1).values\n"),
+        # finite fill
+        Valid("import torch\ndef f(s, pad):\n    return s.masked_fill(pad, torch.finfo(s.dtype).min).softmax(-1)\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\n"
+            "def attend(scores, key_padding_mask):\n"
+            "    scores = scores.masked_fill(key_padding_mask, float('-inf'))\n"
+            "    return scores.softmax(dim=-1)\n",
+            line=3, severity="warning", message="padding",
+            expected_fix="import torch\n"
+            "def attend(scores, key_padding_mask):\n"
+            "    scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)\n"
+            "    return scores.softmax(dim=-1)\n",
+        ),
+        # unknown mask: info
+        Invalid(
+            "import math\nimport torch.nn.functional as F\nimport torch\n"
+            "def attend(s, mask):\n"
+            "    return F.softmax(s.masked_fill(mask == 0, -math.inf), dim=-1)\n",
+            severity="info",
+            expected_fix="import math\nimport torch.nn.functional as F\nimport torch\n"
+            "def attend(s, mask):\n"
+            "    return F.softmax(s.masked_fill(mask == 0, torch.finfo(s.dtype).min), dim=-1)\n",
+        ),
+        # -inf through a module constant
+        Invalid(
+            "import numpy as np\nimport torch\nNEG = -np.inf\n"
+            "def f(s, pad_mask):\n"
+            "    s.masked_fill_(pad_mask, NEG)\n"
+            "    p = torch.softmax(s, -1)\n"
+            "    return p\n",
+            line=5,
+            expected_fix="import numpy as np\nimport torch\nNEG = -np.inf\n"
+            "def f(s, pad_mask):\n"
+            "    s.masked_fill_(pad_mask, torch.finfo(s.dtype).min)\n"
+            "    p = torch.softmax(s, -1)\n"
+            "    return p\n",
+        ),
+        # a causal mask combined with padding is not causal any more
+        Invalid(
+            "import torch\n"
+            "def f(s, attention_mask):\n"
+            "    n = s.size(-1)\n"
+            "    m = torch.tril(torch.ones(n, n)).bool() & attention_mask[:, None, :].bool()\n"
+            "    return torch.where(m, s, float('-inf')).softmax(-1)\n",
+            line=5,
+            expected_fix="import torch\n"
+            "def f(s, attention_mask):\n"
+            "    n = s.size(-1)\n"
+            "    m = torch.tril(torch.ones(n, n)).bool() & attention_mask[:, None, :].bool()\n"
+            "    return torch.where(m, s, torch.finfo(s.dtype).min).softmax(-1)\n",
+        ),
+        # an additive mask for scaled_dot_product_attention
+        Invalid(
+            "import torch\nimport torch.nn.functional as F\n"
+            "def f(q, k, v, pad):\n"
+            "    bias = torch.zeros(pad.shape, dtype=q.dtype).masked_fill(pad, float('-inf'))\n"
+            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)\n",
+            expected_fix=None,
+        ),
+        # the receiver cannot be named: no fix
+        Invalid(
+            "import torch\ndef f(q, k, pad):\n    return (q @ k.T).masked_fill(pad, float('-inf')).softmax(-1)\n",
+            expected_fix=None,
+        ),
+    ]
+
+    def _is_neg_inf(self, ctx, expr):
+        if expr is None:
+            return None
+        if not isinstance(expr, (ast.Call, ast.UnaryOp, ast.Name, ast.Attribute)):
+            return None
+        value = ctx.evaluate(expr)
+        if value is not None and isinstance(value.value, float) and math.isinf(value.value) and value.value < 0:
+            return value
+        return None
+
+    def _check(self, ctx, node, value_expr, mask, target, produced=None):
+        value = self._is_neg_inf(ctx, value_expr)
+        if value is None:
+            return
+        if not feeds_softmax(ctx, node, produced, SOFTMAX_ATTRS + ATTENTION_CONSUMERS):
+            return
+        kind = mask_kind(ctx, mask, node) if mask is not None else "unknown"
+        if kind == "causal":
+            return
+        fix = None
+        tensor = tensor_name(target) if target is not None else None
+        if tensor is not None and not origin_has_default(value):
+            text = finfo_text(ctx, tensor, True)
+            if text is not None:
+                fix = Fix([Edit.replace(value_expr, text)], "unsafe", f"Fill with `{text}` (a fully masked row becomes uniform, not NaN)")
+        what = "a padding mask" if kind == "padding" else "if the mask"
+        if kind == "padding":
+            message = (f"`{ctx.segment(value_expr)}` fill before a softmax: a row that {what} covers entirely "
+                       "(a fully padded sequence) becomes NaN, in every dtype")
+        else:
+            message = (f"`{ctx.segment(value_expr)}` fill before a softmax: {what} can cover a whole row, that row "
+                       "becomes NaN in every dtype (not flagged for causal tril/triu masks)")
+        ctx.report(self, value_expr, message, fix=fix, related=value.origin,
+                   severity=Severity.WARNING if kind == "padding" else Severity.INFO)
+
+    def visit_Call(self, node: ast.Call, ctx) -> None:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name not in ("masked_fill", "masked_fill_", "where"):
+            return
+        qn = ctx.qualname(func)
+        if qn is not None and not qn.startswith("torch."):
+            return
+        args, kw = node.args, {k.arg: k.value for k in node.keywords if k.arg}
+        if name == "where":
+            if qn is not None and len(args) == 3:
+                cond, a, b = args
+                self._check(ctx, node, b, cond, a)
+                self._check(ctx, node, a, cond, b)
+            elif qn is None and isinstance(func, ast.Attribute) and len(args) == 2:
+                self._check(ctx, node, args[1], args[0], func.value)
+            return
+        if qn is not None:  # torch.masked_fill(x, mask, value)
+            target = args[0] if args else kw.get("input")
+            mask = args[1] if len(args) > 1 else kw.get("mask")
+            value = args[2] if len(args) > 2 else kw.get("value")
+        else:
+            target = func.value
+            mask = args[0] if args else kw.get("mask")
+            value = args[1] if len(args) > 1 else kw.get("value")
+        produced = {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None
+        self._check(ctx, node, value, mask, target, produced)
+
+    def visit_Assign(self, node: ast.Assign, ctx) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Subscript):
+            return
+        if self._is_neg_inf(ctx, node.value) is None:
+            return
+        sub = node.targets[0]
+        target = tensor_name(sub)
+        produced = {target.id} if isinstance(target, ast.Name) else None
+        self._check(ctx, node.value, node.value, sub.slice, sub, produced)
