@@ -29,7 +29,8 @@ LOW_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
 DTYPE_PRESERVING = frozenset(
     "view reshape transpose permute contiguous unsqueeze squeeze flatten expand expand_as "
     "masked_fill clamp clamp_min clamp_max narrow select chunk split t detach clone "
-    "__getitem__ abs neg".split()
+    "__getitem__ abs neg pow exp log sqrt rsqrt square sum mean var std norm cumsum prod "
+    "softmax log_softmax tanh sigmoid relu add sub mul div".split()
 )
 
 #: calls the result of a range-growing reduction may pass through on its way to the
@@ -63,6 +64,8 @@ def severity_for(settings, qualname: str) -> Optional[Severity]:
     autocast keeps the op in half)."""
     if settings.opt_level == "O0":
         return None
+    if settings.target == "bf16":
+        return Severity.INFO  # bf16 has fp32's exponent range: precision, not overflow
     if settings.opt_level == "O1" and upcast_by_policy(qualname, settings):
         return Severity.INFO
     return Severity.WARNING
@@ -169,10 +172,12 @@ def is_fp32(ctx, expr: Optional[ast.AST], depth: int = 0) -> bool:
             if any(dtype_kind(ctx, v) == "fp32" for v in values):
                 return True
             return False
+        kw = keyword(expr, "dtype")  # x.sum(dtype=torch.float32)
+        if kw is not None:
+            return dtype_kind(ctx, kw.value) == "fp32"
         if attr in DTYPE_PRESERVING:
             return is_fp32(ctx, expr.func.value, depth + 1)
-        kw = keyword(expr, "dtype")  # x.sum(dtype=torch.float32)
-        return kw is not None and dtype_kind(ctx, kw.value) == "fp32"
+        return False
     if isinstance(expr, ast.Call):
         kw = keyword(expr, "dtype")
         return kw is not None and dtype_kind(ctx, kw.value) == "fp32"
@@ -332,7 +337,10 @@ def upcast_operand_edits(operand: ast.AST) -> list[Edit]:
 
 
 def cast_back_edits(ctx, node: ast.AST, source: ast.AST) -> list[Edit]:
-    """Append ``.to(<source>.dtype)`` to ``node`` (parenthesised unless it is postfix-safe)."""
+    """Append ``.to(<source>.dtype)`` to ``node`` (parenthesised unless it is postfix-safe);
+    nothing when the code already casts the result."""
+    if already_cast_back(ctx, node):
+        return []
     text = f".to({ctx.segment(source)}.dtype)"
     if isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
         return [Edit.insert_after(node, text)]
@@ -380,3 +388,127 @@ def bounding_point(ctx, call: ast.AST) -> Optional[ast.AST]:
     return None
 
 
+
+
+# --- hand-written softmax (AMP303; AMP302 stays quiet on its parts) ------------------------
+
+class Handwritten:
+    """A matched ``exp(x) / exp(x).sum(dim, keepdim=True)`` (``kind="softmax"``) or
+    ``x - exp(x).sum(dim, keepdim=True).log()`` (``kind="log_softmax"``)."""
+
+    def __init__(self, kind, node, operand, sum_call, parts, bindings):
+        self.kind = kind
+        self.node = node  # the BinOp
+        self.operand = operand  # x
+        self.sum_call = sum_call
+        self.parts = parts  # ids of the exp / sum / log calls that belong to the pattern
+        self.bindings = bindings  # [(name, assignment statement)] followed through names
+
+
+def _follow(ctx, node, bindings):
+    if isinstance(node, ast.Name):
+        value = reaching_value(ctx, node)
+        if value is not None:
+            stmt = ctx.enclosing_statement(value)
+            bindings.append((node.id, stmt))
+            return value
+    return node
+
+
+def exp_operand(ctx, node, bindings=None) -> Optional[ast.AST]:
+    """``x`` for ``torch.exp(x)`` / ``x.exp()`` (following a name to its assignment)."""
+    bindings = [] if bindings is None else bindings
+    node = _follow(ctx, node, bindings)
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "exp"):
+        return None
+    qn = ctx.qualname(node.func)
+    if qn == "torch.exp" and len(node.args) == 1 and not node.keywords:
+        return node.args[0]
+    if qn is None and not node.args and not node.keywords:
+        recv = node.func.value
+        if isinstance(recv, ast.Name) and (recv.id == "self" or recv.id in ctx.imports):
+            return None
+        return recv
+    return None
+
+
+def _sum_of_exp(ctx, node, bindings):
+    """(x, sum call, exp node) for ``exp(x).sum(...)`` / ``torch.sum(exp(x), ...)``."""
+    node = _follow(ctx, node, bindings)
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "sum"):
+        return None
+    qn = ctx.qualname(node.func)
+    if qn == "torch.sum" and node.args:
+        inner = node.args[0]
+    elif qn is None:
+        inner = node.func.value
+    else:
+        return None
+    exp_node = _follow(ctx, inner, bindings)
+    x = exp_operand(ctx, exp_node, bindings)
+    return None if x is None else (x, node, exp_node)
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and ast.dump(a) == ast.dump(b)
+
+
+def match_handwritten(ctx, node: ast.AST) -> Optional[Handwritten]:
+    if not isinstance(node, ast.BinOp):
+        return None
+    bindings: list = []
+    if isinstance(node.op, ast.Div):
+        left = _follow(ctx, node.left, bindings)
+        x = exp_operand(ctx, left, bindings)
+        if x is None:
+            return None
+        found = _sum_of_exp(ctx, node.right, bindings)
+        if found is None or not _same(found[0], x):
+            return None
+        parts = {id(left), id(found[1]), id(found[2])}
+        return Handwritten("softmax", node, x, found[1], parts, bindings)
+    if isinstance(node.op, ast.Sub):
+        right = _follow(ctx, node.right, bindings)
+        if not (isinstance(right, ast.Call) and isinstance(right.func, ast.Attribute) and right.func.attr == "log"):
+            return None
+        qn = ctx.qualname(right.func)
+        if qn == "torch.log" and len(right.args) == 1:
+            inner = right.args[0]
+        elif qn is None and not right.args:
+            inner = right.func.value
+        else:
+            return None
+        found = _sum_of_exp(ctx, inner, bindings)
+        if found is None or not _same(found[0], node.left):
+            return None
+        parts = {id(right), id(found[1]), id(found[2])}
+        return Handwritten("log_softmax", node, node.left, found[1], parts, bindings)
+    return None
+
+
+def handwritten_parts(ctx, node: ast.AST) -> set:
+    """ids of every exp / sum / log call that is part of a hand-written softmax in the
+    function enclosing ``node`` (computed once per function)."""
+    func = ctx.enclosing_function(node)
+    if func is None:
+        return set()
+    cached = getattr(func, "amplint_handwritten_parts", None)
+    if cached is None:
+        cached = set()
+        for sub in ast.walk(func):
+            if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Div, ast.Sub)):
+                found = match_handwritten(ctx, sub)
+                if found is not None:
+                    cached |= found.parts
+        func.amplint_handwritten_parts = cached
+    return cached
+
+
+def already_cast_back(ctx, node: ast.AST) -> bool:
+    """``node`` is already followed by ``.to(...)`` / ``.type_as(...)`` / ``.half()``."""
+    parent = ctx.parent(node)
+    return (
+        isinstance(parent, ast.Attribute) and parent.value is node
+        and parent.attr in ("to", "type_as", "half", "bfloat16", "type")
+        and isinstance(ctx.parent(parent), ast.Call)
+    )

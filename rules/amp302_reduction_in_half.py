@@ -1,0 +1,280 @@
+"""AMP302 reduction-in-half: sums, products, norms, variances, exp and pow in fp16 inside forward."""
+from __future__ import annotations
+
+import ast
+import re
+
+from amplint.analysis import reductions as R
+from amplint.rule import Fix, Invalid, Rule, Severity, Valid
+
+#: ops whose API takes ``dtype=`` (accumulate and return in that dtype)
+_DTYPE_OPS = frozenset({"sum", "nansum", "cumsum", "cumprod", "prod", "norm", "vector_norm"})
+#: ops without ``dtype=``: the operand is upcast with ``.float()``
+_UPCAST_OPS = frozenset({"var", "exp", "pow"})
+_NAMES = _DTYPE_OPS | _UPCAST_OPS | {"mean"}
+_MODULES = ("torch.", "torch.Tensor.", "torch.linalg.")
+
+_WHY = {
+    "sum": "a sum above 65504 is inf in fp16 (100,000 fp16 ones sum to inf)",
+    "nansum": "a sum above 65504 is inf in fp16 (100,000 fp16 ones sum to inf)",
+    "cumsum": "a running sum above 65504 is inf in fp16",
+    "prod": "a product above 65504 is inf in fp16",
+    "cumprod": "a running product above 65504 is inf in fp16",
+    "norm": "a norm above 65504 is inf in fp16 (100,000 values of 300 give inf)",
+    "vector_norm": "a norm above 65504 is inf in fp16 (100,000 values of 300 give inf)",
+    "var": "a variance above 65504 is inf in fp16 (values spread by +-300 already overflow)",
+    "exp": "exp overflows fp16 above 11.09 (exp(11.1) is inf)",
+}
+#: operands that are counts or masks, not activations: summing them is exact
+_INTEGER_NAME = re.compile(r"(^|_)(mask|masks|ids|idx|index|indices|count|counts|len|lens|lengths|labels?|targets?|tokens?)($|_)")
+_INTEGER_METHODS = frozenset("long int bool short byte ne eq gt lt ge le isnan isinf isfinite logical_not logical_and logical_or".split())
+
+
+def _integer_like(ctx, operand) -> bool:
+    if isinstance(operand, (ast.Compare, ast.BoolOp)):
+        return True
+    if isinstance(operand, ast.UnaryOp) and isinstance(operand.op, ast.Invert):
+        return True
+    if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr in _INTEGER_METHODS:
+        return True
+    base = operand
+    while isinstance(base, (ast.Attribute, ast.Subscript)):
+        if isinstance(base, ast.Attribute) and _INTEGER_NAME.search(base.attr):
+            return True
+        base = base.value
+    return isinstance(base, ast.Name) and bool(_INTEGER_NAME.search(base.id))
+
+
+def _stable_exp(ctx, operand) -> bool:
+    """``exp(x - x.max(...))`` / ``exp(x - m)`` with ``m = x.amax(...)``: cannot overflow."""
+    if not (isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Sub)):
+        return False
+    right = operand.right
+    if isinstance(right, ast.Name):
+        right = R.reaching_value(ctx, right) or right
+    for sub in ast.walk(right):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("max", "amax", "logsumexp"):
+            return True
+    return False
+
+
+class ReductionInHalf(Rule):
+    code = "AMP302"
+    name = "reduction-in-half"
+    summary = "sum / prod / norm / var / exp / pow computed in half precision inside `forward`"
+    severity = Severity.WARNING
+    fix_applicability = "safe"
+    markers = ("sum", "prod", "norm", "var(", "exp", "pow", "mean")
+    docs = """
+## What it does
+Flags, in model code (an `nn.Module`'s `forward` and what it calls in the same file),
+range-growing operations on possibly-half tensors without fp32 accumulation:
+`sum`, `nansum`, `cumsum`, `cumprod`, `prod`, `norm` / `torch.linalg.vector_norm` /
+`torch.linalg.norm`, `var`, `exp`, and `pow` with a constant exponent above 1, as tensor
+methods or `torch.*` functions. Not flagged: an operand already fp32 (`.float()`,
+`.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks and counts,
+`torch.logsumexp` and `exp(x - x.max(...))` (stable forms), and the exp / sum of a
+hand-written softmax (AMP303 reports those).
+
+`mean` is reported as `info` only: measured on PyTorch 2.13, fp16 `mean` accumulates in
+fp32 and its result cannot leave the inputs' range (the mean of 100,000 fp16 values of 300
+is exactly 300), so it never overflows; the finding marks a value rounded to fp16 that
+often feeds a variance or a loss. `std` is not reported for the same reason.
+
+Severity: under `opt-level = "O1"` an op the selected policy (`engine`, `device`) already
+runs in fp32 is `info`; under O2/O3 (pure half) or on CPU autocast, which keeps `sum` in
+fp16, it is a `warning`. With `target = "bf16"` every finding is `info` (bf16 has fp32's
+exponent range).
+
+## Why is this bad?
+fp16's largest value is 65504. `torch.full((100000,), 1.0, dtype=torch.half).sum()` is
+`inf`; with `dtype=torch.float32` it is 100000 (`docs/fp16-facts.md`). Measured on CPU
+fp16: the variance of values around +-300 is `inf`, the norm of 100,000 values of 300 is
+`inf`, `exp(11.1)` is `inf`, `x ** 2` is `inf` above 256. CUDA autocast returns `sum`,
+`cumsum`, `prod`, `norm`, `exp` and `pow` in fp32, CPU autocast keeps them in fp16, and
+under pure-half training (apex O2/O3, `model.half()`) nothing is upcast.
+
+## Example
+```python
+class Pool(nn.Module):
+    def forward(self, x):
+        return x / x.norm(dim=-1, keepdim=True)
+```
+
+## Use instead
+Accumulate in fp32 and cast back where the value is bounded again (the normalising
+division), so the rest of a half model still sees half:
+```python
+        return (x / x.norm(dim=-1, keepdim=True, dtype=torch.float32)).to(x.dtype)
+```
+The fix is `safe` (in fp32 it computes exactly what the original did). It passes
+`dtype=torch.float32` where the API takes it (`sum`, `cumsum`, `prod`, `norm`...) and
+upcasts the operand with `.float()` where it does not (`var`, `exp`, `pow`). It is offered
+only where the result reaches a bounding division (or a product with its `rsqrt`) in the
+same expression: casting an unbounded sum back to fp16 would overflow again, and leaving
+it fp32 would crash the next half matmul under `model.half()`.
+"""
+
+    VALID = [
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return x.sum(1, dtype=torch.float32)\n"),
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return x.float().norm(dim=-1)\n"),
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x, attention_mask):\n"
+              "        return attention_mask.sum(-1) + (x > 0).sum()\n"),
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return torch.logsumexp(x, -1) + torch.exp(x - x.max(-1, keepdim=True).values)\n"),
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return x.std(-1) + x.pow(0.5) + sum([1, 2])\n"),
+        Valid("import torch\ndef total(x):\n    return x.sum()\n"),
+        Valid("import torch\nimport numpy as np\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return np.sum(x) + np.linalg.norm(x)\n"),
+        # a hand-written softmax is AMP303's
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)\n"),
+    ]
+
+    INVALID = [
+        Invalid(
+            "import torch\nimport torch.nn as nn\n\nclass Pool(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        x = x / x.norm(dim=-1, keepdim=True)  # unit length\n"
+            "        return x\n",
+            line=6,
+            severity="info",
+            message="65504",
+            expected_fix="import torch\nimport torch.nn as nn\n\nclass Pool(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        x = (x / x.norm(dim=-1, keepdim=True, dtype=torch.float32)).to(x.dtype)  # unit length\n"
+            "        return x\n",
+        ),
+        # O2: a warning; masked mean pooling: the division bounds the sum
+        Invalid(
+            "import torch\n\nclass Pool(torch.nn.Module):\n"
+            "    def forward(self, h, mask):\n"
+            "        return (h * mask).sum(1) / mask.sum(1).clamp(min=1)\n",
+            severity="warning",
+            settings={"opt_level": "O2"},
+            expected_fix="import torch\n\nclass Pool(torch.nn.Module):\n"
+            "    def forward(self, h, mask):\n"
+            "        return ((h * mask).sum(1, dtype=torch.float32) / mask.sum(1).clamp(min=1)).to(h.dtype)\n",
+        ),
+        # RMS norm by hand: pow upcast, bounded by the product with rsqrt
+        Invalid(
+            "import torch\n\nclass RMSNorm(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)\n",
+            count=2,  # pow (a warning on CPU autocast) and mean (info)
+            settings={"engine": "torch", "device": "cpu"},
+            expected_fix="import torch\n\nclass RMSNorm(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)\n",
+        ),
+        Invalid(
+            "import torch\nclass G(torch.nn.Module):\n    def forward(self, x):\n        return torch.pow(x, 3.0)\n",
+            severity="warning",
+            message="|x| above 40.31",
+            settings={"engine": "torch", "device": "cpu"},
+            expected_fix=None,
+        ),
+        # exp in a helper forward calls; no bounding point: no fix
+        Invalid(
+            "import torch\n\ndef scale(s):\n    return s.exp()\n\n"
+            "class Clip(torch.nn.Module):\n    def forward(self, a):\n        return a * scale(a)\n",
+            line=4,
+            message="11.09",
+            expected_fix=None,
+        ),
+        # a cumulative sum that flows on unbounded: reported, no fix
+        Invalid(
+            "import torch\nclass C(torch.nn.Module):\n    def forward(self, x):\n        return torch.cumsum(x, dim=1)\n",
+            severity="warning",
+            settings={"opt_level": "O3"},
+            expected_fix=None,
+        ),
+        # mean: info only, never a fix
+        Invalid(
+            "import torch\nclass R(torch.nn.Module):\n    def forward(self, x):\n        return x.mean((2, 3))\n",
+            severity="info",
+            message="accumulates in fp32",
+            settings={"opt_level": "O2"},
+            expected_fix=None,
+        ),
+        # var has no dtype argument: the operand is upcast
+        Invalid(
+            "import torch\nclass N(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return (x - x.mean(0)) / x.var(0).sqrt()\n",
+            count=2,
+            expected_fix="import torch\nclass N(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return ((x - x.mean(0)) / x.float().var(0).sqrt()).to(x.dtype)\n",
+        ),
+    ]
+
+    def visit_Call(self, node: ast.Call, ctx) -> None:
+        func = node.func
+        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if attr not in _NAMES or not ctx.in_forward(node):
+            return
+        resolved = R.resolve_call(ctx, node, _NAMES)
+        if resolved is None:
+            return
+        qualname, operand, is_method = resolved
+        if not any(qualname == prefix + attr for prefix in _MODULES) or operand is None:
+            return
+        if attr in _DTYPE_OPS or attr == "mean":
+            if R.dtype_kind(ctx, R.argument(node, "dtype", -1)) in ("fp32", "unknown"):
+                return
+        if R.is_fp32(ctx, operand):
+            return
+        if attr in ("sum", "nansum", "cumsum", "prod", "cumprod") and _integer_like(ctx, operand):
+            return
+        if isinstance(operand, ast.Constant):
+            return
+        exponent = None
+        if attr == "pow":
+            value = ctx.evaluate(R.argument(node, "exponent", 0 if is_method else 1) or ast.Constant(None))
+            if value is None or value.value <= 1:
+                return
+            exponent = value.value
+        if attr in ("exp", "sum") and id(node) in R.handwritten_parts(ctx, node):
+            return
+        if attr == "exp" and _stable_exp(ctx, operand):
+            return
+        shown = f".{attr}()" if is_method else ctx.segment(func)
+        if attr == "mean":
+            if ctx.settings.opt_level == "O0":
+                return
+            ctx.report(
+                self, node,
+                f"`{shown}` runs in half inside `forward`: it accumulates in fp32 and cannot overflow, "
+                "but its result is rounded to fp16; pass `dtype=torch.float32` where it feeds a variance or a loss",
+                severity=Severity.INFO,
+            )
+            return
+        severity = R.severity_for(ctx.settings, qualname)
+        if severity is None:
+            return
+        why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
+        note = R.policy_note(ctx.settings, qualname, severity)
+        message = f"`{shown}` in half inside `forward`: {why} ({note})"
+        ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)
+
+    @staticmethod
+    def _fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
+        if R.has_double_star(node):
+            return None
+        point = R.bounding_point(ctx, node)
+        if point is None:
+            return None
+        source = R.dtype_source(ctx, operand)
+        if source is None:
+            return None
+        torch = R.torch_alias(ctx)
+        if attr in _DTYPE_OPS and torch is not None:
+            edits = [R.add_keyword_edit(ctx, node, f"dtype={torch}.float32")]
+            how = f"`dtype={torch}.float32`"
+        else:
+            edits = R.upcast_operand_edits(operand)
+            how = "`.float()` on the operand"
+        edits += R.cast_back_edits(ctx, point, source)
+        return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast the bounded result back to `{ctx.segment(source)}.dtype`")
