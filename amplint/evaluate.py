@@ -65,6 +65,34 @@ class Evaluator:
     def __init__(self, ctx: "FileContext"):
         self.ctx = ctx
         self._config_fields: Optional[dict[str, dict[str, tuple[ast.AST, ast.AST]]]] = None
+        # per function, computed once: name -> statements binding it; attr -> `self.attr = ...`
+        self._bindings: dict[int, dict[str, list[ast.AST]]] = {}
+        self._self_assignments: dict[int, dict[str, list[ast.AST]]] = {}
+
+    def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
+        """Local name -> the statements in ``func`` (not nested scopes) that bind it."""
+        table = self._bindings.get(id(func))
+        if table is None:
+            table = {}
+            for node in _own_nodes(func):
+                if isinstance(node, _BINDING_NODES):
+                    for bound in _bound_names(node):
+                        table.setdefault(bound, []).append(node)
+            self._bindings[id(func)] = table
+        return table
+
+    def self_assignments(self, func: ast.AST) -> dict[str, list[ast.AST]]:
+        """Attribute -> the ``self.attr = ...`` statements in ``func``."""
+        table = self._self_assignments.get(id(func))
+        if table is None:
+            table = {}
+            for node in _own_nodes(func):
+                if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            table.setdefault(t.attr, []).append(node)
+            self._self_assignments[id(func)] = table
+        return table
 
     # --- entry -----------------------------------------------------------------------
 
@@ -148,11 +176,7 @@ class Evaluator:
     def _local_value(self, func: ast.AST, name: str, depth: int):
         """The value of ``name`` inside ``func``: one local assignment, or a parameter
         default.  Returns _MISSING when ``func`` does not bind ``name``."""
-        assigned = [
-            node for node in _own_nodes(func)
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.NamedExpr))
-            and name in _bound_names(node)
-        ]
+        assigned = self.bindings(func).get(name, ())
         param, default = _parameter(func, name)
         if assigned:
             if param is not None or len(assigned) > 1:
@@ -200,13 +224,7 @@ class Evaluator:
                     values.append((stmt, None))
             init = ctx.method(klass, "__init__")
             if init is not None:
-                for node in _own_nodes(init):
-                    if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
-                        isinstance(t, ast.Attribute) and t.attr == name
-                        and isinstance(t.value, ast.Name) and t.value.id == "self"
-                        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                    ):
-                        values.append((node, init))
+                values.extend((node, init) for node in self.self_assignments(init).get(name, ()))
             if not values:
                 continue
             results = [self.evaluate(stmt.value, scope, depth + 1) for stmt, scope in values]
@@ -251,6 +269,9 @@ class Evaluator:
 
 
 # --- helpers -----------------------------------------------------------------------
+
+_BINDING_NODES = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.NamedExpr)
+
 
 class _Missing:
     pass
