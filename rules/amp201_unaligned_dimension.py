@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import collections
 import math
+import os
 from typing import Optional
 
 from amplint.analysis.dims import (
@@ -26,6 +27,9 @@ from amplint.evaluate import config_fields, is_config_class
 from amplint.numerics import FORMATS
 from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 
+#: output widths below this are heads (classes, regression targets): too narrow for the
+#: alignment to matter, and a hidden width that small is caught as the next layer's input
+SMALL_HEAD = 64
 _PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 _GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
 _LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
@@ -112,9 +116,11 @@ related locations say where the number is defined.
 
 Not flagged, because the data fixes them, not the design: sizes below the format's
 alignment (an image stem's `in_channels=3` or `1`, regression and binary heads with
-1 or 2 outputs, token-type embeddings of 2), sizes that reach the layer through a name
-about classes or labels (`num_classes=10`, `num_labels`), and sizes that cannot be
-computed. In a file that loads a pretrained checkpoint (`from_pretrained`,
+1 or 2 outputs, token-type embeddings of 2), output widths below 64 (classifier heads
+such as MNIST's 10 digits: too narrow for padding to pay, and a hidden width that small
+is still caught as the next layer's input), sizes that reach the layer through a name
+about classes or labels (`num_classes`, `n_classes=100`, `num_labels`), depthwise and
+grouped convolutions, and sizes that cannot be computed. In a file that loads a pretrained checkpoint (`from_pretrained`,
 `PreTrainedModel`), sizes from the config are reported as `info` without a fix: the
 checkpoint's tensors have those shapes.
 
@@ -426,7 +432,7 @@ class GPTConfig:
         for dim in dims:
             expr = argument(call, dim.index, dim.keyword)
             if expr is not None:
-                size = self._unaligned(expr, ctx, dim.keyword)
+                size = self._unaligned(expr, ctx, dim.keyword, dim.role)
                 if size is not None:
                     sizes.append(size)
         if sizes:
@@ -446,13 +452,15 @@ class GPTConfig:
         cls = ctx.enclosing_class(call)
         self._params.append((call, attr, cls.name if cls else None, shape))
 
-    def _unaligned(self, expr: ast.AST, ctx, label: str) -> Optional[_Size]:
+    def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[_Size]:
         value = ctx.evaluate(expr)
         if value is None:
             return None
         size = as_size(value.value)
         if size is None or size % self._alignment == 0 or size < self._floor:
             return None
+        if role == "out" and size < SMALL_HEAD:
+            return None  # a head (classes, targets); a hidden width shows up as the next layer's input
         root = find_root(ctx, expr)
         names = list(root.names) if root is not None else _names_in(expr)
         names += [r.note for r in value.origin]
@@ -476,6 +484,12 @@ class GPTConfig:
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
             self._report_config_definitions(ctx, fixed_keys)
+
+    def _split_note(self, divisors) -> str:
+        divisors = sorted(d for d in divisors if self._alignment % d)
+        if not divisors:
+            return ""
+        return f" (also a multiple of {', '.join(map(str, divisors))}: the width is split into heads)"
 
     def _padded(self, root: Root, extra_divisors=()) -> int:
         step = lcm(self._alignment, *self._divisors.get(root.key, ()), *extra_divisors)
@@ -505,7 +519,7 @@ class GPTConfig:
                     new = self._padded(root)
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
-                    notes.append(f"{what} {root.node.value} -> {new}")
+                    notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(self._divisors.get(root.key, ())))
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
                 elsewhere.append(f"{s.label} is defined in {where.path}:{where.line}")
@@ -542,7 +556,7 @@ class GPTConfig:
                         uses.append({
                             "field": root.field, "cls": root.cls, "mult": root.mult, "names": list(root.names),
                             "line": node.lineno, "column": ctx.char_col(node.lineno, node.col_offset) + 1,
-                            "layer": f"nn.{name}", "arg": dim.keyword, "checkpoint": checkpoint,
+                            "layer": f"nn.{name}", "arg": dim.keyword, "role": dim.role, "checkpoint": checkpoint,
                         })
                 if heads is not None:
                     first, h = argument(node, dims[0].index, dims[0].keyword), argument(node, *heads)
@@ -565,6 +579,15 @@ class GPTConfig:
         size = as_size(value.value) if value is not None else None
         return [{**fact, "value": size}] if size else []
 
+    @staticmethod
+    def _resolves_here(ctx, path: str, use: dict) -> bool:
+        """Whether the use in ``path`` reads this file's definition: this file is the only
+        one defining that field (of that class), or the use sits in this file's folder."""
+        definers = {d.path for d in ctx.project.config_defaults(use["field"], use["cls"])}
+        if definers <= {ctx.path}:
+            return True
+        return os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(ctx.path))
+
     def _report_config_definitions(self, ctx, fixed_keys: set) -> None:
         local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
         if not local:
@@ -577,7 +600,7 @@ class GPTConfig:
             divisor_facts.extend(data.get("divisors", ()))
             for use in data.get("uses", ()):
                 owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
-                if len(owners) == 1 and owners[0] in local:
+                if len(owners) == 1 and owners[0] in local and self._resolves_here(ctx, path, use):
                     by_field.setdefault((owners[0], use["field"]), []).append((path, use))
         for (cname, field), uses in by_field.items():
             entry = config_fields(local[cname]).get(field)
@@ -595,6 +618,8 @@ class GPTConfig:
             for path, use in uses:
                 size = base * use["mult"]
                 if size % self._alignment == 0 or size < self._floor or data_named(use["names"] + [field]):
+                    continue
+                if use.get("role") == "out" and size < SMALL_HEAD:
                     continue
                 if use["checkpoint"]:
                     bad = []  # the use site reports it as checkpoint-bound
@@ -620,6 +645,7 @@ class GPTConfig:
                 f"pad to {next_multiple(base, self._alignment)} ({_why(ctx.settings, self._alignment)})"
             )
             related = [Related(p, u["line"], u["column"], f"used as {u['arg']} of `{u['layer']}` here") for p, u, _ in bad]
-            fix = Fix([Edit.replace(root.node, str(new))], "unsafe", f"Pad `{field}` {root.node.value} -> {new} (changes the architecture)")
+            fix = Fix([Edit.replace(root.node, str(new))], "unsafe",
+                      f"Pad `{field}` {root.node.value} -> {new}{self._split_note(extra | self._divisors.get(root.key, set()))} (changes the architecture)")
             fixed_keys.add(root.key)
             ctx.report(self, default, message, fix=fix, related=related)
