@@ -28,6 +28,19 @@ _BF16 = torch.bfloat16
 _Tensor = torch.Tensor
 _INHERITED = object()
 
+# fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
+# (what torch.autocast calls fp32_set_opt_dtype) instead of an fp32 copy of their input, which
+# saves a full-size cast in forward and backward. Value: positional index at which a caller
+# could pass dtype (a call with that many positional arguments is left alone).
+_DTYPE_ARG = {
+    "torch.nn.functional.softmax": 3, "torch.nn.functional.log_softmax": 3,
+    "torch.nn.functional.softmin": 3,
+    "torch.softmax": 2, "torch.log_softmax": 2, "torch.Tensor.softmax": 2,
+    "torch.Tensor.log_softmax": 2, "torch.special.softmax": 2, "torch.special.log_softmax": 2,
+    "torch.sum": 99, "torch.Tensor.sum": 3, "torch.cumsum": 99, "torch.Tensor.cumsum": 2,
+    "torch.cumprod": 99, "torch.Tensor.cumprod": 2, "torch.prod": 99, "torch.Tensor.prod": 3,
+}
+
 
 def resolve(qualname: str):
     """``"torch.nn.functional.softmax"`` -> ``(torch.nn.functional, "softmax")``."""
@@ -85,9 +98,20 @@ class Casts:
         self.cache.clear()
 
     # -- wrappers --------------------------------------------------------------------------
-    def wrap(self, orig, kind: str, name: str):
+    def wrap(self, orig, kind: str, name: str, qualname: str = ""):
         state = self
-        if kind == policy.HALF or kind == policy.FLOAT:
+        if kind == policy.FLOAT and qualname in _DTYPE_ARG:
+            limit = _DTYPE_ARG[qualname]
+
+            def wrapper(*args, **kwargs):
+                if state.active and "dtype" not in kwargs and len(args) <= limit:
+                    x = args[0] if args else kwargs.get("input")
+                    if isinstance(x, _Tensor) and (x.dtype is _F16 or x.dtype is _BF16):
+                        kwargs["dtype"] = _F32
+                return orig(*args, **kwargs)
+        elif kind == policy.FLOAT and qualname == "torch.nn.functional.cross_entropy":
+            wrapper = _cross_entropy_wrapper(state, orig)
+        elif kind == policy.HALF or kind == policy.FLOAT:
             caster = state.to_half if kind == policy.HALF else state.to_float
 
             def wrapper(*args, **kwargs):
@@ -140,7 +164,8 @@ class Casts:
             return False
         had_own = name in vars(owner)
         label = ("Tensor." if owner is torch.Tensor else "") + name
-        setattr(owner, name, self.wrap(current, kind, label))
+        qualname = ("torch.Tensor" if owner is torch.Tensor else getattr(owner, "__name__", "")) + "." + name
+        setattr(owner, name, self.wrap(current, kind, label, qualname))
         self.installed[key] = current if had_own else _INHERITED
         return True
 
@@ -188,6 +213,32 @@ class Casts:
         self.registry[(owner, name)] = kind
         if self.is_installed:  # registration after initialize takes effect now (apex ignored it)
             self._install_one(owner, name, kind)
+
+
+def _cross_entropy_wrapper(state, orig):
+    """F.cross_entropy in fp32 without an fp32 copy of the logits: log_softmax(dtype=fp32) then
+    nll_loss, which is what cross_entropy computes for class-index targets (and what
+    torch.autocast does on CUDA). Other cases fall back to casting the input."""
+    log_softmax = getattr(torch._C._VariableFunctions, "log_softmax", None)
+    nll_loss_nd = getattr(torch._C._nn, "nll_loss_nd", None)
+    from torch.nn import _reduction
+
+    def wrapper(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                reduction="mean", label_smoothing=0.0):
+        if state.active and isinstance(input, _Tensor) and (input.dtype is _F16 or input.dtype is _BF16):
+            if (nll_loss_nd is not None and type(input) is _Tensor and label_smoothing == 0.0
+                    and size_average is None and reduce is None and isinstance(target, _Tensor)
+                    and not target.is_floating_point() and input.dim() >= 1):
+                logp = log_softmax(input, 0 if input.dim() == 1 else 1, dtype=_F32)
+                if weight is not None:
+                    weight = weight.float()
+                return nll_loss_nd(logp, target, weight, _reduction.get_enum(reduction), ignore_index)
+            input = input.float()
+            target = state.to_float(target)
+            weight = state.to_float(weight)
+        return orig(input, target, weight, size_average, ignore_index, reduce, reduction,
+                    label_smoothing)
+    return wrapper
 
 
 def _first_low(args, kwargs):
