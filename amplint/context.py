@@ -39,6 +39,15 @@ _MODULE_BASE_QUALNAMES = {
 _FORWARD_NAMES = ("forward", "__call__")
 
 
+#: fields that hold shared singletons (Load/Store contexts, operators): never walked
+_SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    return tuple(reversed([f for f in cls._fields if f not in _SKIPPED_FIELDS]))
+
+
 def parent_of(node: ast.AST) -> Optional[ast.AST]:
     return getattr(node, "amplint_parent", None)
 
@@ -79,19 +88,34 @@ class FileContext:
 
     def walk_and_bucket(self, wanted: set[str]) -> dict[str, list[ast.AST]]:
         """One pass over the tree: set parent links, collect imports, and bucket the
-        nodes whose class name is in ``wanted`` (in source order)."""
+        nodes whose class name is in ``wanted`` (pre-order: parents before children,
+        siblings in field order -- source order except decorators)."""
         buckets: dict[str, list[ast.AST]] = {name: [] for name in wanted}
         self._walked = True
         imports = self._import_nodes
         stack: list[ast.AST] = [self.tree]
-        iter_children = ast.iter_child_nodes
+        pop, push = stack.pop, stack.append
+        fields_of = _CHILD_FIELDS
+        AST = ast.AST
         while stack:
-            node = stack.pop()
-            children = list(iter_children(node))
-            for child in children:
-                child.amplint_parent = node
-            stack.extend(reversed(children))
-            name = node.__class__.__name__
+            node = pop()
+            cls = node.__class__
+            fields = fields_of.get(cls)
+            if fields is None:
+                fields = fields_of[cls] = _child_fields(cls)
+            # children pushed last-first so that nodes come off the stack in source order
+            for field in fields:
+                value = getattr(node, field, None)
+                if value.__class__ is list:
+                    for i in range(len(value) - 1, -1, -1):
+                        child = value[i]
+                        if isinstance(child, AST):
+                            child.amplint_parent = node
+                            push(child)
+                elif isinstance(value, AST):
+                    value.amplint_parent = node
+                    push(value)
+            name = cls.__name__
             if name in buckets:
                 buckets[name].append(node)
             if name == "Import" or name == "ImportFrom":
