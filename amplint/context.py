@@ -75,6 +75,7 @@ class FileContext:
         self._ascii = source.isascii()
         self._imports: dict[str, str] = {}
         self._import_nodes: list[ast.AST] = []
+        self._calls: list[ast.Call] = []
         self._classes: dict[str, ast.ClassDef] = {}
         self._functions: dict[str, ast.AST] = {}
         self._module_assignments: dict[str, list[ast.AST]] = {}
@@ -92,7 +93,7 @@ class FileContext:
         siblings in field order -- source order except decorators)."""
         buckets: dict[str, list[ast.AST]] = {name: [] for name in wanted}
         self._walked = True
-        imports = self._import_nodes
+        imports, calls = self._import_nodes, self._calls
         stack: list[ast.AST] = [self.tree]
         pop, push = stack.pop, stack.append
         fields_of = _CHILD_FIELDS
@@ -118,7 +119,9 @@ class FileContext:
             name = cls.__name__
             if name in buckets:
                 buckets[name].append(node)
-            if name == "Import" or name == "ImportFrom":
+            if name == "Call":
+                calls.append(node)
+            elif name == "Import" or name == "ImportFrom":
                 imports.append(node)
         self._resolve_imports()
         return buckets
@@ -337,6 +340,28 @@ class FileContext:
                     methods_by_name.setdefault(stmt.name, []).append(stmt)
                     if module and stmt.name in _FORWARD_NAMES:
                         roots.append(stmt)
+        # call graph from the Call nodes the walk collected: caller function -> callees
+        callees: dict[int, list[ast.AST]] = {}
+        functions = self._functions
+        for call in self._calls:
+            target = call.func
+            if target.__class__ is ast.Name:
+                found = functions.get(target.id)
+                found = (found,) if found is not None else ()
+            elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
+                found = methods_by_name.get(target.attr, ())
+            else:
+                continue
+            if found:
+                # nested functions belong to their method (or module-level function)
+                caller = None
+                for anc in self.ancestors(call):
+                    if isinstance(anc, FunctionNode):
+                        caller = anc
+                    elif anc.__class__ is ast.ClassDef:
+                        break
+                if caller is not None:
+                    callees.setdefault(id(caller), []).extend(found)
         reachable: set[int] = set()
         todo = list(roots)
         while todo:
@@ -344,18 +369,7 @@ class FileContext:
             if id(func) in reachable:
                 continue
             reachable.add(id(func))
-            for sub in ast.walk(func):
-                if not isinstance(sub, ast.Call):
-                    continue
-                target = sub.func
-                if isinstance(target, ast.Name) and target.id in self._functions:
-                    todo.append(self._functions[target.id])
-                elif (
-                    isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id in ("self", "cls")
-                ):
-                    todo.extend(methods_by_name.get(target.attr, ()))
+            todo.extend(callees.get(id(func), ()))
         return reachable
 
     # --- constants -------------------------------------------------------------------
