@@ -1,0 +1,261 @@
+"""``amplint verify``: the command-line half of the runtime verifier (wired by amplint/cli.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+DESCRIPTION = """\
+Run the model under the bundled AMP engine at O0 (the fp32 reference) and the selected opt
+levels, and prove which static findings come true and whether each fix removes them.
+
+WARNING: unlike `amplint check` and `amplint fix`, which only read source text, `verify`
+IMPORTS AND RUNS YOUR CODE: the file of each PATH::FACTORY target is imported and FACTORY is
+called, then the model is trained for a few steps.  Only verify code you trust.
+
+A target is PATH::FACTORY: a callable in that file returning (model, example_inputs) (a tuple
+of positional arguments or a dict of keyword arguments), or a model with an `example_inputs`
+attribute.  With no targets, [tool.amplint.verify] `targets` in the nearest pyproject.toml are
+used.  With --fix the suggested fixes are applied to TEMPORARY COPIES of the model's source
+files (never to your files), which are imported and run again with the same seed.
+
+Exit status: 0 safe; 1 a selected level crashes or produces inf/NaN (with --fix: after the
+fixes), or a fix changes fp32 results beyond --tolerance; 2 usage, configuration or target
+errors."""
+
+EXIT_OK, EXIT_UNSAFE, EXIT_ERROR = 0, 1, 2
+
+
+def _levels_arg(value: str) -> list[str]:
+    from .config import parse_levels
+
+    try:
+        return list(parse_levels(value)) or ["O0"]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _LevelsAction(argparse.Action):
+    """``--opt-level O1 O2`` / ``O1,O2``; a PATH::FACTORY written after the levels is a target."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import re
+
+        levels, extra = [], []
+        for v in values:
+            if re.fullmatch(r"\s*[oO0]?[0-3](\s*,\s*[oO0]?[0-3])*\s*,?\s*", v) or re.fullmatch(r"[A-Za-z]\d(,[A-Za-z]?\d)*", v):
+                try:
+                    levels.append(_levels_arg(v))
+                except argparse.ArgumentTypeError as exc:
+                    parser.error(f"argument --opt-level: {exc}")
+            elif "::" in v or v.endswith(".py"):
+                extra.append(v)
+            else:
+                parser.error(f"argument --opt-level: unknown opt level {v!r} (choose from O1 O2 O3; O0 is always the reference)")
+        setattr(namespace, self.dest, (getattr(namespace, self.dest, None) or []) + levels)
+        namespace.targets = list(getattr(namespace, "targets", None) or []) + extra
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {value}")
+    return x
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # keep DESCRIPTION's paragraphs and the warning
+    p.add_argument("targets", nargs="*", metavar="PATH::FACTORY",
+                   help="file and factory returning (model, example_inputs); default: [tool.amplint.verify] targets")
+    lv = p.add_argument_group("what to run")
+    lv.add_argument("--opt-level", dest="opt_level", nargs="+", action=_LevelsAction, metavar="LEVEL",
+                    help="opt levels to check against O0 (always the fp32 reference): O1 O2 O3, as `O1 O2` or `O1,O2` (default O1 O2)")
+    lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
+    lv.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when available, else cpu)")
+    lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
+    lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: a scalar output as is, "
+                    "a 'loss' entry or first scalar of a tuple/dict, else the mean of squares), mean, sum, square, first, "
+                    "PATH::FUNC or module:func (called with (output, inputs)), or an expression over `out`, e.g. 'out.logits.float().mean()'")
+    lv.add_argument("--seed", type=int, metavar="N", help="random seed for the model, inputs and dropout (default 0)")
+    lv.add_argument("--tolerance", type=_positive_float, metavar="X",
+                    help="max relative error against fp32, max|y-y32|/max|y32| (default 0.01 for fp16, 0.05 for bf16)")
+    lv.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), help="optimizer for the training steps (default adamw)")
+    lv.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default 1e-4)")
+    lv.add_argument("--no-trace", action="store_true", help="skip the per-source-line trace of step 0 (faster; findings are then matched by module only)")
+    fx = p.add_argument_group("fixes")
+    fx.add_argument("--fix", action="store_true", default=None, help="apply the suggested fixes to temporary copies of the sources and prove them")
+    fx.add_argument("--unsafe-fixes", dest="unsafe_fixes", action="store_true", default=None, help="with --fix: also apply unsafe fixes")
+    fx.add_argument("--no-lint", action="store_true", help="do not lint the model's sources (runtime measurements only)")
+    out = p.add_argument_group("output")
+    out.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    out.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report (value ranges per module and level on a log scale)")
+    out.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    out.add_argument("--config", metavar="FILE", help="read [tool.amplint] and [tool.amplint.verify] from this pyproject.toml")
+
+
+class _Progress:
+    """A rich progress bar on stderr (terminals only): one tick per training step."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
+                            console=None)
+        self.bar.start()
+        self.task = self.bar.add_task("verify", total=total)
+
+    def start_level(self, level: str) -> None:
+        self.bar.update(self.task, description=f"running {level}")
+
+    def step(self) -> None:
+        self.bar.advance(self.task)
+
+    def message(self, text: str) -> None:
+        self.bar.update(self.task, description=text)
+
+    def retarget(self, name: str, total: int) -> None:
+        self.bar.reset(self.task, total=total, description=name)
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _options(args, defaults: dict, per_target: dict) -> dict:
+    opts = {"levels": ("O1", "O2"), "dtype": "fp16", "device": None, "steps": 3, "loss": "auto", "seed": 0,
+            "tolerance": None, "optimizer": "adamw", "lr": 1e-4, "fix": False, "unsafe_fixes": False, "report": None}
+    opts.update(defaults)
+    opts.update(per_target)
+    cli = {
+        "levels": tuple(lvl for group in args.opt_level for lvl in group if lvl != "O0") if args.opt_level else None,
+        "dtype": args.dtype, "device": args.device, "steps": args.steps, "loss": args.loss, "seed": args.seed,
+        "tolerance": args.tolerance, "optimizer": args.optimizer, "lr": args.lr, "fix": args.fix,
+        "unsafe_fixes": args.unsafe_fixes,
+    }
+    opts.update({k: v for k, v in cli.items() if v is not None})
+    if opts["unsafe_fixes"] and args.fix is None and not opts["fix"]:
+        opts["fix"] = True  # --unsafe-fixes implies --fix
+    return opts
+
+
+def main(args) -> int:
+    from amplint.config import ConfigError
+
+    from . import config as vconfig
+
+    try:
+        pyproject = vconfig.find_pyproject(".", args.config)
+        defaults, config_targets, base = vconfig.load(pyproject)
+    except ConfigError as exc:
+        print(f"amplint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.config and not os.path.isfile(args.config):
+        print(f"amplint: error: --config {args.config}: no such file", file=sys.stderr)
+        return EXIT_ERROR
+    if args.targets:
+        targets = [(spec, {}, ".") for spec in args.targets]
+    else:
+        targets = [(spec, opts, base) for spec, opts in config_targets]
+    if not targets:
+        print("amplint: error: no targets: pass PATH::FACTORY, or list them under [tool.amplint.verify] targets "
+              "in pyproject.toml", file=sys.stderr)
+        return EXIT_ERROR
+
+    import torch  # noqa: F401  (verify needs torch; imported only now)
+
+    from .core import verify_target
+    from .runner import RunConfig
+    from .target import Target, TargetError
+
+    reports: list[dict] = []
+    status = EXIT_OK
+    progress = None
+    report_path = args.report or vconfig.resolve_report_path(defaults.get("report"), base)
+    try:
+        for spec, per_target, where in targets:
+            opts = _options(args, defaults, per_target)
+            if opts["device"] == "cuda" and not torch.cuda.is_available():
+                print("amplint: error: --device cuda: CUDA is not available in this PyTorch build/machine", file=sys.stderr)
+                return EXIT_ERROR
+            cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=opts["device"], steps=opts["steps"],
+                            loss=opts["loss"], seed=opts["seed"], tolerance=opts["tolerance"], optimizer=opts["optimizer"],
+                            lr=opts["lr"], census=not args.no_trace)
+            try:
+                target = Target.parse(spec, where or ".")
+            except TargetError as exc:
+                print(f"amplint: error: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            if not args.quiet and args.format == "text" and sys.stderr.isatty() and progress is None:
+                progress = _Progress(len(cfg.all_levels()) * cfg.steps * (2 if opts["fix"] else 1))
+            elif progress is not None:
+                progress.retarget(str(target), len(cfg.all_levels()) * cfg.steps * (2 if opts["fix"] else 1))
+            try:
+                report = verify_target(target, cfg, fix=opts["fix"], unsafe=opts["unsafe_fixes"], config=args.config,
+                                       progress=progress, lint=not args.no_lint)
+            except TargetError as exc:
+                print(f"amplint: error: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            except Exception as exc:  # importing the target or calling the factory failed
+                import traceback
+
+                tb = traceback.extract_tb(exc.__traceback__)
+                where_ = next((f"{f.filename}:{f.lineno}: " for f in reversed(tb) if os.path.abspath(f.filename) == target.path), "")
+                print(f"amplint: error: {target}: {where_}{type(exc).__name__}: {exc}", file=sys.stderr)
+                return EXIT_ERROR
+            reports.append(report)
+            status = max(status, report["exit_status"])
+    finally:
+        if progress is not None:
+            progress.stop()
+
+    out = sys.stdout
+    if args.format == "json":
+        json.dump({"version": 1, "exit_status": status, "results": [_jsonable(r) for r in reports]}, out, indent=1, default=str)
+        out.write("\n")
+    else:
+        from .report_text import render
+
+        color = out.isatty() and not os.environ.get("NO_COLOR")
+        render(reports, out, color=color)
+    if report_path:
+        from .report_html import render as render_html
+
+        try:
+            with open(report_path, "w", encoding="utf-8") as fh:
+                fh.write(render_html(reports))
+        except OSError as exc:
+            print(f"amplint: error: cannot write {report_path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_ERROR
+        if args.format == "text":
+            out.write(f"HTML report: {report_path}\n")
+    out.flush()
+    return status
+
+
+def _jsonable(obj):
+    """NaN/inf are not JSON: write them as strings."""
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "nan"
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_jsonable(v) for v in obj]
+    return obj

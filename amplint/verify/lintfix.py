@@ -1,0 +1,142 @@
+"""Lint and fix the model's source files through the lint engine's Python API, write the fixed
+text to temporary copies (never to the user's files), and map line numbers between them."""
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+from amplint.config import ConfigResolver
+from amplint.context import FileContext
+from amplint.engine import RunOptions, fix_text, parse, run
+from amplint.files import read_source
+from amplint.project import ProjectIndex, summarize
+from amplint.registry import all_rules, select_rules
+
+
+def _resolver(dtype: str, level: str, device: str, config: Optional[str]) -> ConfigResolver:
+    overrides = {"target": dtype, "opt_level": level, "device": device if device in ("cpu", "cuda") else None}
+    return ConfigResolver(overrides, config)
+
+
+def lint(files: list[str], dtype: str, levels: list[str], device: str, config: Optional[str] = None) -> tuple[list[dict], list[str]]:
+    """Findings on ``files`` for each selected level (merged; each finding lists the levels
+    whose settings predict it).  Returns (findings, errors)."""
+    merged: dict[tuple, dict] = {}
+    errors: list[str] = []
+    for level in levels:
+        results = run(list(files), _resolver(dtype, level, device, config), RunOptions(use_cache=False, jobs=1))
+        for r in results:
+            for e in r.errors:
+                errors.append(str(e))
+            for f in r.findings:
+                key = (os.path.abspath(f.path), f.line, f.column, f.code)
+                entry = merged.get(key)
+                if entry is None:
+                    entry = merged[key] = {
+                        "code": f.code, "rule": f.rule, "message": f.message, "path": os.path.abspath(f.path),
+                        "line": f.line, "end_line": max(f.end_line, f.line), "column": f.column,
+                        "severity": f.severity.value if hasattr(f.severity, "value") else str(f.severity),
+                        "fix": (f.fix.applicability.value if hasattr(f.fix.applicability, "value") else str(f.fix.applicability)) if f.fix else None,
+                        "fix_description": f.fix.description if f.fix else None,
+                        "levels": [],
+                    }
+                if level not in entry["levels"]:
+                    entry["levels"].append(level)
+    return sorted(merged.values(), key=lambda d: (d["path"], d["line"], d["column"], d["code"])), sorted(set(errors))
+
+
+def _project(files: list[str], texts: dict[str, str], resolver: ConfigResolver) -> ProjectIndex:
+    summaries = []
+    for path in files:
+        settings = resolver.for_path(path)
+        try:
+            tree = parse(path, texts[path])
+        except Exception:
+            continue
+        ctx = FileContext(path, texts[path], tree, settings, None)
+        ctx.walk_and_bucket(set())
+        summaries.append(summarize(ctx, all_rules(settings.rule_paths)))
+    return ProjectIndex(summaries)
+
+
+def fix(files: list[str], dtype: str, levels: list[str], device: str, unsafe: bool,
+        config: Optional[str] = None) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """Fixed text of each file (the fixes of every selected level's settings, applied in turn).
+    Returns (original texts, fixed texts, errors).  Nothing is written."""
+    originals = {p: read_source(p).text for p in files}
+    texts = dict(originals)
+    errors: list[str] = []
+    for level in levels:
+        resolver = _resolver(dtype, level, device, config)
+        project = _project(files, texts, resolver)
+        for path in files:
+            settings = resolver.for_path(path)
+            rules = select_rules(all_rules(settings.rule_paths), settings)
+            try:
+                new, _, _, errs = fix_text(path, texts[path], settings, rules, project, unsafe=unsafe)
+            except Exception as exc:  # a file that does not parse
+                errors.append(f"{path}: {exc}")
+                continue
+            errors.extend(str(e) for e in errs)
+            texts[path] = new
+    return originals, texts, errors
+
+
+def diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), fromfile=path, tofile=path + " (fixed)", n=2))
+
+
+class LineMap:
+    """Original line ranges -> the corresponding lines of the fixed text."""
+
+    def __init__(self, old: str, new: str):
+        self.ops = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False).get_opcodes()
+
+    def range(self, start: int, end: int) -> tuple[int, int]:
+        """1-based inclusive range in the old text -> range in the new text."""
+        s, e = start - 1, end - 1
+        lo = hi = None
+        for tag, i1, i2, j1, j2 in self.ops:
+            if tag == "equal":
+                a, b = max(s, i1), min(e, i2 - 1)
+                if a > b:
+                    continue
+                span = (j1 + a - i1, j1 + b - i1)
+            elif tag == "insert":
+                if not (s < i1 <= e):
+                    continue
+                span = (j1, j2 - 1)
+            else:  # replace / delete
+                if i2 - 1 < s or i1 > e:
+                    continue
+                span = (j1, max(j1, j2 - 1))
+            lo = span[0] if lo is None else min(lo, span[0])
+            hi = span[1] if hi is None else max(hi, span[1])
+        if lo is None:
+            return start, end
+        return lo + 1, hi + 1
+
+
+def mirror(files: dict[str, str], texts: dict[str, str]) -> tuple[str, dict[str, str], list[str]]:
+    """Copy ``files`` (path -> import root) into a temporary folder, one sub-folder per root,
+    with ``texts`` as their content.  Returns (temp dir, original -> copy, new roots in order)."""
+    tmp = tempfile.mkdtemp(prefix="amplint-verify-")
+    roots: dict[str, str] = {}
+    mapping: dict[str, str] = {}
+    for path, root in files.items():
+        if root not in roots:
+            roots[root] = os.path.join(tmp, f"root{len(roots)}")
+        dest = os.path.join(roots[root], os.path.relpath(path, root))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "w", encoding="utf-8", newline="") as fh:
+            fh.write(texts.get(path) if path in texts else open(path, encoding="utf-8", newline="").read())
+        mapping[path] = dest
+    # a pyproject.toml next to the files keeps the user's lint config meaningful for the copies
+    return tmp, mapping, list(roots.values())
+
+
+def cleanup(tmp: str) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)

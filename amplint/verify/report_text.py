@@ -1,0 +1,159 @@
+"""Rich tables for ``amplint verify`` (plain text when not on a terminal)."""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+
+def _rel(path: Optional[str]) -> str:
+    if not path:
+        return "?"
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") and len(rel) > len(path) else rel
+
+
+def num(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        if x == 0:
+            return "0"
+        if 1e-3 <= abs(x) < 1e5:
+            return f"{x:.4g}"
+        return f"{x:.2e}"
+    return str(x)
+
+
+def level_status(run: dict) -> str:
+    if run.get("crash"):
+        return "CRASH"
+    if run["level"] != "O0" and (run.get("first_nonfinite_site") or run.get("first_nonfinite_module")):
+        return "inf/NaN"
+    if run.get("nonfinite_loss"):
+        return "inf/NaN"
+    return "ok"
+
+
+def _first_problem(run: dict) -> str:
+    crash = run.get("crash")
+    if crash:
+        where = f"{_rel(crash.get('file'))}:{crash.get('line')}" if crash.get("file") else f"in {crash['phase']}"
+        return f"{where} {crash['type']}: {crash['message']}"
+    site = run.get("first_nonfinite_site")
+    mod = run.get("first_nonfinite_module")
+    parts = []
+    if site:
+        parts.append(f"{_rel(site['file'])}:{site['line']} ({site['op']})")
+    if mod:
+        parts.append(f"module {mod}")
+    return ", ".join(parts) if parts else "-"
+
+
+def _levels_table(title: str, runs: dict, box):
+    from rich.table import Table
+
+    t = Table(title=title, box=box, title_justify="left", expand=False)
+    for col in ("level", "status", "loss first→last", "loss scale", "skipped", "output vs fp32", "first failure (source line)"):
+        t.add_column(col, overflow="fold")
+    for level, run in runs.items():
+        losses = run.get("losses") or []
+        loss = f"{num(losses[0])} → {num(losses[-1])}" if losses else "-"
+        scales = run.get("loss_scales") or []
+        scale = "→".join(num(s) for s in _dedupe_runs(scales)) if scales else "-"
+        err = "reference" if level == "O0" else num(run.get("output_rel_err"))
+        status = level_status(run)
+        style = {"ok": "green", "CRASH": "bold red", "inf/NaN": "bold red"}[status]
+        t.add_row(level, f"[{style}]{status}[/]", loss, scale, str(run.get("skipped_steps", 0)), err, _first_problem(run))
+    return t
+
+
+def _dedupe_runs(values):
+    out = []
+    for v in values:
+        if not out or out[-1] != v:
+            out.append(v)
+    return out
+
+
+STATUS_STYLE = {"confirmed": "bold yellow", "fixed": "bold green", "not reproduced": "dim",
+                "fix did not remove it": "bold red", "fix changes fp32 results": "bold red"}
+
+
+def render(reports: list[dict], out, color: bool = False, width: Optional[int] = None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, force_terminal=color, no_color=not color, width=width or (None if color else 140),
+                      highlight=False, soft_wrap=False)
+    b = box.SIMPLE_HEAD
+    for report in reports:
+        console.print(f"[bold]amplint verify {report['target']}[/]  ({report['device']}, {report['dtype']}, "
+                      f"{' '.join(report['levels']) or 'O0 only'} against O0, {report['steps']} steps, seed {report['seed']}, "
+                      f"tolerance {report['tolerance']:g})")
+        if report.get("error"):
+            console.print(f"[bold red]error:[/] {report['error']}")
+            continue
+        console.print(_levels_table("Opt levels" + (" (original code)" if report.get("after") else ""), report["before"], b))
+        if report.get("after"):
+            console.print(_levels_table("Opt levels after the fixes (temporary copies)", report["after"], b))
+        findings = report.get("findings") or []
+        if findings:
+            t = Table(title="Static findings checked at runtime", box=b, title_justify="left")
+            for col in ("finding", "location", "fix", "status", "evidence"):
+                t.add_column(col, overflow="fold")
+            for f in findings:
+                ev = f.get("evidence") or []
+                text = "; ".join(f"{e['level']} {e['kind']}: {e['detail']}" for e in ev[:3]) or "no crash, inf/NaN, underflow or divergence on this line"
+                if f.get("after_evidence"):
+                    text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f["after_evidence"][:3])
+                style = STATUS_STYLE.get(f["status"], "")
+                t.add_row(f"{f['code']} {f['rule']}", f"{_rel(f['path'])}:{f['line']}", f["fix"] or "-",
+                          f"[{style}]{f['status']}[/]", text)
+            console.print(t)
+        elif report.get("files"):
+            console.print("No static findings in the model's source files.")
+        runtime = report.get("runtime_only") or []
+        if runtime:
+            t = Table(title="Runtime problems no rule predicted", box=b, title_justify="left")
+            for col in ("level", "kind", "location", "detail"):
+                t.add_column(col, overflow="fold")
+            for p in runtime:
+                loc = f"{_rel(p['file'])}:{p['line']}" if p.get("file") else "-"
+                t.add_row(p["level"], p["kind"], loc, p["detail"])
+            console.print(t)
+        if report.get("fix"):
+            change = report.get("fp32_change")
+            console.print(f"fp32 (O0) results after the fixes: max relative change {num(change)} "
+                          f"({'within' if change is not None and change <= report['tolerance'] else 'BEYOND'} tolerance {report['tolerance']:g})")
+            for path, d in (report.get("fixed_files") or {}).items():
+                console.print(f"[dim]{d.rstrip()}[/]", markup=True, highlight=False)
+            if not report.get("fixed_files"):
+                console.print("No fixes to apply.")
+        for err in report.get("lint_errors") or []:
+            console.print(f"[yellow]lint:[/] {err}")
+        status = report.get("exit_status", 0)
+        if status == 0:
+            console.print("[bold green]Result: safe at the selected levels[/]" + (" after the fixes" if report.get("after") else ""))
+        else:
+            console.print("[bold red]Result: NOT safe[/]: " + _why(report))
+        console.print()
+
+
+def _why(report: dict) -> str:
+    parts = []
+    bad = report["failing_levels_after"] if report.get("after") is not None else report["failing_levels"]
+    if bad:
+        parts.append(f"{', '.join(bad)} crash or produce inf/NaN" + (" even after the fixes" if report.get("after") is not None else ""))
+    change = report.get("fp32_change")
+    if report.get("after") is not None and change is not None and change > report["tolerance"]:
+        parts.append(f"the fixes change fp32 results by {num(change)}")
+    return "; ".join(parts) or "see above"

@@ -1,0 +1,612 @@
+"""Run a model under O0 and the selected opt levels with the bundled engine and measure it.
+
+Per level: a fresh model from the factory (same seed), ``amp.initialize``, ``steps`` training
+steps (forward, loss, backward through ``amp.scale_loss``, optimizer step).  Measured:
+
+* per module, by forward hooks and gradient hooks on each module's outputs: abs-max, smallest
+  non-zero magnitude, inf and NaN counts, dtype; at step 0 also the fraction of values that are
+  0 here but not in the O0 run (underflow) and the relative error against O0;
+* per source line (the *census*, a ``TorchFunctionMode`` active during step 0's forward): every
+  torch call made from a user source line, with the same statistics, so a finding's line can
+  be checked directly (the ``/`` that produced the first inf, the einsum that ran in fp32);
+* loss, loss-scale trajectory and skipped steps; the model output's relative error against O0;
+* a crash, with the phase, the step and the user source line that raised it.
+
+Every result is plain data (JSON-able); the O0 tensors needed for comparisons stay in memory
+in :class:`Reference` and are dropped with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import sys
+import time
+import traceback
+from typing import Any, Callable, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .target import AMP_DIR, ConstructionSites, class_source, normalize_example
+
+LEVELS = ("O0", "O1", "O2", "O3")
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+#: default --tolerance: max |out - ref| / max |ref| against the fp32 (O0) run
+DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 5e-2}
+#: a module or line whose values are zero here but not in fp32 for at least this fraction
+UNDERFLOW_FRACTION = 0.01
+#: the most O0 elements kept in memory for comparisons (fp32): 256 MiB
+REFERENCE_BUDGET = 1 << 26
+
+# torch calls that cannot change values: not recorded by the census (cost and noise)
+_SKIP_OPS = frozenset("""__get__ __set__ size dim numel __len__ __bool__ __index__ __int__ __float__ item tolist
+stride is_contiguous is_floating_point data_ptr element_size nelement __format__ __repr__ __hash__ __eq__
+view reshape view_as reshape_as flatten unflatten squeeze unsqueeze transpose permute t contiguous expand
+expand_as split chunk unbind __getitem__ narrow select detach detach_ clone requires_grad_ retain_grad
+register_hook __setstate__ __reduce_ex__ __deepcopy__ dtype device shape is_cuda numpy cpu cuda
+""".split())
+_CAST_OPS = frozenset(("to", "float", "half", "bfloat16", "type", "type_as", "_to_copy"))
+
+
+@dataclasses.dataclass
+class RunConfig:
+    levels: tuple[str, ...] = ("O1", "O2")
+    dtype: str = "fp16"
+    device: Optional[str] = None  # None: cuda when available
+    steps: int = 3
+    loss: str = "auto"
+    seed: int = 0
+    tolerance: Optional[float] = None
+    optimizer: str = "adamw"
+    lr: float = 1e-4
+    census: bool = True
+    hooks: bool = True
+
+    def resolved_device(self) -> str:
+        if self.device:
+            return self.device
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_tolerance(self) -> float:
+        return self.tolerance if self.tolerance is not None else DEFAULT_TOLERANCE[self.dtype]
+
+    def all_levels(self) -> list[str]:
+        return ["O0"] + [lvl for lvl in LEVELS[1:] if lvl in self.levels]
+
+
+# --- small tensor helpers -----------------------------------------------------------------
+
+def floating_tensors(obj, limit: int = 8) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+
+    def walk(o, depth=0):
+        if len(out) >= limit or depth > 4:
+            return
+        if isinstance(o, torch.Tensor):
+            if o.is_floating_point() and o.numel():
+                out.append(o)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v, depth + 1)
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v, depth + 1)
+        elif dataclasses.is_dataclass(o) and not isinstance(o, type):
+            for f in dataclasses.fields(o):
+                walk(getattr(o, f.name, None), depth + 1)
+
+    walk(obj)
+    return out
+
+
+def _to_device(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_to_device(v, device) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(v, device) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+_INF = {}
+
+
+def _inf(device):
+    t = _INF.get(device)
+    if t is None:
+        t = _INF[device] = torch.tensor(float("inf"), device=device)
+    return t
+
+
+def _stats(d: torch.Tensor, ref: Optional[torch.Tensor]) -> torch.Tensor:
+    """[absmax, min |x| > 0, sum |x| (non-finite detector), max |x - ref|, max |ref|, #underflow]."""
+    a = d.abs()
+    amax = a.amax().float()
+    minnz = torch.where(a > 0, a, _inf(a.device).to(a.dtype)).amin().float()
+    total = a.sum(dtype=torch.float32)
+    if ref is not None and ref.shape == d.shape:
+        df = d.float()
+        err = (df - ref).abs().amax()
+        den = ref.abs().amax()
+        under = ((d == 0) & (ref != 0)).sum().float()
+        return torch.stack((amax, minnz, total, err, den, under))
+    nan = torch.full((), float("nan"), device=d.device)
+    return torch.stack((amax, minnz, total, nan, nan, nan))
+
+
+def _exact(d: torch.Tensor) -> tuple[float, int, int]:
+    """(finite abs-max, inf count, NaN count) for a tensor whose summary was not finite."""
+    finite = torch.isfinite(d)
+    a = torch.where(finite, d.abs(), torch.zeros((), dtype=d.dtype, device=d.device))
+    return float(a.amax().float()), int(torch.isinf(d).sum()), int(torch.isnan(d).sum())
+
+
+def _finite(x: float) -> bool:
+    return not (math.isnan(x) or math.isinf(x))
+
+
+# --- the per-tensor record and its aggregation ----------------------------------------------
+
+class _Agg:
+    """Running summary of every tensor seen at one module (or source line)."""
+
+    __slots__ = ("calls", "absmax", "minnz", "inf", "nan", "dtypes", "err", "under", "numel", "nonfinite_calls",
+                 "max_call_nonfinite", "first_order", "first_new_nonfinite", "shapes")
+
+    def __init__(self):
+        self.calls = 0
+        self.absmax = 0.0
+        self.minnz = math.inf
+        self.inf = self.nan = 0
+        self.dtypes: set[str] = set()
+        self.err = None  # max relative error against O0
+        self.under = 0
+        self.numel = 0  # elements compared with O0
+        self.nonfinite_calls = 0
+        self.max_call_nonfinite = 0
+        self.first_order = None
+        self.first_new_nonfinite = None  # (step, order) of the first call with more non-finite values than O0
+        self.shapes: set[tuple] = set()
+
+    def to_dict(self) -> dict:
+        return {
+            "calls": self.calls, "absmax": self.absmax, "min_nonzero": None if self.minnz == math.inf else self.minnz,
+            "inf": self.inf, "nan": self.nan, "dtypes": sorted(self.dtypes),
+            "rel_err": self.err, "underflow": (self.under / self.numel) if self.numel else None,
+            "underflow_count": self.under,
+            "new_nonfinite": self.first_new_nonfinite is not None,
+        }
+
+
+class _Pending:
+    """Tensors seen during one forward/backward; their statistics are read in one sync."""
+
+    def __init__(self):
+        self.items: list[tuple] = []  # (agg, key, tensor, stats tensor, has_ref, order, step)
+
+    def add(self, agg, key, d, ref, order, step):
+        self.items.append((agg, key, d, _stats(d, ref), ref is not None and ref.shape == d.shape, order, step))
+
+    def flush(self, ref_nonfinite: dict, record_nonfinite: Optional[dict]):
+        if not self.items:
+            return
+        values = torch.stack([it[3] for it in self.items]).tolist()
+        for (agg, key, d, _, has_ref, order, step), (amax, minnz, total, err, den, under) in zip(self.items, values):
+            agg.calls += 1
+            agg.dtypes.add(str(d.dtype).replace("torch.", ""))
+            if len(agg.shapes) < 4:
+                agg.shapes.add(tuple(d.shape))
+            if agg.first_order is None:
+                agg.first_order = (step, order)
+            inf = nan = 0
+            if not (_finite(total) and _finite(amax)):
+                amax, inf, nan = _exact(d)
+            agg.absmax = max(agg.absmax, amax)
+            if _finite(minnz):
+                agg.minnz = min(agg.minnz, minnz)
+            agg.inf += inf
+            agg.nan += nan
+            bad = inf + nan
+            if bad:
+                agg.nonfinite_calls += 1
+            agg.max_call_nonfinite = max(agg.max_call_nonfinite, bad)
+            if record_nonfinite is not None:
+                record_nonfinite[key] = max(record_nonfinite.get(key, 0), bad)
+            elif bad > ref_nonfinite.get(key, 0) and agg.first_new_nonfinite is None:
+                agg.first_new_nonfinite = (step, order)
+            if has_ref:
+                if _finite(err) and _finite(den):
+                    rel = err / den if den > 0 else (0.0 if err == 0 else math.inf)
+                else:
+                    rel = math.inf
+                agg.err = rel if agg.err is None else max(agg.err, rel)
+                agg.under += int(under) if _finite(under) else 0
+                agg.numel += d.numel()
+        self.items.clear()
+
+
+class Reference:
+    """What the O0 run leaves for the other levels to compare against."""
+
+    def __init__(self, budget: int = REFERENCE_BUDGET):
+        self.budget = budget
+        self.tensors: dict = {}
+        self.nonfinite: dict = {}  # key -> most non-finite values in one call at O0
+        self.output: Optional[list[torch.Tensor]] = None
+        self.losses: list[float] = []
+
+    def keep(self, key, d: torch.Tensor):
+        n = d.numel()
+        if n <= self.budget:
+            self.budget -= n
+            self.tensors[key] = d.detach().float().clone()
+
+    def get(self, key):
+        return self.tensors.get(key)
+
+
+# --- the census: torch calls per user source line --------------------------------------------
+
+class Census(TorchFunctionMode):
+    def __init__(self, user_files: set, reference: Reference, is_reference: bool, pending: _Pending, order: list):
+        super().__init__()
+        self.user_files = user_files
+        self.reference = reference
+        self.is_reference = is_reference
+        self.pending = pending
+        self.sites: dict[tuple, _Agg] = {}
+        self.counts: dict[tuple, int] = {}
+        self.order = order
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", None) or type(func).__name__
+        if name in _SKIP_OPS:
+            return out
+        try:
+            frame = sys._getframe(1)
+            from_amp = False
+            user_files = self.user_files
+            while frame is not None:
+                filename = frame.f_code.co_filename
+                if filename in user_files:
+                    break
+                if filename.startswith(AMP_DIR):
+                    from_amp = True
+                frame = frame.f_back
+            if frame is None or (from_amp and name in _CAST_OPS):
+                return out
+            tensors = floating_tensors(out, limit=2)
+            if not tensors:
+                return out
+            site = (frame.f_code.co_filename, frame.f_lineno, name)
+            agg = self.sites.get(site)
+            if agg is None:
+                agg = self.sites[site] = _Agg()
+            n = self.counts.get(site, 0)
+            self.counts[site] = n + 1
+            self.order[0] += 1
+            for i, t in enumerate(tensors):
+                d = t.detach()
+                key = ("site",) + site + (n, i)
+                if self.is_reference:
+                    self.reference.keep(key, d)
+                    ref = None
+                else:
+                    ref = self.reference.get(key)
+                self.pending.add(agg, key, d, ref, self.order[0], 0)
+        except Exception:  # the census must never break the user's forward
+            pass
+        return out
+
+
+# --- loss functions --------------------------------------------------------------------------
+
+def _auto_loss(out):
+    if isinstance(out, torch.Tensor):
+        if out.is_floating_point() and out.dim() == 0:
+            return out.float()
+        if out.is_floating_point():
+            return out.float().pow(2).mean()
+        raise TypeError(f"the model returned a {out.dtype} tensor; pass --loss to say how to get a scalar from it")
+    if isinstance(out, dict):
+        if isinstance(out.get("loss"), torch.Tensor):
+            return out["loss"].float()
+        values = list(out.values())
+    elif isinstance(out, (list, tuple)):
+        values = list(out)
+        if values and isinstance(values[0], torch.Tensor) and values[0].dim() == 0 and values[0].is_floating_point():
+            return values[0].float()
+    else:
+        values = floating_tensors(out)
+    terms = [t.float().pow(2).mean() for t in floating_tensors(values) if t.requires_grad or True]
+    if not terms:
+        raise TypeError(f"cannot derive a loss from a {type(out).__name__}; pass --loss")
+    return sum(terms)
+
+
+def make_loss(spec: str) -> Callable:
+    """``auto`` | ``mean`` | ``sum`` | ``square`` | ``first`` | ``PATH::FUNC`` | ``module:func`` |
+    a Python expression over ``out`` (and ``inputs``, ``torch``), e.g. ``out.logits.float().mean()``."""
+    spec = (spec or "auto").strip()
+    if spec == "auto":
+        return lambda out, inputs: _auto_loss(out)
+    if spec == "mean":
+        return lambda out, inputs: sum(t.float().mean() for t in floating_tensors(out))
+    if spec == "sum":
+        return lambda out, inputs: sum(t.float().sum() for t in floating_tensors(out))
+    if spec == "square":
+        return lambda out, inputs: sum(t.float().pow(2).mean() for t in floating_tensors(out))
+    if spec == "first":
+        return lambda out, inputs: _auto_loss(floating_tensors(out)[0])
+    if "::" in spec or (":" in spec and spec.replace(":", ".").replace(".", "").replace("_", "").isalnum()):
+        from .target import import_file, factory_from_module
+
+        if "::" in spec:
+            path, _, name = spec.partition("::")
+            module = import_file(os.path.abspath(path))
+        else:
+            import importlib
+
+            mod_name, _, name = spec.partition(":")
+            module = importlib.import_module(mod_name)
+        fn = factory_from_module(module, name, spec)
+        return lambda out, inputs: fn(out, inputs) if fn.__code__.co_argcount >= 2 else fn(out)
+    code = compile(spec, "<--loss>", "eval")
+    return lambda out, inputs: eval(code, {"torch": torch}, {"out": out, "inputs": inputs, "output": out})
+
+
+# --- crashes ---------------------------------------------------------------------------------
+
+def describe_crash(exc: BaseException, user_files: set, phase: str, step: int) -> dict:
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if os.path.abspath(f.filename) in user_files or f.filename in user_files]
+    where = user[-1] if user else None
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return {
+        "type": type(exc).__name__, "message": message[:500], "phase": phase, "step": step,
+        "file": os.path.abspath(where.filename) if where else None, "line": where.lineno if where else None,
+        "code": (where.line or "").strip() if where else None,
+    }
+
+
+# --- one level -------------------------------------------------------------------------------
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % (2 ** 32))
+    except Exception:
+        pass
+
+
+def _optimizer(cfg: RunConfig, params):
+    params = [p for p in params if p.requires_grad]
+    if not params:
+        return None
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr)
+    return torch.optim.AdamW(params, lr=cfg.lr)
+
+
+def _relative_error(outs: list[torch.Tensor], refs: Optional[list[torch.Tensor]]) -> Optional[float]:
+    if refs is None or len(outs) != len(refs):
+        return None
+    err = den = 0.0
+    for o, r in zip(outs, refs):
+        if o.shape != r.shape:
+            return None
+        diff = float((o.detach().float() - r).abs().amax())
+        if not _finite(diff):
+            return math.inf
+        err = max(err, diff)
+        den = max(den, float(r.abs().amax()))
+    return err / den if den > 0 else (0.0 if err == 0 else math.inf)
+
+
+class LevelRunner:
+    def __init__(self, make: Callable, user_files: set, cfg: RunConfig, loss_fn: Callable):
+        self.make = make
+        self.user_files = user_files
+        self.cfg = cfg
+        self.loss_fn = loss_fn
+        self.reference = Reference()
+        self.sites_meta: dict = {}
+
+    def build(self, sites: Optional[ConstructionSites] = None):
+        _seed_all(self.cfg.seed)
+        if sites is not None:
+            with sites.recording():
+                result = self.make()
+        else:
+            result = self.make()
+        return normalize_example(result, "the factory")
+
+    def run_level(self, level: str, on_step: Optional[Callable] = None) -> dict:
+        from amplint import amp
+
+        cfg = self.cfg
+        device = cfg.resolved_device()
+        is_ref = level == "O0"
+        out: dict[str, Any] = {"level": level, "dtype": "fp32" if is_ref else cfg.dtype, "crash": None, "losses": [],
+                               "loss_scales": [], "skipped_steps": 0, "output_rel_err": None, "loss_rel_err": None,
+                               "modules": [], "sites": [], "first_nonfinite_module": None, "first_nonfinite_site": None,
+                               "seconds": 0.0, "nonfinite_loss": False}
+        started = time.perf_counter()
+        amp.reset()
+        sites = ConstructionSites(lambda f: os.path.abspath(f) in self.user_files)
+        phase, step = "build", 0
+        handles = []
+        pending = _Pending()
+        modules: list[tuple[str, Any, _Agg, _Agg]] = []
+        order = [0]
+        census = None
+        try:
+            model, args, kwargs = self.build(sites)
+            model = model.to(device)
+            args, kwargs = _to_device(args, device), _to_device(kwargs, device)
+            model.train()
+            phase = "hooks"
+            state = {"step": 0, "collect": cfg.hooks}
+            if cfg.hooks:
+                for idx, (name, mod) in enumerate(model.named_modules()):
+                    fwd, grd = _Agg(), _Agg()
+                    modules.append((name or "(model)", mod, fwd, grd))
+                    handles.append(mod.register_forward_hook(self._hook(idx, fwd, grd, pending, state, order, is_ref)))
+            optimizer = _optimizer(cfg, model.parameters())
+            phase = "initialize"
+            kw: dict[str, Any] = {"opt_level": level, "verbosity": 0}
+            if not is_ref and cfg.dtype == "bf16":
+                kw["half_dtype"] = torch.bfloat16
+            if optimizer is not None:
+                model, optimizer = amp.initialize(model, optimizer, **kw)
+            else:
+                model = amp.initialize(model, **kw)
+            for step in range(cfg.steps):
+                state["step"] = step
+                _seed_all(cfg.seed * 1000 + step + 1)
+                if optimizer is not None:
+                    optimizer.zero_grad(set_to_none=True)
+                phase = "forward"
+                if step == 0 and cfg.census:
+                    census = Census(self.user_files, self.reference, is_ref, pending, order)
+                    with census:
+                        output = model(*args, **kwargs)
+                else:
+                    output = model(*args, **kwargs)
+                phase = "loss"
+                loss = self.loss_fn(output, (args, kwargs))
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                    raise TypeError(f"the loss must be a scalar tensor, got {type(loss).__name__}")
+                loss_value = float(loss.detach().float())
+                out["losses"].append(loss_value)
+                if not _finite(loss_value):
+                    out["nonfinite_loss"] = True
+                if step == 0:
+                    outs = floating_tensors(output, limit=64)
+                    if is_ref:
+                        self.reference.output = [t.detach().float().clone() for t in outs]
+                    else:
+                        out["output_rel_err"] = _relative_error(outs, self.reference.output)
+                    pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                if optimizer is not None and loss.requires_grad:
+                    phase = "backward"
+                    skipped_before = amp.skipped_steps(0)
+                    with amp.scale_loss(loss, optimizer) as scaled:
+                        scaled.backward()
+                    phase = "step"
+                    optimizer.step()
+                    out["loss_scales"].append(float(amp.loss_scale(0)))
+                    out["skipped_steps"] += amp.skipped_steps(0) - skipped_before
+                pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                if on_step:
+                    on_step()
+        except Exception as exc:
+            out["crash"] = describe_crash(exc, self.user_files, phase, step)
+            try:
+                pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+            except Exception:
+                pending.items.clear()
+        finally:
+            for h in handles:
+                h.remove()
+            amp.reset()
+        if is_ref:
+            self.reference.losses = list(out["losses"])
+        elif self.reference.losses and out["losses"]:
+            n = min(len(out["losses"]), len(self.reference.losses))
+            errs = []
+            for a, b in zip(out["losses"][:n], self.reference.losses[:n]):
+                errs.append(abs(a - b) / abs(b) if b else abs(a - b) if _finite(a) else math.inf)
+            out["loss_rel_err"] = max(errs) if errs else None
+        out["modules"] = self._module_report(modules, sites)
+        out["sites"] = self._site_report(census)
+        first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
+        if first:
+            out["first_nonfinite_module"] = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
+        firsts = [s for s in out["sites"] if s["first_new_nonfinite"] is not None]
+        if firsts:
+            s = min(firsts, key=lambda s: tuple(s["first_new_nonfinite"]))
+            out["first_nonfinite_site"] = {"file": s["file"], "line": s["line"], "op": s["op"]}
+        out["seconds"] = time.perf_counter() - started
+        return out
+
+    def _hook(self, idx, fwd: _Agg, grd: _Agg, pending: _Pending, state: dict, order: list, is_ref: bool):
+        reference = self.reference
+
+        def grad_hook_for(i):
+            def grad_hook(g):
+                if g is None or not g.is_floating_point() or not g.numel():
+                    return None
+                d = g.detach()
+                step = state["step"]
+                key = ("grad", idx, i)
+                ref = None
+                if step == 0:
+                    if is_ref:
+                        reference.keep(key, d)
+                    else:
+                        ref = reference.get(key)
+                order[0] += 1
+                pending.add(grd, key + (step,), d, ref, order[0], step)
+                return None
+            return grad_hook
+
+        def hook(module, args, output):
+            tensors = floating_tensors(output, limit=4)
+            step = state["step"]
+            for i, t in enumerate(tensors):
+                d = t.detach()
+                key = ("fwd", idx, i)
+                ref = None
+                if step == 0:
+                    if is_ref:
+                        reference.keep(key, d)
+                    else:
+                        ref = reference.get(key)
+                order[0] += 1
+                pending.add(fwd, key + (step,), d, ref, order[0], step)
+                if t.requires_grad and torch.is_grad_enabled():
+                    t.register_hook(grad_hook_for(i))
+            return None
+
+        return hook
+
+    def _module_report(self, modules, sites: ConstructionSites) -> list[dict]:
+        rows = []
+        for name, mod, fwd, grd in modules:
+            cls = type(mod)
+            src = class_source(cls) if os.path.abspath(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files else None
+            built = sites.get(mod)
+            f, g = fwd.to_dict(), grd.to_dict()
+            f["first_new_nonfinite"] = fwd.first_new_nonfinite
+            g["first_new_nonfinite"] = grd.first_new_nonfinite
+            rows.append({
+                "name": name, "class": f"{cls.__module__}.{cls.__qualname__}" if src is None else cls.__qualname__,
+                "source": src, "constructed": {"file": built[0], "line": built[1]} if built else None,
+                "forward": f, "grad": g,
+            })
+        return rows
+
+    @staticmethod
+    def _site_report(census: Optional[Census]) -> list[dict]:
+        if census is None:
+            return []
+        rows = []
+        for (file, line, op), agg in census.sites.items():
+            d = agg.to_dict()
+            d.update({"file": file, "line": line, "op": op, "first_new_nonfinite": agg.first_new_nonfinite,
+                      "order": agg.first_order[1] if agg.first_order else None})
+            rows.append(d)
+        rows.sort(key=lambda r: (r["order"] or 0))
+        return rows
