@@ -23,6 +23,10 @@ _OPTIMIZERS = {
 }
 
 
+def _has_call(expr: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) for n in ast.walk(expr))
+
+
 def normal_replacement(smallest_normal: float) -> float:
     """The smallest of 1, 2, 5 x 10^k that is a normal number of the format
     (fp16: 1e-4; fp8 e4m3: 0.02)."""
@@ -122,6 +126,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         Valid("import torch\ndef f(x):\n    if x.dtype == torch.float32:\n        return torch.log(x + 1e-10)\n    return torch.log(x + 1e-4)\n"),
         Valid("import torch\ndef f(x):\n    return x + 1e-8\n"),
         Valid("import torch\ndef f(lr):\n    return lr / (1 + 1e-8)\n"),
+        Valid("import torch\ndef warmup(step, total):\n    return step / (total + 1e-8)\n"),
     ]
     INVALID = [
         Invalid(
@@ -154,14 +159,26 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
             "        return (x - u) / torch.sqrt(s + self.eps)\n",
         ),
+        # the softmax runs in fp32, but is cast back before the log
+        Invalid(
+            "import torch\nimport torch.nn.functional as F\n"
+            "def f(logits):\n"
+            "    p = F.softmax(logits.float(), -1).type_as(logits)\n"
+            "    return torch.log(p + 1e-8)\n",
+            line=5,
+            expected_fix="import torch\nimport torch.nn.functional as F\n"
+            "def f(logits):\n"
+            "    p = F.softmax(logits.float(), -1).type_as(logits)\n"
+            "    return torch.log(p + 1e-4)\n",
+        ),
         Invalid(
             "import torch\nEPS = 1e-12\ndef f(v):\n    return (v + EPS).rsqrt()\n",
             line=4,
             expected_fix="import torch\nEPS = 1e-4\ndef f(v):\n    return (v + EPS).rsqrt()\n",
         ),
         Invalid(
-            "import torch\ndef f(v):\n    return 1 / (v + 1e-9) ** 0.5\n",
-            expected_fix="import torch\ndef f(v):\n    return 1 / (v + 1e-4) ** 0.5\n",
+            "import torch\nclass N(torch.nn.Module):\n    def forward(self, v):\n        return 1 / (v + 1e-9) ** 0.5\n",
+            expected_fix="import torch\nclass N(torch.nn.Module):\n    def forward(self, v):\n        return 1 / (v + 1e-4) ** 0.5\n",
         ),
         Invalid(
             "import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-12))\n",
@@ -271,6 +288,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             where = self._stabiliser(ctx, node)
             if where is None or not self._runs_in_half(ctx, node, other):
                 return
+            if not where.startswith("`") and not ctx.in_model_code(node) and not _has_call(other):
+                return  # step / (total + 1e-8) in a schedule: Python numbers, not tensors
             self._report(ctx, side, value, fmt_, where)
             return
 

@@ -190,11 +190,14 @@ parameter default, the use is not rewritten (a caller may pass another value).
             if text is not None:
                 fix = Fix([Edit.replace(value_expr, text)], "unsafe", f"Fill with `{text}` (a fully masked row becomes uniform, not NaN)")
         what = "a padding mask" if kind == "padding" else "if the mask"
+        shown = ctx.segment(value_expr)
+        literal = isinstance(value_expr, (ast.Call, ast.UnaryOp))
+        desc = f"`{shown}`" if literal else f"`{shown}` (= -inf)"
         if kind == "padding":
-            message = (f"`{ctx.segment(value_expr)}` fill before a softmax: a row that {what} covers entirely "
+            message = (f"{desc} fill before a softmax: a row that {what} covers entirely "
                        "(a fully padded sequence) becomes NaN, in every dtype")
         else:
-            message = (f"`{ctx.segment(value_expr)}` fill before a softmax: {what} can cover a whole row, that row "
+            message = (f"{desc} fill before a softmax: {what} can cover a whole row, that row "
                        "becomes NaN in every dtype (not flagged for causal tril/triu masks)")
         ctx.report(self, value_expr, message, fix=fix, related=value.origin,
                    severity=Severity.WARNING if kind == "padding" else Severity.INFO)

@@ -383,42 +383,76 @@ def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
 # --- fp32 evidence -------------------------------------------------------------------
 
 _FP32_METHODS = ("float", "double")
+_HALF_CASTS = ("half", "bfloat16", "type_as")
+#: methods and functions whose result has their (first) input's dtype
+_DTYPE_PRESERVING_FUNCS = ("torch.sqrt", "torch.rsqrt", "torch.log", "torch.exp", "torch.abs", "torch.mean",
+                           "torch.sum", "torch.pow", "torch.square", "torch.clamp", "torch.var", "torch.std")
 
 
-def _fp32_call(ctx, call: ast.Call) -> bool:
+def _cast_dtype(ctx, call: ast.Call) -> Optional[str]:
+    """What an explicit cast call makes: "fp32", "other", or None (not a cast)."""
     func = call.func
     if isinstance(func, ast.Attribute):
         if func.attr in _FP32_METHODS and not call.args:
-            return True
+            return "fp32"
+        if func.attr in _HALF_CASTS:
+            return "other"
         if func.attr in ("to", "type"):
             for a in list(call.args) + [k.value for k in call.keywords if k.arg in (None, "dtype")]:
-                if dtype_literal(ctx, a) in FP32_DTYPES:
-                    return True
+                d = dtype_literal(ctx, a)
+                if d is not None:
+                    return "fp32" if d in FP32_DTYPES else "other"
+                if isinstance(a, (ast.Name, ast.Attribute)) and _is_dtype_probe(a):
+                    return "other"  # .to(input_dtype): back to whatever it was
+            return None
     for k in call.keywords:
-        if k.arg == "dtype" and dtype_literal(ctx, k.value) in FP32_DTYPES:
-            return True
-    return False
+        if k.arg == "dtype":
+            d = dtype_literal(ctx, k.value)
+            return "fp32" if d in FP32_DTYPES else "other"
+    return None
 
 
 def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
-    """Whether ``expr`` is explicitly computed in fp32: it (or a local name it reads,
-    followed a few assignments back) is ``.float()``, ``.double()``,
-    ``.to(torch.float32)``, or made with ``dtype=torch.float32``."""
-    func = ctx.enclosing_function(use)
-    names = set()
-    for sub in ast.walk(expr):
-        if isinstance(sub, ast.Call) and _fp32_call(ctx, sub):
-            return True
-        if isinstance(sub, ast.Name):
-            names.add(sub.id)
-    if depth >= 3 or func is None or not names:
+    """Whether ``expr`` is explicitly computed in fp32: following its dtype outward-in
+    (method receivers, the operands of arithmetic -- fp32 wins type promotion --, local
+    names back to their assignment), an fp32 cast (``.float()``, ``.double()``,
+    ``.to(torch.float32)``, ``dtype=torch.float32``) comes before any cast back
+    (``.type_as(x)``, ``.half()``, ``.to(input_dtype)``)."""
+    if depth > 8 or expr is None:
         return False
-    for node in ast.walk(func):
-        if (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-                and node.lineno < use.lineno
-                and _target_names(node.targets if isinstance(node, ast.Assign) else [node.target]) & names):
-            if fp32_evidence(ctx, node.value, node, depth + 1):
-                return True
+    if isinstance(expr, ast.Call):
+        cast = _cast_dtype(ctx, expr)
+        if cast is not None:
+            return cast == "fp32"
+        func = expr.func
+        qn = ctx.qualname(func)
+        if qn is not None:
+            if qn in _DTYPE_PRESERVING_FUNCS and expr.args:
+                return fp32_evidence(ctx, expr.args[0], use, depth + 1)
+            return False
+        if isinstance(func, ast.Attribute):
+            return fp32_evidence(ctx, func.value, use, depth + 1)
+        return False
+    if isinstance(expr, ast.BinOp):
+        return fp32_evidence(ctx, expr.left, use, depth + 1) or fp32_evidence(ctx, expr.right, use, depth + 1)
+    if isinstance(expr, ast.UnaryOp):
+        return fp32_evidence(ctx, expr.operand, use, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return fp32_evidence(ctx, expr.value, use, depth + 1)
+    if isinstance(expr, ast.Name):
+        func = ctx.enclosing_function(use)
+        if func is None:
+            return False
+        best = None  # the nearest assignment before the use
+        for node in ast.walk(func):
+            if (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+                    and node.lineno < use.lineno
+                    and expr.id in _target_names(node.targets if isinstance(node, ast.Assign) else [node.target])
+                    and (best is None or node.lineno > best.lineno)):
+                best = node
+        if best is None:
+            return False
+        return fp32_evidence(ctx, best.value, best, depth + 1)
     return False
 
 
