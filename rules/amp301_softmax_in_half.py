@@ -290,7 +290,11 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)
             return
-        message = f"`{shown}` in half inside `forward`: probabilities below 6e-8 are stored as 0 ({note})"
+        if attr == "log_softmax":
+            why = "log-probabilities keep 11 significant bits (-30.123456 is stored as -30.125)"
+        else:
+            why = "probabilities below 6e-8 are stored as 0"
+        message = f"`{shown}` in half inside `forward`: {why} ({note})"
         fix = None
         if operand is not None and not R.has_double_star(node):
             fix = None

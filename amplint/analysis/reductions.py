@@ -293,8 +293,14 @@ def dtype_source(ctx, operand: Optional[ast.AST]) -> Optional[ast.AST]:
     while todo:
         node = todo.pop(0)
         if isinstance(node, ast.Call):
-            # the receiver of a method chain carries the dtype; arguments usually do not
-            todo.insert(0, node.func.value) if isinstance(node.func, ast.Attribute) else None
+            # a tensor method chain: its receiver carries the dtype; a module or function
+            # call (``self.head(h)``, ``F.gelu(h)``): its first argument does
+            func = node.func
+            receiver = func.value if isinstance(func, ast.Attribute) else None
+            if receiver is not None and not _is_module_like(ctx, receiver):
+                todo.insert(0, receiver)
+            elif node.args and not isinstance(node.args[0], ast.Starred):
+                todo.insert(0, node.args[0])
             continue
         if isinstance(node, (ast.Name, ast.Attribute)) and is_simple(node):
             if not _not_a_tensor(ctx, node):
@@ -307,6 +313,14 @@ def dtype_source(ctx, operand: Optional[ast.AST]) -> Optional[ast.AST]:
         elif isinstance(node, ast.Subscript):
             todo.insert(0, node.value)
     return None
+
+
+def _is_module_like(ctx, expr: ast.AST) -> bool:
+    """``self``, ``self.head``, ``F``, ``torch.nn.functional``: not a tensor receiver."""
+    base = expr
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return isinstance(base, ast.Name) and (base.id in ("self", "cls") or base.id in ctx.imports)
 
 
 def _not_a_tensor(ctx, expr: ast.AST) -> bool:
