@@ -42,10 +42,32 @@ _FORWARD_NAMES = ("forward", "__call__")
 #: fields that hold shared singletons (Load/Store contexts, operators): never walked
 _SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: statements and expressions that bind names (the evaluator's local-variable tables)
+_BINDING_NAMES = frozenset(("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor", "With", "AsyncWith", "NamedExpr"))
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
     return tuple(reversed([f for f in cls._fields if f not in _SKIPPED_FIELDS]))
+
+
+def bound_names(node: ast.AST) -> list[str]:
+    """Names a binding statement or expression binds (targets of =, for, with, :=)."""
+    cls = node.__class__
+    if cls is ast.Assign:
+        targets = node.targets
+    elif cls is ast.With or cls is ast.AsyncWith:
+        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+    elif cls in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr):
+        targets = [node.target]
+    else:
+        return []
+    out = []
+    for target in targets:
+        if target.__class__ is ast.Name:
+            out.append(target.id)
+        else:
+            out.extend(sub.id for sub in ast.walk(target) if sub.__class__ is ast.Name)
+    return out
 
 
 def parent_of(node: ast.AST) -> Optional[ast.AST]:
@@ -76,6 +98,9 @@ class FileContext:
         self._imports: dict[str, str] = {}
         self._import_nodes: list[ast.AST] = []
         self._calls: list[ast.Call] = []
+        self._binding_nodes: list[ast.AST] = []
+        self._bindings_by_scope: Optional[dict[int, dict[str, list[ast.AST]]]] = None
+        self._self_attrs_by_scope: Optional[dict[int, dict[str, list[ast.AST]]]] = None
         self._classes: dict[str, ast.ClassDef] = {}
         self._functions: dict[str, ast.AST] = {}
         self._module_assignments: dict[str, list[ast.AST]] = {}
@@ -93,7 +118,7 @@ class FileContext:
         siblings in field order -- source order except decorators)."""
         buckets: dict[str, list[ast.AST]] = {name: [] for name in wanted}
         self._walked = True
-        imports, calls = self._import_nodes, self._calls
+        imports, calls, bindings = self._import_nodes, self._calls, self._binding_nodes
         stack: list[ast.AST] = [self.tree]
         pop, push = stack.pop, stack.append
         fields_of = _CHILD_FIELDS
@@ -121,6 +146,8 @@ class FileContext:
                 buckets[name].append(node)
             if name == "Call":
                 calls.append(node)
+            elif name in _BINDING_NAMES:
+                bindings.append(node)
             elif name == "Import" or name == "ImportFrom":
                 imports.append(node)
         self._resolve_imports()
@@ -371,6 +398,46 @@ class FileContext:
             reachable.add(id(func))
             todo.extend(callees.get(id(func), ()))
         return reachable
+
+    # --- local bindings ------------------------------------------------------------
+
+    def _scope_of_binding(self, node: ast.AST) -> Optional[ast.AST]:
+        """The function or lambda whose own body binds at ``node`` (None: class or module level)."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return anc
+            if anc.__class__ is ast.ClassDef:
+                return None
+        return None
+
+    def _build_binding_tables(self) -> None:
+        self.ensure_walked()
+        by_scope: dict[int, dict[str, list[ast.AST]]] = {}
+        self_attrs: dict[int, dict[str, list[ast.AST]]] = {}
+        for node in self._binding_nodes:
+            scope = self._scope_of_binding(node)
+            if scope is None:
+                continue
+            table = by_scope.setdefault(id(scope), {})
+            for name in bound_names(node):
+                table.setdefault(name, []).append(node)
+            if node.__class__ is ast.Assign or node.__class__ is ast.AnnAssign:
+                for t in node.targets if node.__class__ is ast.Assign else (node.target,):
+                    if t.__class__ is ast.Attribute and t.value.__class__ is ast.Name and t.value.id == "self":
+                        self_attrs.setdefault(id(scope), {}).setdefault(t.attr, []).append(node)
+        self._bindings_by_scope, self._self_attrs_by_scope = by_scope, self_attrs
+
+    def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
+        """Local name -> the statements of ``func``'s own body (not nested scopes) that bind it."""
+        if self._bindings_by_scope is None:
+            self._build_binding_tables()
+        return self._bindings_by_scope.get(id(func), {})
+
+    def self_assignments(self, func: ast.AST) -> dict[str, list[ast.AST]]:
+        """Attribute -> the ``self.attr = ...`` statements in ``func``'s own body."""
+        if self._self_attrs_by_scope is None:
+            self._build_binding_tables()
+        return self._self_attrs_by_scope.get(id(func), {})
 
     # --- constants -------------------------------------------------------------------
 

@@ -65,34 +65,12 @@ class Evaluator:
     def __init__(self, ctx: "FileContext"):
         self.ctx = ctx
         self._config_fields: Optional[dict[str, dict[str, tuple[ast.AST, ast.AST]]]] = None
-        # per function, computed once: name -> statements binding it; attr -> `self.attr = ...`
-        self._bindings: dict[int, dict[str, list[ast.AST]]] = {}
-        self._self_assignments: dict[int, dict[str, list[ast.AST]]] = {}
 
     def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
-        """Local name -> the statements in ``func`` (not nested scopes) that bind it."""
-        table = self._bindings.get(id(func))
-        if table is None:
-            table = {}
-            for node in _own_nodes(func):
-                if isinstance(node, _BINDING_NODES):
-                    for bound in _bound_names(node):
-                        table.setdefault(bound, []).append(node)
-            self._bindings[id(func)] = table
-        return table
+        return self.ctx.bindings(func)
 
     def self_assignments(self, func: ast.AST) -> dict[str, list[ast.AST]]:
-        """Attribute -> the ``self.attr = ...`` statements in ``func``."""
-        table = self._self_assignments.get(id(func))
-        if table is None:
-            table = {}
-            for node in _own_nodes(func):
-                if isinstance(node, (ast.Assign, ast.AnnAssign)):
-                    for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                            table.setdefault(t.attr, []).append(node)
-            self._self_assignments[id(func)] = table
-        return table
+        return self.ctx.self_assignments(func)
 
     # --- entry -----------------------------------------------------------------------
 
@@ -270,7 +248,6 @@ class Evaluator:
 
 # --- helpers -----------------------------------------------------------------------
 
-_BINDING_NODES = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.NamedExpr)
 
 
 class _Missing:
