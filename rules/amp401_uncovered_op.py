@@ -85,6 +85,25 @@ def _registration(call: ast.Call, ctx) -> Optional[list]:
     return [ref, name.value, kind]
 
 
+def _reaches(registering: str, imports, model: str) -> bool:
+    """Whether registrations made when ``registering`` runs apply to ``model``: it sits in
+    the model's folder or above (a package ``__init__``, a training script at the root), or
+    it imports the model's module or one of its packages (``scripts/train.py`` doing
+    ``from mypkg.models import XLNet``)."""
+    reg_dir = os.path.dirname(os.path.abspath(registering))
+    model_abs = os.path.abspath(model)
+    if model_abs.startswith(reg_dir + os.sep):
+        return True
+    parts = os.path.splitext(model_abs)[0].split(os.sep)[1:]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    names = set()
+    for end in range(len(parts), 0, -1):
+        for start in range(end - 1, max(end - 6, -1), -1):
+            names.add(".".join(parts[start:end]))
+    return any(name in names for name in imports)
+
+
 def _own_classes(ctx) -> tuple[str, ...]:
     return tuple(ctx.classes)
 
@@ -329,14 +348,25 @@ with torch.autocast("cuda", enabled=False):
 
     @classmethod
     def collect(cls, ctx):
-        """Registrations in this file: ``[[module, name, kind], ...]`` (None when none)."""
+        """Registrations in this file, and the modules it imports (which files its
+        registrations reach): ``{"registrations": [[module, name, kind], ...],
+        "imports": [dotted names]}``; None when the file registers nothing."""
         found = []
         for node in ast.walk(ctx.tree):
             if isinstance(node, ast.Call) and _last_name(node.func) in _REGISTER:
                 reg = _registration(node, ctx)
                 if reg is not None:
                     found.append(reg)
-        return found or None
+        if not found:
+            return None
+        imported = set()
+        for node in ctx.import_nodes():
+            if isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+            elif node.level == 0 and node.module:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{a.name}" for a in node.names)
+        return {"registrations": found, "imports": sorted(imported)}
 
     # --- per file --------------------------------------------------------------------
 
@@ -369,6 +399,13 @@ with torch.autocast("cuda", enabled=False):
             if isinstance(root, ast.Name) and root.id in self._extensions(ctx):
                 self._uses.append((node, "extension", root.id, None, None, None))
                 return
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+            ns = func.value
+            if isinstance(ns.value, ast.Attribute) and ns.value.attr == "ops":
+                qualname = ctx.qualname(func)
+                if qualname and qualname.startswith("torch.ops."):
+                    self._uses.append((node, "torch.ops", qualname, None, None, None))
+                return
         if last in _OP_NAMES:
             qualname = ctx.qualname(func)
             if qualname is not None:
@@ -380,12 +417,6 @@ with torch.autocast("cuda", enabled=False):
                 if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls", "super")):
                     self._uses.append((node, "op", "torch.Tensor." + last, ops.FP32_ONLY, "torch.Tensor", last))
             return
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
-            ns = func.value
-            if isinstance(ns.value, ast.Attribute) and ns.value.attr == "ops":
-                qualname = ctx.qualname(func)
-                if qualname and qualname.startswith("torch.ops."):
-                    self._uses.append((node, "torch.ops", qualname, None, None, None))
 
     def end_file(self, ctx) -> None:
         if not self._uses:
@@ -418,9 +449,11 @@ with torch.autocast("cuda", enabled=False):
         regs = {(m, n) for m, n, _ in self._regs}
         if ctx.project is not None:
             for path, data in ctx.project.facts(self.code):
-                for m, n, _ in data:
-                    if m.startswith("@") and ":" not in m[1:] and path != ctx.path:
-                        continue  # sys.modules[__name__] in another file registers that file
+                if path == ctx.path or not _reaches(path, data.get("imports", ()), ctx.path):
+                    continue
+                for m, n, _ in data["registrations"]:
+                    if m.startswith("@"):
+                        continue  # sys.modules[__name__] / a class there registers that file
                     regs.add((m, n))
         return regs
 
@@ -448,7 +481,7 @@ with torch.autocast("cuda", enabled=False):
             return None
         if self._in_cast_region(ctx, node, fam, engine):
             return None
-        if fam != ops.GEMM and self._args_fp32(node):
+        if fam != ops.GEMM and (self._args_fp32(node) or self._args_weights(ctx, node)):
             return None
         short = qualname[len("torch."):] if qualname.startswith("torch.") else qualname
         shown = ctx.segment(func)
@@ -457,14 +490,14 @@ with torch.autocast("cuda", enabled=False):
             cast = ops.cast(qualname, engine, "cuda")
             how = ("runs in its inputs' dtype under O1" if cast is None else
                    f"is a {cast} op under O1 (fp32 when a weight is involved)")
-            message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `expected scalar type Half but "
-                       f"found Float` on mixed fp16/fp32 inputs; register it to run in half")
+            message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `RuntimeError: expected scalar "
+                       f"type ...` on mixed fp16/fp32 inputs (apex #895); register it to run in half")
             severity = Severity.WARNING if short not in ("outer", "ger", "inner", "kron") else Severity.INFO
         else:
             problem = ("has no fp16/bf16 kernel (raises on half input)" if fam == ops.FP32_ONLY else
                        "runs in half only for power-of-two sizes on CUDA, not at all on CPU")
             where = "amplint's O1" if engine == "amplint" else "torch.autocast on " + "/".join(on)
-            message = f"`{shown}` {problem} and {where} does not cast it to fp32"
+            message = f"`{shown}` {problem}, and {where} does not cast it to fp32"
             severity = Severity.ERROR if fam == ops.FP32_ONLY else Severity.WARNING
         if engine == "torch":
             device = on[0]
@@ -472,7 +505,7 @@ with torch.autocast("cuda", enabled=False):
             rest = ", ".join(ctx.segment(a) for a in node.args[1:]) + ", ".join(
                 f"{k.arg}={ctx.segment(k.value)}" for k in node.keywords if k.arg)
             call = f"{shown}({args}{', ' + rest if rest else ''})"
-            wrap = f"with torch.autocast(\"{device}\", enabled=False): {call}"
+            wrap = f"with {self._torch_alias(ctx) or 'torch'}.autocast(\"{device}\", enabled=False): {call}"
             message += f"; run it in fp32: `{wrap}`"
             return node, message, severity, None, Fix((), "display", f"Wrap in fp32: `{wrap}`")
         if by_name:
@@ -539,6 +572,22 @@ with torch.autocast("cuda", enabled=False):
             return False
         return True
 
+    @staticmethod
+    def _args_weights(ctx, call: ast.Call) -> bool:
+        """Every tensor argument is ``self.<attr>`` (a parameter or buffer): fp32 under O0/O1
+        and autocast, whatever the policy (not under O2/O3, where the model is half)."""
+        if ctx.settings.opt_level not in ("O0", "O1"):
+            return False
+        func = call.func
+        args = list(call.args)
+        if isinstance(func, ast.Attribute) and ctx.qualname(func) is None:
+            args.insert(0, func.value)  # a method: the receiver is the tensor
+        return bool(args) and all(
+            isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self"
+            or isinstance(a, ast.Constant)
+            for a in args
+        )
+
     # --- custom autograd Functions, torch.ops, extensions ----------------------------
 
     def _function_classes(self, ctx) -> dict:
@@ -567,9 +616,11 @@ with torch.autocast("cuda", enabled=False):
                 decorators["amp"] = dec
         bwd_decorated = backward is not None and any(
             (ctx.qualname(d.func if isinstance(d, ast.Call) else d) or "") in _CUSTOM_BWD for d in backward.decorator_list)
-        if engine == "torch" and "custom_fwd" in decorators:
+        # custom_fwd counts under both policies (issue 6); amplint.amp does not honour it yet
+        # (it is autocast-only), so the amplint fix also adds @amp.float_function
+        if "custom_fwd" in decorators or "amp" in decorators:
             return None
-        if engine == "amplint" and ("amp" in decorators or (f"@{ctx.path}:{cls_name}", "apply") in registered):
+        if (f"@{ctx.path}:{cls_name}", "apply") in registered:
             return None
         device = "cpu" if ctx.settings.device == "cpu" else "cuda"
         if engine == "amplint":
