@@ -164,7 +164,7 @@ def test_optimizer_step_runs_without_casts():
 
     model = nn.Linear(4, 4)
     model, opt = amp.initialize(model, Spy(model.parameters(), lr=0.1), opt_level="O1", verbosity=0)
-    with amp.scale_loss(model(torch.randn(2, 4)).float().sum(), opt) as s:
+    with amp.scale_loss(model(torch.randn(2, 4)).float().mean() / 8, opt) as s:
         s.backward()
     opt.step()
     assert seen == [torch.float32]
