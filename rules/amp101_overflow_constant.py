@@ -47,7 +47,8 @@ when the config class lives in another linted file. The finding points at the us
 its related locations name the definitions.
 
 Not flagged: values that fit (`-1e4`, `-65500`, `torch.finfo(x.dtype).min`), infinities
-(see AMP103), `torch.full` without a `dtype` (it makes fp32), and code a dtype check
+(see AMP103), `torch.full` without a `dtype` (it makes fp32), anything at opt level O0
+(fp32 training), and code a dtype check
 keeps out of half: in `if x.dtype == torch.float16: ... else: -1e30` or
 `-1e4 if x.dtype == torch.half else -1e9` only the branch that runs in half counts.
 
@@ -99,6 +100,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
         Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, float('-inf'))\n"),
         Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"target": "bf16"}),
+        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"opt_level": "O0"}),
         Valid(
             "import torch\n"
             "def f(x, m):\n"
@@ -266,10 +268,12 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
     ]
 
     def __init__(self):
-        self._fmt = None
+        self._use = None  # the branch of a conditional value that overflows
 
     def _format(self, ctx):
         target = ctx.settings.target
+        if ctx.settings.opt_level == "O0":
+            return None  # O0 trains in fp32
         if target not in ("fp16", "fp8"):
             return None  # bf16: fp32's range; int8: quantisation, not a tensor value dtype
         return FORMATS[target]
@@ -280,6 +284,13 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         """The folded value of ``expr`` when it overflows the target, else None."""
         if expr is None:
             return None
+        if isinstance(expr, ast.IfExp):  # -1e4 if x.dtype == torch.half else -1e9
+            for branch in (expr.body, expr.orelse):
+                value = self._overflow(ctx, branch, fmt_)
+                if value is not None and dtype_branch(ctx, branch) is not False:
+                    self._use = branch
+                    return value
+            return None
         if isinstance(expr, (ast.Constant, ast.UnaryOp, ast.Name, ast.Attribute, ast.BinOp, ast.Call)):
             if isinstance(expr, ast.Call) and not (isinstance(expr.func, ast.Name) and expr.func.id in ("float", "int")):
                 return None
@@ -289,6 +300,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         return None
 
     def _report(self, ctx, use, value, fmt_, what, tensor, safe, dtype_expr=False):
+        if self._use is not None:
+            use, self._use = self._use, None
         if dtype_branch(ctx, use) is False:
             return
         text = ctx.segment(use)

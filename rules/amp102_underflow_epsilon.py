@@ -73,7 +73,7 @@ a warning.
 
 Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
 `nn.BatchNorm*`, `F.normalize` and other library kernels (they add eps in fp32), optimizer
-`eps` below O3, operands computed explicitly in fp32 (`x.float()`,
+`eps` below O3, anything at O0 (fp32 training), operands computed explicitly in fp32 (`x.float()`,
 `.to(torch.float32)`, as in LLaMA's RMSNorm), code a dtype check keeps out of half, and
 numpy / math arithmetic.
 
@@ -119,6 +119,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         Valid("import torch\nimport torch.nn.functional as F\ndef f(x):\n    return F.normalize(x, eps=1e-12)\n"),
         Valid("import torch\ndef f(x):\n    return x / (x.norm() + 1e-4)\n"),
         Valid("import torch\ndef f(x):\n    return torch.log(x + 1e-8)\n", settings={"target": "bf16"}),
+        Valid("import torch\ndef f(x):\n    return torch.log(x.exp() + 1e-8)\n", settings={"opt_level": "O0"}),
         Valid("import numpy as np\nimport torch\ndef f(p):\n    return np.log(p + 1e-10)\n"),
         Valid("import torch\ndef f(x):\n    x = x.float()\n    var = x.pow(2).mean(-1)\n    return x * torch.rsqrt(var + 1e-6)\n"),
         Valid("import torch\ndef f(h, eps=1e-6):\n    h = h.to(torch.float32)\n    v = h.pow(2).mean(-1)\n    return h * torch.rsqrt(v + eps)\n"),
@@ -221,6 +222,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     def _format(self, ctx):
         target = ctx.settings.target
+        if ctx.settings.opt_level == "O0":
+            return None  # O0 trains in fp32
         return FORMATS[target] if target in ("fp16", "bf16", "fp8") else None
 
     def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True):

@@ -326,58 +326,120 @@ _CAUSAL_WORDS = ("causal", "subsequent", "future", "autoregressive", "tril", "tr
 _PADDING_WORDS = ("pad", "attention_mask", "attn_mask_2d", "length", "lens", "valid", "key_mask", "seq_mask", "input_mask")
 
 
-def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
-    """``"causal"`` (built with tril/triu, a registered causal buffer, a causal name),
-    ``"padding"`` (a padding / attention mask, lengths), or ``"unknown"``."""
-    evidence: set[str] = set()
-    func = ctx.enclosing_function(use)
-    cls = ctx.enclosing_class(use)
-    seen: set[str] = set()
-    todo: list[tuple[ast.AST, int]] = [(mask, 0)]
-    while todo:
-        expr, depth = todo.pop()
-        for sub in ast.walk(expr):
-            if isinstance(sub, ast.Call):
-                name = _func_name(sub)
-                if name in _CAUSAL_CALLS:
-                    evidence.add("causal")
-                if "causal" in name.lower():
-                    evidence.add("causal")
-            word = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else sub.arg if isinstance(sub, ast.keyword) and sub.arg else None
-            if word is None:
-                continue
-            low = word.lower()
-            if any(w in low for w in _PADDING_WORDS):
-                evidence.add("padding")
-            elif any(w in low for w in _CAUSAL_WORDS):
-                evidence.add("causal")
-            if depth >= 3 or word in seen:
-                continue
-            # follow names to their local assignments, self.attr to __init__ / buffers
-            if isinstance(sub, ast.Name) and func is not None:
-                seen.add(word)
-                for node in ast.walk(func):
-                    if isinstance(node, ast.Assign) and word in _target_names(node.targets):
-                        todo.append((node.value, depth + 1))
-            elif (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
-                  and sub.value.id == "self" and cls is not None):
-                seen.add(word)
-                init = ctx.method(cls, "__init__")
-                if init is None:
-                    continue
-                for node in ast.walk(init):
-                    if isinstance(node, ast.Assign) and any(
-                        isinstance(t, ast.Attribute) and t.attr == word for t in node.targets
-                    ):
-                        todo.append((node.value, depth + 1))
-                    elif (isinstance(node, ast.Call) and _func_name(node) == "register_buffer" and len(node.args) >= 2
-                          and isinstance(node.args[0], ast.Constant) and node.args[0].value == word):
-                        todo.append((node.args[1], depth + 1))
-    if "padding" in evidence:
+_FACTORIES = ("ones", "zeros", "full", "empty", "arange", "ones_like", "zeros_like", "full_like", "eye", "tensor",
+              "as_tensor", "rand", "randn", "randint", "linspace")
+
+
+def _word_kind(word: str) -> str:
+    low = word.lower()
+    if any(w in low for w in _PADDING_WORDS):
         return "padding"
-    if "causal" in evidence:
+    if any(w in low for w in _CAUSAL_WORDS):
         return "causal"
     return "unknown"
+
+
+def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
+    """``"padding"``, ``"causal"`` or ``"unknown"``: follows the mask tensor's own data
+    path (operands, method receivers, local names back to their assignments, ``self.X``
+    to its ``__init__`` assignment or ``register_buffer``) to its sources.  A source
+    built with ``tril``/``triu`` (or named causal) is causal; a name mentioning padding,
+    ``attention_mask`` or lengths is padding; any other argument is unknown.  Padding
+    wins over unknown, unknown over causal: ``causal & mask`` can still empty a row."""
+    func = ctx.enclosing_function(use)
+    cls = ctx.enclosing_class(use)
+    kinds: set[str] = set()
+    seen: set[str] = set()
+    budget = [60]
+
+    def name_sources(word: str, depth: int) -> None:
+        if word in seen or func is None:
+            return
+        seen.add(word)
+        assigned = [n for n in ast.walk(func) if isinstance(n, ast.Assign) and word in _target_names(n.targets)]
+        if not assigned:
+            kinds.add(_word_kind(word))  # a parameter (or a global): judge by its name
+            return
+        kind = _word_kind(word)
+        if kind != "unknown":
+            kinds.add(kind)
+        for node in assigned:
+            walk(node.value, depth + 1)
+
+    def self_sources(word: str, depth: int) -> None:
+        key = "self." + word
+        if key in seen:
+            return
+        seen.add(key)
+        kind = _word_kind(word)
+        if kind != "unknown":
+            kinds.add(kind)
+        init = ctx.method(cls, "__init__") if cls is not None else None
+        values = []
+        if init is not None:
+            for node in ast.walk(init):
+                if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == word for t in node.targets
+                ):
+                    values.append(node.value)
+                elif (isinstance(node, ast.Call) and _func_name(node) == "register_buffer" and len(node.args) >= 2
+                      and isinstance(node.args[0], ast.Constant) and node.args[0].value == word):
+                    values.append(node.args[1])
+        if not values and kind == "unknown":
+            kinds.add("unknown")
+        for v in values:
+            walk(v, depth + 1)
+
+    def walk(expr: ast.AST, depth: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0 or depth > 6:
+            kinds.add("unknown")
+            return
+        if isinstance(expr, ast.Name):
+            name_sources(expr.id, depth)
+        elif isinstance(expr, ast.Attribute):
+            if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+                self_sources(expr.attr, depth)
+            else:
+                kind = _word_kind(expr.attr)
+                kinds.add(kind) if kind != "unknown" else walk(expr.value, depth + 1)
+        elif isinstance(expr, ast.Subscript):
+            walk(expr.value, depth + 1)
+        elif isinstance(expr, (ast.BinOp,)):
+            walk(expr.left, depth + 1)
+            walk(expr.right, depth + 1)
+        elif isinstance(expr, ast.BoolOp):
+            for v in expr.values:
+                walk(v, depth + 1)
+        elif isinstance(expr, ast.Compare):
+            for v in [expr.left, *expr.comparators]:
+                walk(v, depth + 1)
+        elif isinstance(expr, ast.UnaryOp):
+            walk(expr.operand, depth + 1)
+        elif isinstance(expr, ast.Call):
+            name = _func_name(expr)
+            if name in _CAUSAL_CALLS or "causal" in name.lower():
+                kinds.add("causal")
+                return
+            if name in _FACTORIES:
+                return  # a fresh tensor: neutral
+            func_node = expr.func
+            if isinstance(func_node, ast.Attribute) and ctx.qualname(func_node) is None:
+                walk(func_node.value, depth + 1)  # m.bool(), m.unsqueeze(1), m.to(x.device)
+            else:
+                for a in expr.args:
+                    walk(a, depth + 1)
+        elif isinstance(expr, ast.Constant):
+            return
+        else:
+            kinds.add("unknown")
+
+    walk(mask, 0)
+    if "padding" in kinds:
+        return "padding"
+    if "unknown" in kinds or not kinds:
+        return "unknown"
+    return "causal"
 
 
 # --- fp32 evidence -------------------------------------------------------------------
