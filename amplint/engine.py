@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from .config import ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_source, write_atomic
-from .project import FileSummary, ProjectIndex, summarize
+from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
 from .registry import all_rules, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
@@ -24,9 +24,6 @@ from .suppress import apply_suppressions
 MAX_FIX_ITERATIONS = 10
 #: below this many files to lint, a process pool costs more than it saves
 POOL_THRESHOLD = 8
-#: a file that mentions none of these cannot involve torch, apex or amplint
-BASE_MARKERS = ("torch", "apex", "amp", "nn.")
-
 UNUSED_SUPPRESSION = "AMP900"
 
 
@@ -59,6 +56,14 @@ class _Rules:
             else:
                 self.every_file = True
         self.markers = tuple(markers)
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> "_Rules":
+        key = ("_Rules", settings.fingerprint())
+        found = _WORKER.get(key)
+        if found is None:
+            found = _WORKER[key] = cls(_rules_for(settings))
+        return found
 
     def relevant(self, text: str) -> bool:
         return self.every_file or any(m in text for m in self.markers)
@@ -304,6 +309,9 @@ def _check_task(args) -> dict:
     entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
     try:
         source = read_source(path)
+        if not _worth_parsing(source.text, settings, unused):
+            entry["summary"] = FileSummary(path).to_json()
+            return entry  # cannot involve torch or any selected rule: not even parsed
         given = _WORKER.get("project")
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
@@ -359,10 +367,26 @@ def _fix_task(args) -> FileResult:
     return result
 
 
+def _summary_markers(settings: Settings) -> tuple[str, ...]:
+    rules = all_rules(settings.rule_paths)
+    if any(hasattr(r, "collect") and not getattr(r, "collect_markers", ()) for r in rules):
+        return ("",)  # a rule collects from every file
+    return CONFIG_MARKERS + tuple(m for r in rules for m in getattr(r, "collect_markers", ()))
+
+
+def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
+    """Whether a selected rule or the project summary can find anything in ``text``."""
+    if unused or _Rules.for_settings(settings).relevant(text):
+        return True
+    return any(m in text for m in _summary_markers(settings))
+
+
 def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     path, settings = args
     try:
         source = read_source(path)
+        if not any(m in source.text for m in _summary_markers(settings)):
+            return path, FileSummary(path).to_json(), None
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)
         ctx.walk_and_bucket(set())

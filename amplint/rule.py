@@ -208,10 +208,14 @@ class Rule:
     @classmethod
     def visitors(cls) -> dict[str, str]:
         """Map ast node class name -> method name, for the engine's dispatch table."""
+        cached = cls.__dict__.get("_visitors_cache")
+        if cached is not None:
+            return cached
         out = {}
         for attr in dir(cls):
             if attr.startswith("visit_") and callable(getattr(cls, attr)):
                 out[attr[len("visit_"):]] = attr
+        cls._visitors_cache = out
         return out
 
     @classmethod
