@@ -6,6 +6,7 @@ import ast
 import collections
 import math
 import os
+import re
 from typing import Optional
 
 from amplint.analysis.dims import (
@@ -30,6 +31,9 @@ from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 #: output widths below this are heads (classes, regression targets): too narrow for the
 #: alignment to matter, and a hidden width that small is caught as the next layer's input
 SMALL_HEAD = 64
+#: the variable / field a provenance note names: "`x` is defined here", "default of
+#: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
+_NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
 _PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 _GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
 _LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
@@ -94,7 +98,7 @@ class UnalignedDimension(Rule):
     summary = "Layer size not a multiple of 8 (16 for fp8/int8): Tensor Core GEMMs fall back to slow kernels"
     severity = Severity.WARNING
     fix_applicability = "unsafe"
-    markers = _LAYER_MARKERS + ("Config", "dataclass") + _CONFIG_MARKERS
+    markers = _LAYER_MARKERS + ("Config", "dataclass")
     collect_markers = _LAYER_MARKERS
     docs = """
 ## What it does
@@ -368,6 +372,8 @@ class GPTConfig:
         self._params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = []
         self._gemm_attrs: set[tuple[Optional[str], str]] = set()
         self._divisors: dict = collections.defaultdict(set)
+        self._splits: list[ast.BinOp] = []
+        self._matmuls: list[ast.BinOp] = []
 
     # --- visitors ----------------------------------------------------------------------
 
@@ -393,13 +399,25 @@ class GPTConfig:
                             self._gemm_attrs.add((cls.name if cls else None, used))
 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        # only remembered here; looked at in end_file when there is something to report
         op = node.op
         if isinstance(op, (ast.FloorDiv, ast.Mod)):
+            if not isinstance(node.left, ast.Constant):
+                self._splits.append(node)
+        elif isinstance(op, ast.MatMult):
+            self._matmuls.append(node)
+
+    def _collect_splits(self, ctx) -> None:
+        """Divisors the model relies on: ``width // heads``, ``width % heads``."""
+        splits, self._splits = self._splits, []
+        for node in splits:
             root = find_root(ctx, node.left)
             if root is not None and root.kind == "literal":
                 divisor = ctx.evaluate(node.right)
                 self._add_divisor(root, as_size(divisor.value) if divisor else None)
-        elif isinstance(op, ast.MatMult):
+
+    def _collect_matmuls(self, ctx) -> None:
+        for node in self._matmuls:
             cls = ctx.enclosing_class(node)
             for side in (node.left, node.right):
                 used = _self_attr(side)
@@ -463,7 +481,7 @@ class GPTConfig:
             return None  # a head (classes, targets); a hidden width shows up as the next layer's input
         root = find_root(ctx, expr)
         names = list(root.names) if root is not None else _names_in(expr)
-        names += [r.note for r in value.origin]
+        names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
         if data_named(names):
             return None
         if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
@@ -473,12 +491,16 @@ class GPTConfig:
     # --- reporting ---------------------------------------------------------------------
 
     def end_file(self, ctx) -> None:
+        if self._params:
+            self._collect_matmuls(ctx)
         for call, attr, cls, shape in self._params:
             if (cls, attr) not in self._gemm_attrs and "weight" not in attr.lower():
                 continue
             sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
             if sizes:
                 self._pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
+        if self._pending:
+            self._collect_splits(ctx)
         fixed_keys: set = set()
         for call, label, sizes in self._pending:
             self._report_use(ctx, call, label, sizes, fixed_keys)
@@ -602,6 +624,8 @@ class GPTConfig:
                 owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
                 if len(owners) == 1 and owners[0] in local and self._resolves_here(ctx, path, use):
                     by_field.setdefault((owners[0], use["field"]), []).append((path, use))
+        if by_field:
+            self._collect_splits(ctx)
         for (cname, field), uses in by_field.items():
             entry = config_fields(local[cname]).get(field)
             if entry is None:

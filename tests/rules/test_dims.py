@@ -318,3 +318,18 @@ def test_literal_sizes_property(n, alignment):
     if flagged:
         assert f"pad to {next_multiple(n, alignment)}" in found[0].message
         assert _fix(code, alignment=alignment) == f"import torch.nn as nn\nfc = nn.Linear(512, {next_multiple(n, alignment)})\n"
+
+
+def test_class_in_a_function_or_config_name_is_not_a_class_count():
+    code = textwrap.dedent("""\
+        from dataclasses import dataclass
+        import torch.nn as nn
+        @dataclass
+        class ClassifierConfig:
+            hidden: int = 1000
+            num_classes: int = 1001
+        def build_classifier(width=650, cfg: ClassifierConfig = None):
+            return nn.Sequential(nn.Linear(width, 512), nn.Linear(512, cfg.num_classes))
+        """)
+    found = _lint(code)
+    assert [f.line for f in found] == [8] and "in_features is 650" in found[0].message
