@@ -240,7 +240,8 @@ class MasterState(OptimizerState):
                     self.valid[i] = False
                     self.masters[i].grad = None
             elif g._version != self.view_versions[i]:
-                self.master_grads[i].copy_(g)
+                with torch.no_grad():
+                    self.master_grads[i].copy_(g)
                 self.masters[i].grad = self.master_grads[i]
                 self.valid[i] = True
                 self.view_versions[i] = g._version
@@ -286,7 +287,9 @@ class MasterState(OptimizerState):
         self._reconcile_user_grads(at_step=True)
         stale = [i for i, p in enumerate(self.model_params) if p._version != self.synced[i]]
         if stale:
-            torch._foreach_copy_([self.masters[i] for i in stale], [self.model_params[i] for i in stale])
+            with torch.no_grad():
+                torch._foreach_copy_([self.masters[i] for i in stale],
+                                     [self.model_params[i] for i in stale])
 
     def after_step(self):
         with torch.no_grad():
