@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .config import ConfigResolver, Settings
 from .context import FileContext
-from .files import SourceError, SourceFile, discover, read_source, write_atomic
+from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
 from .registry import all_rules, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
@@ -478,8 +478,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     for path, settings in files:
         if cache is not None:
             try:
-                with open(path, "rb") as fh:
-                    raw[path] = fh.read()
+                raw[path] = read_regular(path)
             except OSError:
                 raw[path] = b""
             keys[path] = Cache.key("check", raw[path], settings.fingerprint(), str(unused))

@@ -7,6 +7,7 @@ the same encoding, BOM and LF/CRLF style.
 from __future__ import annotations
 
 import codecs
+import errno
 import dataclasses
 import io
 import os
@@ -41,8 +42,7 @@ class SourceFile:
 
 def read_source(path: str) -> SourceFile:
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(path)
     except IsADirectoryError:
         raise SourceError(path, "is a directory") from None
     except PermissionError:
@@ -70,6 +70,20 @@ def read_source(path: str) -> SourceFile:
         encoding = "utf-8-sig"
         text = text.lstrip("\ufeff")
     return SourceFile(path, text, encoding, raw)
+
+
+def read_regular(path: str) -> bytes:
+    """The bytes of ``path``; ``OSError`` unless it is a regular file (or a link to one).
+    A FIFO, socket or device is refused before it is opened: opening a FIFO for
+    reading blocks until a writer appears, which would hang the whole run."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file"
+        raise OSError(errno.EINVAL, f"not a regular file ({kind})", path)
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def write_atomic(path: str, data: bytes) -> None:
@@ -103,6 +117,8 @@ def _looks_like_python(path: str) -> bool:
     if path.endswith(PY_SUFFIXES):
         return True
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return True  # a FIFO would block here: read_source refuses it with a reason
         with open(path, "rb") as fh:
             first = fh.readline(200)
     except OSError:
@@ -135,13 +151,19 @@ def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[
                     if not name.endswith(PY_SUFFIXES):
                         continue
                     full = os.path.join(root, name)
+                    if os.path.islink(full) and not os.path.exists(full):
+                        # checked before is_excluded: resolving a symlink loop raises
+                        try:
+                            excluded = is_excluded(full)
+                        except (OSError, RuntimeError):
+                            excluded = False
+                        if not excluded:
+                            yield full, SourceError(full, "broken symbolic link (or a symlink loop)")
+                        continue
                     if is_excluded(full):
                         continue
                     key = os.path.realpath(full)
                     if key in seen:
-                        continue
-                    if os.path.islink(full) and not os.path.exists(full):
-                        yield full, SourceError(full, "broken symbolic link")
                         continue
                     seen.add(key)
                     yield full, None
