@@ -28,6 +28,9 @@ class SourceError(Exception):
         self.path, self.reason, self.line, self.col = path, reason, line, col
         super().__init__(f"{path}:{line}:{col}: {reason}")
 
+    def __reduce__(self):  # crosses process-pool boundaries: pickle the real arguments
+        return (SourceError, (self.path, self.reason, self.line, self.col))
+
 
 @dataclasses.dataclass
 class SourceFile:
