@@ -1,0 +1,112 @@
+"""Checkpoints: the seed's save/restore recipe continues bit-identically at every opt level;
+a missing or malformed amp state is a clear error, never a silently reset scaler."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from amplint import amp
+
+LEVELS = [("O0", {}), ("O1", {}), ("O2", {}), ("O3", {}),
+          ("O1", {"half_dtype": torch.bfloat16}), ("O2", {"cast_model_type": torch.bfloat16}),
+          ("O2", {"keep_fp32_modules": (nn.LayerNorm,)})]
+
+
+def _build(seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.LayerNorm(16),
+                          nn.Linear(16, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-4)
+    return model, opt
+
+
+def _batch(i):
+    g = torch.Generator().manual_seed(100 + i)
+    return torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+
+
+def _train(model, opt, steps):
+    for i in steps:
+        x, y = _batch(i)
+        loss = F.cross_entropy(model(x).float(), y)
+        if i == 3 and amp.properties()["loss_scale"] == "dynamic":
+            loss = loss * float("inf")   # one overflow: the dynamic scaler skips this step
+        opt.zero_grad()
+        with amp.scale_loss(loss, opt) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(opt), 50)
+        opt.step()
+
+
+def _snapshot(model, opt):
+    return ([t.clone() for t in model.state_dict().values()],
+            [p.detach().clone() for p in amp.master_params(opt)], amp.state_dict())
+
+
+@pytest.mark.parametrize("level,kw", LEVELS, ids=lambda v: str(v))
+def test_resume_is_bit_identical(level, kw, tmp_path):
+    model, opt = _build(0)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
+    _train(model, opt, range(10))
+    expected = _snapshot(model, opt)
+
+    model, opt = _build(0)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
+    _train(model, opt, range(5))
+    checkpoint = {"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()}
+    torch.save(checkpoint, tmp_path / "amp_checkpoint.pt")
+    del model, opt, checkpoint
+
+    model, opt = _build(1)                 # different init: the restore must overwrite it all
+    checkpoint = torch.load(tmp_path / "amp_checkpoint.pt")
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
+    model.load_state_dict(checkpoint["model"])
+    opt.load_state_dict(checkpoint["optimizer"])
+    amp.load_state_dict(checkpoint["amp"])
+    _train(model, opt, range(5, 10))
+    got = _snapshot(model, opt)
+
+    for a, b in zip(expected[0] + expected[1], got[0] + got[1]):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert expected[2] == got[2]
+    if amp.properties()["loss_scale"] == "dynamic":
+        assert got[2]["loss_scaler0"]["loss_scale"] == 32768.0   # the overflow was kept
+
+
+def _initialized():
+    model, opt = _build(0)
+    return amp.initialize(model, opt, opt_level="O1", verbosity=0)
+
+
+@pytest.mark.parametrize("bad", [None, {}, {"loss_scaler0": {"loss_scale": "x", "unskipped": 0}},
+                                 {"loss_scaler0": {"unskipped": 0}},
+                                 {"loss_scaler0": {"loss_scale": -1.0, "unskipped": 0}},
+                                 {"scaler": {"loss_scale": 1.0, "unskipped": 0}},
+                                 {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0},
+                                  "loss_scaler1": {"loss_scale": 1.0, "unskipped": 0}}])
+def test_malformed_amp_state_is_an_error(bad):
+    _initialized()
+    with pytest.raises(RuntimeError, match="amp"):
+        amp.load_state_dict(bad)
+    assert amp.loss_scale() == 65536.0
+
+
+def test_forgetting_amp_load_state_dict_is_an_error():
+    model, opt = _initialized()
+    _train(model, opt, range(5))
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    model, opt = _build(0)
+    model, opt = amp.initialize(model, opt, opt_level="O1", verbosity=0)
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    with pytest.raises(RuntimeError, match=r"amp.load_state_dict\(checkpoint\['amp'\]\)"):
+        _train(model, opt, range(5, 6))
+    amp.load_state_dict(amp.state_dict())      # the documented way to start fresh on purpose
+    _train(model, opt, range(5, 6))
+
+
+def test_state_dict_and_load_before_initialize():
+    with pytest.raises(RuntimeError, match="before amp.initialize"):
+        amp.state_dict()
+    with pytest.raises(RuntimeError, match="before amp.initialize"):
+        amp.load_state_dict({"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}})
