@@ -31,6 +31,9 @@ from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 #: output widths below this are heads (classes, regression targets): too narrow for the
 #: alignment to matter, and a hidden width that small is caught as the next layer's input
 SMALL_HEAD = 64
+#: sizes below this are input features, latent codes, pixel rows, tiny toy widths: the
+#: data's, not the design's, and too small for the alignment to cost measurable time
+MIN_SIZE = 32
 #: the variable / field a provenance note names: "`x` is defined here", "default of
 #: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
 _NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
@@ -118,11 +121,12 @@ arguments, `self.attr` set in `__init__`, config-class defaults (`vocab_size=305
 config file is linted together with the model. The finding points at the layer; its
 related locations say where the number is defined.
 
-Not flagged, because the data fixes them, not the design: sizes below the format's
-alignment (an image stem's `in_channels=3` or `1`, regression and binary heads with
-1 or 2 outputs, token-type embeddings of 2), output widths below 64 (classifier heads
-such as MNIST's 10 digits: too narrow for padding to pay, and a hidden width that small
-is still caught as the next layer's input), sizes that reach the layer through a name
+Not flagged, because the data fixes them, not the design, and they are too small for
+the alignment to cost measurable time: sizes below 32 (an image stem's `in_channels=3`
+or `1`, regression and binary heads with 1 or 2 outputs, token-type embeddings of 2,
+28 pixel rows fed to an LSTM, a 20-feature table, a latent code of 20), output widths
+below 64 (classifier heads such as MNIST's 10 digits; a hidden width that small is still
+caught as the next layer's input), sizes that reach the layer through a name
 about classes or labels (`num_classes`, `n_classes=100`, `num_labels`), depthwise and
 grouped convolutions, and sizes that cannot be computed. In a file that loads a pretrained checkpoint (`from_pretrained`,
 `PreTrainedModel`), sizes from the config are reported as `info` without a fix: the
@@ -331,6 +335,20 @@ class GPTConfig:
             "    def forward(self, x):\n"
             "        return F.linear(x, self.w)\n",
         ),
+        # the hidden width is also written in forward: padding the layers alone would break the model
+        Invalid(
+            "import torch, torch.nn as nn\n"
+            "class Seq(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.cell = nn.LSTMCell(1, 51)\n"
+            "    def forward(self, x):\n"
+            "        h = torch.zeros(x.size(0), 51)\n"
+            "        return self.cell(x, (h, h))\n",
+            line=5,
+            message="51 is also written elsewhere in this file",
+            expected_fix=None,
+        ),
         # arithmetic that padding one name cannot align: reported, no fix
         Invalid(
             "import torch.nn as nn\nN = 196\nproj = nn.Linear(N + 1, 768)\n",
@@ -475,7 +493,7 @@ class GPTConfig:
         if value is None:
             return None
         size = as_size(value.value)
-        if size is None or size % self._alignment == 0 or size < self._floor:
+        if size is None or size % self._alignment == 0 or size < max(self._floor, MIN_SIZE):
             return None
         if role == "out" and size < SMALL_HEAD:
             return None  # a head (classes, targets); a hidden width shows up as the next layer's input
@@ -502,6 +520,7 @@ class GPTConfig:
         if self._pending:
             self._collect_splits(ctx)
         fixed_keys: set = set()
+        self._scattered = self._scattered_literals(ctx)
         for call, label, sizes in self._pending:
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
@@ -516,6 +535,22 @@ class GPTConfig:
     def _padded(self, root: Root, extra_divisors=()) -> int:
         step = lcm(self._alignment, *self._divisors.get(root.key, ()), *extra_divisors)
         return next_multiple(root.node.value, step)
+
+    def _scattered_literals(self, ctx) -> set:
+        """Numbers written as bare literals in flagged layer calls that the file also
+        writes somewhere else (``torch.zeros(b, 51)`` next to ``nn.LSTMCell(51, 51)``, or
+        an unflagged layer): padding only the flagged literals would break the model."""
+        flagged: dict = collections.defaultdict(set)
+        for _, _, sizes in self._pending:
+            for s in sizes:
+                root = s.root
+                if root is not None and root.kind == "literal" and not root.names:
+                    flagged[root.node.value].add(root.key)
+        scattered = set()
+        for value, keys in flagged.items():
+            if len(re.findall(rf"(?<![\w.]){value}(?![\w.])", ctx.source)) > len(keys):
+                scattered.add(value)
+        return scattered
 
     def _report_use(self, ctx, call, label, sizes: list[_Size], fixed_keys: set) -> None:
         alignment = self._alignment
@@ -536,7 +571,11 @@ class GPTConfig:
         edits, notes, elsewhere = {}, [], []
         for s in sizes:
             root = s.root
-            if root is not None and root.kind == "literal":
+            if root is not None and root.kind == "literal" and not root.names and root.node.value in self._scattered:
+                elsewhere.append(
+                    f"{root.node.value} is also written elsewhere in this file: name it once and pad the name"
+                )
+            elif root is not None and root.kind == "literal":
                 if root.key not in edits:
                     new = self._padded(root)
                     edits[root.key] = Edit.replace(root.node, str(new))
@@ -544,14 +583,16 @@ class GPTConfig:
                     notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(self._divisors.get(root.key, ())))
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
-                elsewhere.append(f"{s.label} is defined in {where.path}:{where.line}")
+                elsewhere.append(
+                    f"{s.label} is defined in {where.path}:{where.line} (the fix is offered there when that file is linted too)"
+                )
         message += f" ({_why(ctx.settings, alignment)})"
         if elsewhere:
-            message += "; " + "; ".join(elsewhere) + " (its fix is offered there when that file is linted too)"
+            message += "; " + "; ".join(dict.fromkeys(elsewhere))
         fix = None
         if edits:
             fixed_keys.update(edits)
-            fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(notes) + " (changes the architecture)")
+            fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(dict.fromkeys(notes)) + " (changes the architecture)")
         ctx.report(self, call, message, fix=fix, related=related)
 
     # --- sizes defined here, used as layer sizes in another file -----------------------
@@ -641,7 +682,7 @@ class GPTConfig:
             bad = []
             for path, use in uses:
                 size = base * use["mult"]
-                if size % self._alignment == 0 or size < self._floor or data_named(use["names"] + [field]):
+                if size % self._alignment == 0 or size < max(self._floor, MIN_SIZE) or data_named(use["names"] + [field]):
                     continue
                 if use.get("role") == "out" and size < SMALL_HEAD:
                     continue

@@ -258,6 +258,8 @@ def test_noncomputable_and_data_bound_sizes_are_quiet():
             return nn.Sequential(nn.Linear(n_in, 256), nn.Linear(256, num_classes), nn.Linear(256, n_labels))
         stem = nn.Conv2d(3, 64, 7)
         audio = nn.Conv1d(1, 32, 9)
+        rows = nn.LSTM(28, 128)
+        table = nn.Sequential(nn.Linear(20, 64), nn.Linear(64, 1))
         head = nn.Linear(512, 10)
         """)
     assert _lint(code) == []
@@ -313,8 +315,10 @@ def test_arithmetic_helpers():
 def test_literal_sizes_property(n, alignment):
     code = f"import torch.nn as nn\nfc = nn.Linear(512, {n})\n"
     found = _lint(code, alignment=alignment)
-    flagged = n % alignment != 0 and n >= 64
+    flagged = n % alignment != 0 and n >= 64  # out_features: heads below 64 are quiet
     assert bool(found) == flagged
+    found_in = _lint(f"import torch.nn as nn\nfc = nn.Linear({n}, 512)\n", alignment=alignment)
+    assert bool(found_in) == (n % alignment != 0 and n >= 32)  # in_features: below 32 is the data's
     if flagged:
         assert f"pad to {next_multiple(n, alignment)}" in found[0].message
         assert _fix(code, alignment=alignment) == f"import torch.nn as nn\nfc = nn.Linear(512, {next_multiple(n, alignment)})\n"
