@@ -55,7 +55,7 @@ class _LevelsAction(argparse.Action):
             else:
                 parser.error(f"argument --opt-level: unknown opt level {v!r} (choose from O1 O2 O3; O0 is always the reference)")
         setattr(namespace, self.dest, (getattr(namespace, self.dest, None) or []) + levels)
-        namespace.targets = list(getattr(namespace, "targets", None) or []) + extra
+        namespace.extra_targets = list(getattr(namespace, "extra_targets", None) or []) + extra
 
 
 def _positive_int(value: str) -> int:
@@ -166,8 +166,9 @@ def main(args) -> int:
     if args.config and not os.path.isfile(args.config):
         print(f"amplint: error: --config {args.config}: no such file", file=sys.stderr)
         return EXIT_ERROR
-    if args.targets:
-        targets = [(spec, {}, ".") for spec in args.targets]
+    specs = list(args.targets or []) + list(getattr(args, "extra_targets", None) or [])
+    if specs:
+        targets = [(spec, {}, ".") for spec in specs]
     else:
         targets = [(spec, opts, base) for spec, opts in config_targets]
     if not targets:
@@ -175,18 +176,30 @@ def main(args) -> int:
               "in pyproject.toml", file=sys.stderr)
         return EXIT_ERROR
 
+    from .target import Target, TargetError
+
+    parsed = []
+    for spec, per_target, where in targets:  # before importing torch: usage errors come fast
+        try:
+            parsed.append((Target.parse(spec, where or "."), per_target))
+        except TargetError as exc:
+            print(f"amplint: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+
     import torch  # noqa: F401  (verify needs torch; imported only now)
+
+    from .runner import skip_dynamo_import
+
+    skip_dynamo_import()
 
     from .core import verify_target
     from .runner import RunConfig
-    from .target import Target, TargetError
-
     reports: list[dict] = []
     status = EXIT_OK
     progress = None
     report_path = args.report or vconfig.resolve_report_path(defaults.get("report"), base)
     try:
-        for spec, per_target, where in targets:
+        for target, per_target in parsed:
             opts = _options(args, defaults, per_target)
             if opts["device"] == "cuda" and not torch.cuda.is_available():
                 print("amplint: error: --device cuda: CUDA is not available in this PyTorch build/machine", file=sys.stderr)
@@ -194,11 +207,6 @@ def main(args) -> int:
             cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=opts["device"], steps=opts["steps"],
                             loss=opts["loss"], seed=opts["seed"], tolerance=opts["tolerance"], optimizer=opts["optimizer"],
                             lr=opts["lr"], census=not args.no_trace)
-            try:
-                target = Target.parse(spec, where or ".")
-            except TargetError as exc:
-                print(f"amplint: error: {exc}", file=sys.stderr)
-                return EXIT_ERROR
             if not args.quiet and args.format == "text" and sys.stderr.isatty() and progress is None:
                 progress = _Progress(len(cfg.all_levels()) * cfg.steps * (2 if opts["fix"] else 1))
             elif progress is not None:
@@ -209,7 +217,7 @@ def main(args) -> int:
             except TargetError as exc:
                 print(f"amplint: error: {exc}", file=sys.stderr)
                 return EXIT_ERROR
-            except Exception as exc:  # importing the target or calling the factory failed
+            except (Exception, SystemExit) as exc:  # importing the target or calling the factory failed
                 import traceback
 
                 tb = traceback.extract_tb(exc.__traceback__)

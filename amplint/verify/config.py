@@ -50,7 +50,10 @@ def parse_levels(value) -> tuple[str, ...]:
 def _check_option(key: str, value: Any, where: str) -> tuple[str, Any]:
     attr = OPTION_KEYS.get(key)
     if attr is None:
-        close = [k for k in OPTION_KEYS if k.replace("-", "_") == key.replace("-", "_")]
+        import difflib
+
+        close = [k for k in OPTION_KEYS if k.replace("-", "_") == key.replace("-", "_")] or \
+            difflib.get_close_matches(key, list(OPTION_KEYS) + ["targets"], n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f"; known keys: targets, {', '.join(OPTION_KEYS)}"
         raise ConfigError(f"[tool.amplint.verify] {where}unknown key {key!r}{hint}")
 

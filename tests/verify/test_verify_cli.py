@@ -1,0 +1,140 @@
+"""`amplint verify` through the real command line (subprocess), CPU."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+V = os.path.join(ROOT, "fixtures", "verify")
+
+
+def amplint(*args, cwd=ROOT):
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_help_says_verify_runs_the_code():
+    proc = amplint("verify", "--help")
+    assert proc.returncode == 0
+    assert "IMPORTS AND RUNS YOUR CODE" in proc.stdout
+    for option in ("--opt-level", "--dtype", "--device", "--steps", "--loss", "--seed", "--tolerance", "--fix",
+                   "--unsafe-fixes", "--format", "--report"):
+        assert option in proc.stdout
+
+
+def test_crash_exit_1_text_names_the_line():
+    proc = amplint("verify", "fixtures/verify/attention_mask.py::example", "--device", "cpu", "--opt-level", "O2", "--steps", "1")
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout
+    assert "CRASH" in out and "attention_mask.py:27" in out
+    assert "c10::Half without overflow" in out
+    assert "Traceback" not in out + proc.stderr
+    assert "AMP101" in out and "confirmed" in out
+
+
+def test_fix_json_both_level_spellings_and_files_untouched():
+    path = os.path.join(V, "attention_mask.py")
+    before = open(path, "rb").read()
+    proc = amplint("verify", "fixtures/verify/attention_mask.py::example", "--device", "cpu", "--opt-level", "O1,O2",
+                   "--steps", "1", "--fix", "--format", "json")
+    assert open(path, "rb").read() == before
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    data = json.loads(proc.stdout)
+    [report] = data["results"]
+    assert report["levels"] == ["O1", "O2"] and data["exit_status"] == 0
+    assert {f["code"]: f["status"] for f in report["findings"]}["AMP101"] == "fixed"
+    assert report["before"]["O2"]["crash"]["line"] == 27
+    assert report["after"]["O2"]["crash"] is None
+    proc2 = amplint("verify", "--opt-level", "O1", "O2", "fixtures/verify/attention_mask.py::example", "--device", "cpu",
+                    "--steps", "1", "--format", "json", "--no-lint")
+    assert json.loads(proc2.stdout)["results"][0]["levels"] == ["O1", "O2"]
+    assert proc2.returncode == 1
+
+
+def test_runtime_only_problem_in_text():
+    proc = amplint("verify", "fixtures/verify/overflow_gemm.py::example", "--device", "cpu", "--opt-level", "O1", "--steps", "1")
+    assert proc.returncode == 1
+    assert "Runtime problems no rule predicted" in proc.stdout
+    assert "overflow_gemm.py:17" in proc.stdout
+
+
+def test_clean_exit_0():
+    proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "cpu", "--opt-level", "O1", "O2", "O3",
+                   "--steps", "1", "--optimizer", "sgd")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "safe at the selected levels" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["fixtures/verify/nope.py::example"], "no such file"),
+    (["fixtures/verify/clean/mlp.py::missing"], "no callable named 'missing'"),
+    (["fixtures/verify/clean/mlp.py::example", "--opt-level", "O4"], "unknown opt level"),
+    (["fixtures/verify/clean/mlp.py::example", "--steps", "0"], "at least 1"),
+])
+def test_usage_errors_exit_2(args, message):
+    proc = amplint("verify", *args, "--device", "cpu")
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_config_targets_and_options(tmp_path):
+    (tmp_path / "model.py").write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+
+        def make():
+            return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)), (torch.randn(4, 8),)
+    '''))
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent('''
+        [tool.amplint]
+        target = "fp16"
+
+        [tool.amplint.verify]
+        steps = 2
+        device = "cpu"
+        opt-level = "O1"
+        targets = ["model.py::make", { target = "model.py::make", opt-level = ["O2", "O3"], dtype = "bf16" }]
+    '''))
+    proc = amplint("verify", "--format", "json", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads(proc.stdout)["results"]
+    assert first["levels"] == ["O1"] and first["steps"] == 2 and first["dtype"] == "fp16"
+    assert second["levels"] == ["O2", "O3"] and second["dtype"] == "bf16"
+    assert len(second["before"]["O3"]["losses"]) == 2
+
+
+def test_bad_config_exit_2(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint.verify]\nstep = 2\ntargets = ["m.py::f"]\n')
+    proc = amplint("verify", cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert "did you mean 'steps'" in proc.stderr
+
+
+def test_no_targets_exit_2(tmp_path):
+    proc = amplint("verify", cwd=str(tmp_path))
+    assert proc.returncode == 2 and "no targets" in proc.stderr
+
+
+def test_check_and_fix_never_import_verify_does(tmp_path):
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "evil.py").write_text(textwrap.dedent(f'''
+        import torch
+        open({str(marker)!r}, "w").write("imported")
+        raise SystemExit("this module must not be imported by check/fix")
+
+        def example():
+            return None
+    '''))
+    for cmd in (["check"], ["fix"], ["fix", "--unsafe-fixes"]):
+        proc = amplint(*cmd, str(tmp_path / "evil.py"), "--no-cache")
+        assert proc.returncode in (0, 1), proc.stderr
+        assert not marker.exists(), f"amplint {' '.join(cmd)} ran the code"
+    proc = amplint("verify", str(tmp_path / "evil.py") + "::example", "--device", "cpu")
+    assert marker.exists(), "verify imports the target by design"
+    assert proc.returncode == 2
