@@ -25,18 +25,42 @@ _WHY = {
     "var": "a variance above 65504 is inf in fp16 (values spread by +-300 already overflow)",
     "exp": "exp overflows fp16 above 11.09 (exp(11.1) is inf)",
 }
-#: operands that are counts or masks, not activations: summing them is exact
-_INTEGER_NAME = re.compile(r"(^|_)(mask|masks|ids|idx|index|indices|count|counts|len|lens|lengths|labels?|targets?|tokens?)($|_)")
-_INTEGER_METHODS = frozenset("long int bool short byte ne eq gt lt ge le isnan isinf isfinite logical_not logical_and logical_or".split())
+#: operands that are counts, masks or indices, not activations: summing them is exact
+_INTEGER_NAME = re.compile(
+    r"mask|^is_|^has_|(^|_)(ids|idx|index|indices|count|counts|len|lens|lengths?|labels?|targets?|"
+    r"valid|positions?|grid|grids|sizes?|shapes?|thw|frames|num_\w+)\d*$"
+)
+_INTEGER_METHODS = frozenset(
+    "long int bool short byte ne eq gt lt ge le isnan isinf isfinite logical_not logical_and "
+    "logical_or logical_xor any all nonzero".split()
+)
+#: methods through which an integer / mask tensor stays one
+_SHAPE_METHODS = frozenset("flip view reshape transpose permute unsqueeze squeeze flatten roll expand contiguous "
+                           "cumsum sum prod to".split())
+#: consumers that make a sum's overflow harmless or show it counts (``.prod(-1) // 4``, ``int(x.sum())``)
+_INTEGER_CONSUMERS = frozenset({"tolist", "item", "long", "int", "bool", "nonzero"})
 
 
-def _integer_like(ctx, operand) -> bool:
+def _integer_like(ctx, operand, depth: int = 0) -> bool:
+    if depth > 6:
+        return False
     if isinstance(operand, (ast.Compare, ast.BoolOp)):
         return True
-    if isinstance(operand, ast.UnaryOp) and isinstance(operand.op, ast.Invert):
-        return True
-    if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr in _INTEGER_METHODS:
-        return True
+    if isinstance(operand, ast.UnaryOp):
+        return isinstance(operand.op, (ast.Invert, ast.Not)) or _integer_like(ctx, operand.operand, depth + 1)
+    if isinstance(operand, ast.BinOp):
+        if isinstance(operand.op, (ast.BitOr, ast.BitAnd, ast.BitXor, ast.FloorDiv)):
+            return True
+        if isinstance(operand.op, (ast.Add, ast.Sub)):  # `(1 - attention_mask)`
+            sides = (operand.left, operand.right)
+            return all(isinstance(x, ast.Constant) or _integer_like(ctx, x, depth + 1) for x in sides)
+        return False
+    if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute):
+        if operand.func.attr in _INTEGER_METHODS:
+            return True
+        if operand.func.attr in _SHAPE_METHODS:
+            return _integer_like(ctx, operand.func.value, depth + 1)
+        return False
     base = operand
     while isinstance(base, (ast.Attribute, ast.Subscript)):
         if isinstance(base, ast.Attribute) and _INTEGER_NAME.search(base.attr):
@@ -45,16 +69,34 @@ def _integer_like(ctx, operand) -> bool:
     return isinstance(base, ast.Name) and bool(_INTEGER_NAME.search(base.id))
 
 
+def _integer_consumer(ctx, call) -> bool:
+    parent = ctx.parent(call)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.FloorDiv, ast.Mod)):
+        return True
+    if isinstance(parent, ast.Compare):
+        return True
+    if isinstance(parent, ast.Attribute) and parent.attr in _INTEGER_CONSUMERS:
+        return True
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "bool", "len", "range"):
+        return True
+    return False
+
+
 def _stable_exp(ctx, operand) -> bool:
-    """``exp(x - x.max(...))`` / ``exp(x - m)`` with ``m = x.amax(...)``: cannot overflow."""
-    if not (isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Sub)):
-        return False
-    right = operand.right
-    if isinstance(right, ast.Name):
-        right = R.reaching_value(ctx, right) or right
-    for sub in ast.walk(right):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("max", "amax", "logsumexp"):
-            return True
+    """``exp(x - x.max(...))`` / ``exp(x - row_max)``: the maximum is subtracted, no overflow."""
+    for sub in ast.walk(operand):
+        if not (isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Sub)):
+            continue
+        right = sub.right
+        if isinstance(right, ast.Name):
+            if "max" in right.id:
+                return True
+            right = R.reaching_value(ctx, right) or right
+        for inner in ast.walk(right):
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("max", "amax", "logsumexp"):
+                return True
+            if isinstance(inner, ast.Attribute) and "max" in inner.attr:
+                return True
     return False
 
 
@@ -226,7 +268,9 @@ it fp32 would crash the next half matmul under `model.half()`.
                 return
         if R.is_fp32(ctx, operand):
             return
-        if attr in ("sum", "nansum", "cumsum", "prod", "cumprod") and _integer_like(ctx, operand):
+        if attr in ("sum", "nansum", "cumsum", "prod", "cumprod") and (
+            _integer_like(ctx, operand) or _integer_consumer(ctx, node)
+        ):
             return
         if isinstance(operand, ast.Constant):
             return
@@ -236,7 +280,7 @@ it fp32 would crash the next half matmul under `model.half()`.
             if value is None or value.value <= 1:
                 return
             exponent = value.value
-        if attr in ("exp", "sum") and id(node) in R.handwritten_parts(ctx, node):
+        if attr in ("exp", "sum") and R.in_handwritten(ctx, node):
             return
         if attr == "exp" and _stable_exp(ctx, operand):
             return

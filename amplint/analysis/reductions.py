@@ -193,36 +193,47 @@ def is_fp32(ctx, expr: Optional[ast.AST], depth: int = 0) -> bool:
     return False
 
 
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _bind(out, target, stmt, value) -> None:
+    if isinstance(target, ast.Name):
+        out.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, value))
+    elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None))
+
+
 def _assignments(func: ast.AST) -> dict[str, list[tuple[int, int, Optional[ast.AST]]]]:
-    """name -> [(line, col, assigned value or None when rebound otherwise)], cached on the node."""
+    """name -> [(line, col, assigned value or None when rebound otherwise)], cached on the
+    node.  Walks statements only (not expressions): cheap on long ``forward`` methods."""
     cached = getattr(func, "amplint_reduction_assigns", None)
     if cached is not None:
         return cached
     out: dict[str, list[tuple[int, int, Optional[ast.AST]]]] = {}
-    stack = list(ast.iter_child_nodes(func))
+    stack = list(func.body)
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Name):
-                    out.setdefault(target.id, []).append((node.lineno, node.col_offset, node.value))
-                else:
-                    for sub in ast.walk(target):
-                        if isinstance(sub, ast.Name):
-                            out.setdefault(sub.id, []).append((node.lineno, node.col_offset, None))
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-            value = node.value if isinstance(node, ast.AnnAssign) else None
-            out.setdefault(node.target.id, []).append((node.lineno, node.col_offset, value))
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
-            targets = [node.target] if isinstance(node, (ast.For, ast.AsyncFor, ast.NamedExpr)) else [
-                i.optional_vars for i in node.items if i.optional_vars is not None]
-            for target in targets:
-                for sub in ast.walk(target):
-                    if isinstance(sub, ast.Name):
-                        out.setdefault(sub.id, []).append((node.lineno, node.col_offset, None))
-        stack.extend(ast.iter_child_nodes(node))
+                _bind(out, target, node, node.value if isinstance(target, ast.Name) else None)
+        elif isinstance(node, ast.AnnAssign):
+            _bind(out, node.target, node, node.value)
+        elif isinstance(node, ast.AugAssign):
+            _bind(out, node.target, node, None)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            _bind(out, node.target, node, None)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    _bind(out, ast.Tuple([item.optional_vars]), node, None)
+        for field in _BLOCK_FIELDS:
+            block = getattr(node, field, None)
+            if block:
+                stack.extend(block)
     for entries in out.values():
         entries.sort(key=lambda e: (e[0], e[1]))
     func.amplint_reduction_assigns = out
@@ -329,8 +340,21 @@ def _not_a_tensor(ctx, expr: ast.AST) -> bool:
         base = base.value
     if isinstance(base, ast.Name) and base.id in ctx.imports:
         return True  # math.pi, torch.float32
-    if isinstance(expr, ast.Name) and expr.id == "self":
-        return True
+    if isinstance(expr, ast.Name):
+        if expr.id == "self":
+            return True
+        func = ctx.enclosing_function(expr)
+        if func is not None:  # cheap: a local or parameter, without the constant folder
+            value = reaching_value(ctx, expr)
+            if value is not None:
+                return isinstance(value, ast.Constant)
+            args = func.args
+            params = args.posonlyargs + args.args
+            defaults = [None] * (len(params) - len(args.defaults)) + list(args.defaults)
+            defaults += list(args.kw_defaults)
+            for param, default in zip(params + args.kwonlyargs, defaults):
+                if param.arg == expr.id:
+                    return isinstance(default, ast.Constant) and isinstance(default.value, (int, float))
     return ctx.evaluate(expr) is not None  # a constant: self.scale = d ** -0.5
 
 
@@ -526,3 +550,20 @@ def already_cast_back(ctx, node: ast.AST) -> bool:
         and parent.attr in ("to", "type_as", "half", "bfloat16", "type")
         and isinstance(ctx.parent(parent), ast.Call)
     )
+
+
+def in_handwritten(ctx, node: ast.AST) -> bool:
+    """Whether the exp / sum call ``node`` belongs to a hand-written softmax: checks the
+    enclosing expressions; walks the function only when ``node`` is assigned to a name."""
+    child = node
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, ast.stmt):
+            if isinstance(anc, (ast.Assign, ast.AnnAssign)) and anc.value is child:
+                return id(node) in handwritten_parts(ctx, node)
+            return False
+        if isinstance(anc, ast.BinOp) and isinstance(anc.op, (ast.Div, ast.Sub)):
+            found = match_handwritten(ctx, anc)
+            if found is not None and id(node) in found.parts:
+                return True
+        child = anc
+    return False
