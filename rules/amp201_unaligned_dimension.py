@@ -34,6 +34,8 @@ SMALL_HEAD = 64
 #: sizes below this are input features, latent codes, pixel rows, tiny toy widths: the
 #: data's, not the design's, and too small for the alignment to cost measurable time
 MIN_SIZE = 32
+#: an embedding's row count is a GEMM size only for a vocabulary (tied to the output layer)
+VOCAB_NAME_PARTS = ("vocab", "token", "word", "char")
 #: the variable / field a provenance note names: "`x` is defined here", "default of
 #: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
 _NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
@@ -79,6 +81,24 @@ def _names_in(expr: ast.AST) -> list[str]:
         elif isinstance(node, ast.Attribute):
             out.append(node.attr)
     return out
+
+
+def _pixels_in(expr: ast.AST) -> bool:
+    """``patch_size * patch_size * 3`` / ``p * p * channels``: a product with a channel count."""
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult)):
+        return False
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            stack += [node.left, node.right]
+        elif isinstance(node, ast.Constant) and node.value in (1, 3, 4):
+            return True
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            if "chan" in name.lower():
+                return True
+    return False
 
 
 def _self_attr(expr: ast.AST) -> Optional[str]:
@@ -127,8 +147,12 @@ or `1`, regression and binary heads with 1 or 2 outputs, token-type embeddings o
 28 pixel rows fed to an LSTM, a 20-feature table, a latent code of 20), output widths
 below 64 (classifier heads such as MNIST's 10 digits; a hidden width that small is still
 caught as the next layer's input), sizes that reach the layer through a name
-about classes or labels (`num_classes`, `n_classes=100`, `num_labels`), depthwise and
-grouped convolutions, and sizes that cannot be computed. In a file that loads a pretrained checkpoint (`from_pretrained`,
+about classes or labels (`num_classes`, `n_classes=100`, `num_labels`), a patch
+embedding's input (`patch_size * patch_size * 3`), depthwise and grouped convolutions,
+and sizes that cannot be computed. An embedding's row count is checked only for a
+vocabulary (a name with `vocab`, `token`, `word` or `char`, or a literal of 1000 or
+more): a lookup table of positions or relative-position biases is no GEMM, while a
+vocabulary is also the width of the tied output layer. In a file that loads a pretrained checkpoint (`from_pretrained`,
 `PreTrainedModel`), sizes from the config are reported as `info` without a fix: the
 checkpoint's tensors have those shapes.
 
@@ -209,6 +233,14 @@ class GPTConfig:
             "        self.fc = nn.Linear(512, num_classes)\n"
         ),
         Valid("import torch.nn as nn\nD = 768\nmlp = nn.Linear(D, 4 * D)\n"),
+        # a relative-position bias table and a ViT patch embedding (3 colour channels)
+        Valid(
+            "import torch.nn as nn\n"
+            "def make(window_size=7, heads=8, patch_size=14, dim=768):\n"
+            "    bias = nn.Embedding((2 * window_size - 1) ** 2, heads)\n"
+            "    patches = nn.Linear(patch_size * patch_size * 3, dim)\n"
+            "    return bias, patches\n"
+        ),
         # not computable
         Valid("import torch.nn as nn\ndef make(n):\n    return nn.Linear(n, 100 * n)\n"),
         # not torch
@@ -497,11 +529,17 @@ class GPTConfig:
             return None
         if role == "out" and size < SMALL_HEAD:
             return None  # a head (classes, targets); a hidden width shows up as the next layer's input
+        if role in ("in", "in_channels") and _pixels_in(expr):
+            return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
         root = find_root(ctx, expr)
         names = list(root.names) if root is not None else _names_in(expr)
         names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
         if data_named(names):
             return None
+        if role == "vocab" and not (
+            any(part in n.lower() for n in names for part in VOCAB_NAME_PARTS) or (not names and size >= 1000)
+        ):
+            return None  # a lookup table (positions, relative-position bias): its row count is no GEMM size
         if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
             root = None  # the evaluator and the root disagree: do not guess an edit
         return _Size(label, size, root, value.origin)
