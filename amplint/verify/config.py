@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 from amplint.config import ConfigError, read_pyproject
 
-from .runner import DTYPES, LEVELS
+LEVELS = ("O0", "O1", "O2", "O3")
+DTYPES = ("fp16", "bf16")  # runner.DTYPES maps them to torch dtypes
 
 OPTION_KEYS = {
     "opt-level": "levels", "dtype": "dtype", "device": "device", "steps": "steps", "loss": "loss", "seed": "seed",
