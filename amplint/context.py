@@ -453,6 +453,16 @@ class FileContext:
         """The number ``expr`` evaluates to, with where it came from, or None."""
         return self.evaluator.evaluate(expr)
 
+    def branch_runs_in_half(self, node: ast.AST, target: Optional[str] = None) -> Optional[bool]:
+        """Whether ``node`` runs when tensors have the target dtype (default: the
+        settings' ``target``), judged from enclosing dtype checks: False inside the
+        ``else`` of ``if x.dtype == torch.float16:`` (or the body of ``if x.dtype ==
+        torch.float32:``), True in a branch only half reaches, None when no dtype check
+        decides it.  ``-1e4 if x.dtype == torch.half else -1e9`` works the same way."""
+        from .analysis.constants import dtype_branch
+
+        return dtype_branch(self, node, target)
+
     # --- source text -----------------------------------------------------------------
 
     @staticmethod

@@ -10,6 +10,7 @@ from amplint.analysis.constants import (
     feeds_softmax,
     finfo_text,
     float_cast_name,
+    fp32_evidence,
     origin_has_default,
     tensor_name,
 )
@@ -122,6 +123,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         Valid("import numpy as np\nimport torch\ndef f(m, x):\n    return np.where(m, x, -1e9)\n"),
         Valid("import torch\nimport time\nclass M(torch.nn.Module):\n    def forward(self, x):\n        t = time.time() * 1e9\n        return x / 1e9\n"),
         Valid("import torch\ndef f(x):\n    return x.clamp(min=-1e4, max=1e4)\n"),
+        Valid("import torch\ndef f(n):\n    beam_scores = torch.zeros((n, 4), dtype=torch.float)\n    beam_scores[:, 1:] = -1e9\n    return beam_scores.softmax(-1)\n"),
+        Valid("import torch\ndef f(x, m):\n    s = x.float()\n    return s.masked_fill(m, -1e9).softmax(-1)\n"),
     ]
     INVALID = [
         Invalid(
@@ -304,6 +307,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             use, self._use = self._use, None
         if dtype_branch(ctx, use) is False:
             return
+        if tensor is not None and not dtype_expr and fp32_evidence(ctx, tensor, use):
+            return  # torch.zeros(..., dtype=torch.float) / x.float(): the tensor is fp32
         text = ctx.segment(use)
         shown = fmt(value.value)
         literal = isinstance(use, ast.Constant) or isinstance(use, ast.UnaryOp) and isinstance(use.operand, ast.Constant)

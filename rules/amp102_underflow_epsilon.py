@@ -124,6 +124,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         Valid("import torch\ndef f(x):\n    x = x.float()\n    var = x.pow(2).mean(-1)\n    return x * torch.rsqrt(var + 1e-6)\n"),
         Valid("import torch\ndef f(h, eps=1e-6):\n    h = h.to(torch.float32)\n    v = h.pow(2).mean(-1)\n    return h * torch.rsqrt(v + eps)\n"),
         Valid("import torch\nopt = torch.optim.Adam([], lr=1e-3, eps=1e-8)\n"),
+        Valid("import torch\nclass Kron(torch.optim.Optimizer):\n    def step(self):\n        for p in self.params:\n            p.grad.div_(p.grad.square().mean().sqrt() + 1e-8)\n"),
         Valid("import torch\ndef f(x):\n    if x.dtype == torch.float32:\n        return torch.log(x + 1e-10)\n    return torch.log(x + 1e-4)\n"),
         Valid("import torch\ndef f(x):\n    return x + 1e-8\n"),
         Valid("import torch\ndef f(lr):\n    return lr / (1 + 1e-8)\n"),
@@ -270,6 +271,10 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
     def _runs_in_half(self, ctx, node, operand) -> bool:
         if dtype_branch(ctx, node) is False:
             return False
+        if ctx.settings.opt_level != "O3":
+            cls = ctx.enclosing_class(node)
+            if cls is not None and any("Optimizer" in ast.unparse(b) for b in cls.bases):
+                return False  # optimizer state is fp32 below O3
         if operand is not None and fp32_evidence(ctx, operand, node):
             return False
         return True

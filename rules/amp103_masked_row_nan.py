@@ -16,6 +16,19 @@ from amplint.analysis.constants import (
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 
+def _self_threshold(mask, target) -> bool:
+    """``x < threshold`` masks on ``x`` itself (top-k / top-p filtering of logits)."""
+    base = tensor_name(target) if target is not None else None
+    if not isinstance(mask, ast.Compare) or not isinstance(base, ast.Name) or len(mask.ops) != 1:
+        return False
+    if not isinstance(mask.ops[0], (ast.Lt, ast.LtE)):
+        return False
+    left = mask.left
+    while isinstance(left, ast.Subscript):
+        left = left.value
+    return isinstance(left, ast.Name) and left.id == base.id
+
+
 class AllMaskedRowNan(Rule):
     code = "AMP103"
     name = "all-masked-row-nan"
@@ -94,6 +107,15 @@ parameter default, the use is not rewritten (a caller may pass another value).
             "    return s.masked_fill(m, float('-inf')).softmax(-1)\n"
         ),
         Valid("import torch\ndef f(s, causal_mask):\n    return torch.softmax(s.masked_fill(causal_mask, -torch.inf), -1)\n"),
+        # top-k filtering (nanoGPT's generate): the largest logit is never masked
+        Valid(
+            "import torch\nimport torch.nn.functional as F\n"
+            "def sample(logits, top_k):\n"
+            "    v, _ = torch.topk(logits, top_k)\n"
+            "    logits[logits < v[:, [-1]]] = -float('Inf')\n"
+            "    return F.softmax(logits, dim=-1)\n"
+        ),
+        Valid("import torch\ndef f(logits, indices_to_remove):\n    return logits.masked_fill(indices_to_remove, -float('inf')).softmax(-1)\n"),
         # not feeding a softmax (a masked max)
         Valid("import torch\ndef f(x, pad):\n    return x.masked_fill(pad, float('-inf')).max(dim=1).values\n"),
         # finite fill
@@ -183,6 +205,8 @@ parameter default, the use is not rewritten (a caller may pass another value).
         kind = mask_kind(ctx, mask, node) if mask is not None else "unknown"
         if kind == "causal":
             return
+        if _self_threshold(mask, target):
+            return  # logits[logits < v[:, [-1]]] = -inf: top-k filtering keeps the largest value
         fix = None
         tensor = tensor_name(target) if target is not None else None
         if tensor is not None and not origin_has_default(value):

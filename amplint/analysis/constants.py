@@ -244,6 +244,18 @@ def feeds_softmax(ctx, node: ast.AST, produced: Optional[set] = None, consumers:
     return False
 
 
+def assignments(ctx, func: ast.AST, name: str) -> list:
+    """The ``name = ...`` / ``name: T = ...`` statements of ``func`` (from the context's
+    binding table when the frame has one, else one walk of the function)."""
+    table = getattr(ctx, "bindings", None)
+    if table is not None:
+        nodes = table(func).get(name, ())
+    else:
+        nodes = [n for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                 and name in _target_names(n.targets if isinstance(n, ast.Assign) else [n.target])]
+    return [n for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
+
+
 # --- naming tensors ------------------------------------------------------------------
 
 def _simple_chain(expr: ast.AST) -> bool:
@@ -283,8 +295,8 @@ def float_cast_name(ctx, expr: ast.AST, func: Optional[ast.AST]) -> Optional[ast
     if len(consts) != 1 or len(others) != 1 or not isinstance(others[0], ast.Name) or func is None:
         return None
     name = others[0].id
-    for sub in ast.walk(func):
-        if isinstance(sub, ast.Assign) and name in _target_names(sub.targets) and sub.lineno < expr.lineno:
+    for sub in assignments(ctx, func, name):
+        if sub.lineno < expr.lineno:
             for call in ast.walk(sub.value):
                 if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _FLOAT_CASTS:
                     if call.func.attr == "to" and not call.keywords and not call.args:
@@ -322,7 +334,9 @@ def finfo_text(ctx, tensor: ast.AST, negative: bool, dtype_expr: bool = False) -
 # --- masks -------------------------------------------------------------------------
 
 _CAUSAL_CALLS = ("tril", "triu", "tril_", "triu_", "generate_square_subsequent_mask", "tril_indices", "triu_indices")
-_CAUSAL_WORDS = ("causal", "subsequent", "future", "autoregressive", "tril", "triu", "look_ahead", "lookahead")
+#: masks that never empty a row: causal ones keep the diagonal, top-k / top-p filters keep the best token
+_CAUSAL_WORDS = ("causal", "subsequent", "future", "autoregressive", "tril", "triu", "look_ahead", "lookahead",
+                 "to_remove", "topk", "top_k", "top_p", "nucleus")
 _PADDING_WORDS = ("pad", "attention_mask", "attn_mask_2d", "length", "lens", "valid", "key_mask", "seq_mask", "input_mask")
 
 
@@ -356,7 +370,7 @@ def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
         if word in seen or func is None:
             return
         seen.add(word)
-        assigned = [n for n in ast.walk(func) if isinstance(n, ast.Assign) and word in _target_names(n.targets)]
+        assigned = assignments(ctx, func, word)
         if not assigned:
             kinds.add(_word_kind(word))  # a parameter (or a global): judge by its name
             return
@@ -506,11 +520,8 @@ def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
         if func is None:
             return False
         best = None  # the nearest assignment before the use
-        for node in ast.walk(func):
-            if (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-                    and node.lineno < use.lineno
-                    and expr.id in _target_names(node.targets if isinstance(node, ast.Assign) else [node.target])
-                    and (best is None or node.lineno > best.lineno)):
+        for node in assignments(ctx, func, expr.id):
+            if node.lineno < use.lineno and (best is None or node.lineno > best.lineno):
                 best = node
         if best is None:
             return False

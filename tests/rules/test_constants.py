@@ -349,3 +349,28 @@ def test_fix_names_the_tensor_or_nothing():
     """, ("AMP101",))
     assert [(f.line, f.fix is None) for f in out] == [(5, True), (6, False), (7, True)]
     assert out[1].fix.applicability.value == "unsafe"  # b never reaches a softmax
+
+
+def test_context_branch_runs_in_half():
+    """The shared helper other rules can reuse (``ctx.branch_runs_in_half``)."""
+    import ast
+
+    from amplint.context import FileContext
+
+    src = textwrap.dedent("""
+    import torch
+    def f(x):
+        if x.dtype == torch.float16:
+            a = 1
+        else:
+            b = 2
+        c = 3
+        d = 4 if x.dtype not in (torch.float16, torch.bfloat16) else 5
+    """)
+    tree = ast.parse(src)
+    ctx = FileContext("t.py", src, tree, Settings())
+    ctx.walk_and_bucket(set())
+    body = tree.body[1].body
+    a, b, c, d = body[0].body[0], body[0].orelse[0], body[1], body[2].value
+    assert [ctx.branch_runs_in_half(n) for n in (a, b, c, d.body, d.orelse)] == [True, False, None, False, True]
+    assert [ctx.branch_runs_in_half(n, "bf16") for n in (a, b, d.body, d.orelse)] == [False, True, False, True]
