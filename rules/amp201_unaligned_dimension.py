@@ -141,20 +141,26 @@ arguments, `self.attr` set in `__init__`, config-class defaults (`vocab_size=305
 config file is linted together with the model. The finding points at the layer; its
 related locations say where the number is defined.
 
-Not flagged, because the data fixes them, not the design, and they are too small for
-the alignment to cost measurable time: sizes below 32 (an image stem's `in_channels=3`
-or `1`, regression and binary heads with 1 or 2 outputs, token-type embeddings of 2,
-28 pixel rows fed to an LSTM, a 20-feature table, a latent code of 20), output widths
-below 64 (classifier heads such as MNIST's 10 digits; a hidden width that small is still
-caught as the next layer's input), sizes that reach the layer through a name
-about classes or labels (`num_classes`, `n_classes=100`, `num_labels`), a patch
-embedding's input (`patch_size * patch_size * 3`), depthwise and grouped convolutions,
-and sizes that cannot be computed. An embedding's row count is checked only for a
-vocabulary (a name with `vocab`, `token`, `word` or `char`, or a literal of 1000 or
-more): a lookup table of positions or relative-position biases is no GEMM, while a
-vocabulary is also the width of the tied output layer. In a file that loads a pretrained checkpoint (`from_pretrained`,
-`PreTrainedModel`), sizes from the config are reported as `info` without a fix: the
-checkpoint's tensors have those shapes.
+Not flagged, because the data fixes them rather than the design, and they are too
+small for the alignment to cost measurable time:
+
+- sizes below 32: an image stem's `in_channels=3` or `1`, regression and binary heads
+  with 1 or 2 outputs, token-type embeddings of 2, 28 pixel rows fed to an LSTM, a
+  20-feature table, a latent code of 20;
+- output widths below 64: classifier heads such as MNIST's 10 digits (a hidden width
+  that small is still caught as the next layer's input);
+- sizes that reach the layer through a name about classes or labels (`num_classes`,
+  `n_classes=100`, `num_labels`), and a patch embedding's input
+  (`patch_size * patch_size * 3`);
+- an embedding's row count unless it is a vocabulary (a name with `vocab`, `token`,
+  `word` or `char`, or a literal of 1000 or more): a table of positions or
+  relative-position biases is a lookup, no GEMM, while a vocabulary is also the width
+  of the (tied) output layer;
+- depthwise and grouped convolutions, and sizes that cannot be computed.
+
+In a file that loads a pretrained checkpoint (`from_pretrained`, `PreTrainedModel`),
+sizes that come from the config are reported as `info` without a fix: the checkpoint's
+tensors have those shapes.
 
 ## Why is this bad?
 Tensor Core GEMM and convolution kernels work on tiles whose sides are multiples of
@@ -184,6 +190,12 @@ consistent and the model still builds. Where the width is split into heads
 the padded value is also a multiple of the head count. When the number is defined in
 another file (a config module linted together with the model), the finding in that
 file carries the fix; the use site only points to it.
+
+No fix is offered when padding one definition cannot align the size (`n + 1`,
+`heads * head_dim` of two names), when the number is bound to a checkpoint, or when a
+width written as a bare literal in the layer call is also written elsewhere in the file
+(`nn.LSTMCell(1, 51)` next to `torch.zeros(b, 51)`): padding only the layers would break
+the model, so give the number one name first.
 
 It is `unsafe` because it changes the architecture: saved checkpoints no longer load.
 
