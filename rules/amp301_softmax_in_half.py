@@ -83,10 +83,10 @@ on CPU autocast, which keeps softmax in fp16. At O0 nothing is reported.
 ## Why is this bad?
 The fused kernel subtracts the row maximum, so fp16 softmax does not overflow, but its
 *result* is stored in fp16: any probability below 5.96e-8 (the smallest fp16 subnormal)
-becomes exactly 0. Measured: `torch.softmax(torch.tensor([0., -18.]).half(), -1)` gives
-`[1, 0]` (fp32: `1.5e-8`), so a following `log` gives `-inf` and an entropy term
-`(p * p.log()).sum()` gives NaN. `log_softmax` in fp16 keeps only 11 significant bits
-(-30.123456 is stored as -30.125). CUDA autocast returns softmax in fp32, but CPU autocast
+becomes exactly 0. Measured on CPU and on an H200: `torch.softmax(torch.tensor([0., -18.])
+.half(), -1)` gives `[1, 0]` (fp32: `1.5e-8`), so a following `log` gives `-inf` and an
+entropy term `(p * p.log()).sum()` gives NaN. `log_softmax` in fp16 keeps only 11
+significant bits (-30.123456 is stored as -30.125). CUDA autocast returns softmax in fp32, but CPU autocast
 keeps it in fp16, and under pure-half training (apex O2/O3, `model.half()`) nothing is
 upcast (`docs/fp16-facts.md`).
 

@@ -118,10 +118,12 @@ methods or `torch.*` functions. Not flagged: an operand already fp32 (`.float()`
 `torch.logsumexp` and `exp(x - x.max(...))` (stable forms), and the exp / sum of a
 hand-written softmax (AMP303 reports those).
 
-`mean` is reported as `info` only: measured on PyTorch 2.13, fp16 `mean` accumulates in
-fp32 and its result cannot leave the inputs' range (the mean of 100,000 fp16 values of 300
-is exactly 300), so it never overflows; the finding marks a value rounded to fp16 that
-often feeds a variance or a loss. `std` is not reported for the same reason.
+`mean` is reported as `info` only: fp16 `mean` accumulates in fp32 and its result cannot
+leave the inputs' range -- measured on CPU (PyTorch 2.13) and on an H200 (PyTorch 2.11), the
+mean of 100,000 fp16 values of 300 is exactly 300 while their sum is `inf` -- so it never
+overflows; the finding marks a value rounded to fp16 that often feeds a variance or a loss.
+`std` is not reported for the same reason (fp16 `std` of values around +-300 is about 300
+on both, while their `var` is `inf`).
 
 Severity: under `opt-level = "O1"` an op the selected policy (`engine`, `device`) already
 runs in fp32 is `info`; under O2/O3 (pure half) or on CPU autocast, which keeps `sum` in
@@ -130,11 +132,13 @@ exponent range).
 
 ## Why is this bad?
 fp16's largest value is 65504. `torch.full((100000,), 1.0, dtype=torch.half).sum()` is
-`inf`; with `dtype=torch.float32` it is 100000 (`docs/fp16-facts.md`). Measured on CPU
-fp16: the variance of values around +-300 is `inf`, the norm of 100,000 values of 300 is
-`inf`, `exp(11.1)` is `inf`, `x ** 2` is `inf` above 256. CUDA autocast returns `sum`,
-`cumsum`, `prod`, `norm`, `exp` and `pow` in fp32, CPU autocast keeps them in fp16, and
-under pure-half training (apex O2/O3, `model.half()`) nothing is upcast.
+`inf`; with `dtype=torch.float32` it is 100000 (`docs/fp16-facts.md`). Measured in fp16
+on CPU and on an H200: the variance of values around +-300 is `inf`, the norm of 100,000
+values of 300 is `inf`, `exp(11.1)` is `inf` (`exp(11)` is 59872), `257 ** 2` is `inf`, the
+cumulative sum of 100,000 ones is `inf`. CUDA autocast returns `sum`, `cumsum`, `prod`,
+`norm`, `exp` and `pow` in fp32 but keeps `mean`, `var` and `std` in fp16 (measured, H200);
+CPU autocast keeps all of them in fp16, and under pure-half training (apex O2/O3,
+`model.half()`) nothing is upcast.
 
 ## Example
 ```python
@@ -171,6 +175,13 @@ it fp32 would crash the next half matmul under `model.half()`.
         Valid("import torch\ndef total(x):\n    return x.sum()\n"),
         Valid("import torch\nimport numpy as np\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
               "        return np.sum(x) + np.linalg.norm(x)\n"),
+        # counts, shapes and masks: exact in fp16, or consumed as integers
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x, grid_thw, attention_mask):\n"
+              "        a = (grid_thw.prod(-1) // 4).tolist()\n        b = (1 - attention_mask).sum(-1)\n"
+              "        c = attention_mask.flip([-1]).cumsum(-1)\n        d = int(x.sum())\n"
+              "        return (x.sum(-1) != 0), a, b, c, d\n"),
+        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x, row_max):\n"
+              "        return torch.exp(x - row_max - 1e4)\n"),
         # a hand-written softmax is AMP303's
         Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
               "        return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)\n"),

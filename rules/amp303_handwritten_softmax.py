@@ -45,7 +45,7 @@ keepdim=True)`, `x.exp() / x.exp().sum(...)`, the same through intermediate name
 
 ## Why is this bad?
 `exp` overflows fp16 above 11.09: `exp(11.1)` is `inf`, so a row of scores of 12 gives
-`inf / inf` = NaN (measured on CPU fp16). The fused kernel subtracts the row maximum and
+`inf / inf` = NaN (measured in fp16 on CPU and on an H200). The fused kernel subtracts the row maximum and
 never overflows; it is also one kernel instead of three. CUDA autocast runs `exp` and `sum`
 in fp32 (that hides the problem until about 88, where fp32 `exp` overflows too), CPU
 autocast keeps them in fp16 (`docs/fp16-facts.md`: hand-written `exp(s) / exp(s).sum()` is
