@@ -42,7 +42,6 @@ _NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
 _PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 _GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
 _LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
-_CONFIG_MARKERS = ("config", "cfg", "conf.", "args.", "hparams", "params.", "opt.", "hp.")
 
 
 class _Size:
@@ -122,7 +121,8 @@ class UnalignedDimension(Rule):
     severity = Severity.WARNING
     fix_applicability = "unsafe"
     markers = _LAYER_MARKERS + ("Config", "dataclass")
-    collect_markers = _LAYER_MARKERS
+    #: a file can only use another file's config field through a config-like name
+    collect_markers = ("config", "cfg", "hparams", "params.", "args.", "opt.", "hp.", "conf.")
     docs = """
 ## What it does
 Flags sizes of Tensor Core layers that are not a multiple of the alignment: 8 for
@@ -652,7 +652,7 @@ class GPTConfig:
         """Config fields this file uses as layer sizes (and head splits of them), for the
         file that defines the config."""
         source = ctx.source
-        if not any(m in source for m in _CONFIG_MARKERS):
+        if not any(m in source for m in _LAYER_MARKERS):
             return None
         checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
         uses, divisors = [], []

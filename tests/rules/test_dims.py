@@ -337,3 +337,34 @@ def test_class_in_a_function_or_config_name_is_not_a_class_count():
         """)
     found = _lint(code)
     assert [f.line for f in found] == [8] and "in_features is 650" in found[0].message
+
+
+def test_same_config_class_in_two_folders_pairs_by_folder():
+    got = findings("fixtures")
+    definition = [f for f in got if f["path"] == "fixtures/dims/bert/configuration_bert.py"]
+    assert len(definition) == 1
+    assert {r["path"] for r in definition[0]["related"]} == {"fixtures/dims/bert/modeling_bert.py"}
+
+
+def test_unannotated_config_across_files(tmp_path):
+    (tmp_path / "conf.py").write_text(textwrap.dedent("""\
+        from dataclasses import dataclass
+        @dataclass
+        class ModelArgs:
+            dim: int = 4096
+            n_heads: int = 32
+            vocab_size: int = 32001
+        """))
+    (tmp_path / "model.py").write_text(textwrap.dedent("""\
+        import torch.nn as nn
+        class Transformer(nn.Module):
+            def __init__(self, params):
+                super().__init__()
+                self.tok = nn.Embedding(params.vocab_size, params.dim)
+                self.out = nn.Linear(params.dim, params.vocab_size, bias=False)
+        """))
+    got = sorted((os.path.basename(f["path"]), f["line"], f["fix"] is not None) for f in findings(str(tmp_path)))
+    assert got == [("conf.py", 6, True), ("model.py", 5, False), ("model.py", 6, False)]
+    amplint("fix", str(tmp_path), "--unsafe-fixes", "--no-cache")
+    assert "vocab_size: int = 32008" in (tmp_path / "conf.py").read_text()
+    assert findings(str(tmp_path)) == []
