@@ -32,6 +32,15 @@ import torch
 
 from ._casting import disable_casts
 
+def _copy_(dsts, srcs):
+    """Fused dtype-converting copy (``torch._foreach_copy_``, torch>=2.1), loop as a fallback."""
+    if hasattr(torch, "_foreach_copy_"):
+        torch._foreach_copy_(dsts, srcs)
+    else:
+        for d, s in zip(dsts, srcs):
+            d.copy_(s)
+
+
 _MASTERS_KEY = "amplint_master_params"
 _AMP_KEY = "amplint_amp"
 
@@ -271,13 +280,13 @@ class MasterState(OptimizerState):
         mg = self.master_grads
         fresh = [mg[i] for i in fresh_idx]
         tmp = [torch.empty_like(mg[i]) for i in accum_idx]
-        torch._foreach_copy_(fresh + tmp, [self.model_params[i].grad for i in fresh_idx + accum_idx])
+        _copy_(fresh + tmp, [self.model_params[i].grad for i in fresh_idx + accum_idx])
         scaler.unscale_(fresh + tmp)
         if tmp:
             torch._foreach_add_([mg[i] for i in accum_idx], tmp)
         touched = fresh_idx + accum_idx
         views = [self.model_params[i].grad for i in touched]
-        torch._foreach_copy_(views, [mg[i] for i in touched])
+        _copy_(views, [mg[i] for i in touched])
         for i, v in zip(touched, views):
             self.masters[i].grad = mg[i]
             self.valid[i] = True
@@ -288,12 +297,12 @@ class MasterState(OptimizerState):
         stale = [i for i, p in enumerate(self.model_params) if p._version != self.synced[i]]
         if stale:
             with torch.no_grad():
-                torch._foreach_copy_([self.masters[i] for i in stale],
+                _copy_([self.masters[i] for i in stale],
                                      [self.model_params[i] for i in stale])
 
     def after_step(self):
         with torch.no_grad():
-            torch._foreach_copy_(self.model_params, self.masters)
+            _copy_(self.model_params, self.masters)
         self.mark_synced()
         self._invalidate()
 
@@ -329,6 +338,6 @@ class MasterState(OptimizerState):
                 f"amplint.amp: the optimizer checkpoint holds {len(saved)} fp32 master weights but "
                 f"this optimizer has {len(self.masters)}; restore with the same model and opt_level.")
         with torch.no_grad():
-            torch._foreach_copy_(self.masters, [s.to(m.device) for s, m in zip(saved, self.masters)])
-            torch._foreach_copy_(self.model_params, self.masters)
+            _copy_(self.masters, [s.to(m.device) for s, m in zip(saved, self.masters)])
+            _copy_(self.model_params, self.masters)
         self.mark_synced()
