@@ -183,7 +183,7 @@ bought over TF32 (54.5 ms).
 
 What the fix buys on this rule's fixture models (`fixtures/dims`, before and after
 `amplint fix --unsafe-fixes`; one autocast fp16 + GradScaler + AdamW training step,
-median of 20-30 steps, 3 runs, H200, torch 2.11):
+median of 20-30 steps, the GPT-2 rows over three runs; H200, torch 2.11):
 
 | model | before | after | |
 |---|---|---|---|
