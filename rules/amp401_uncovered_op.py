@@ -30,7 +30,7 @@ _METHOD_OPS = frozenset(("inverse", "det", "logdet", "slogdet", "cholesky", "pin
                          "cholesky_inverse", "svd"))
 #: module names of compiled extensions (``fused_layer_norm_cuda``, ``selective_scan_cuda``,
 #: ``amp_C``, ``_C``, ``flash_attn_2_cuda``, ``my_ext``)
-_EXT_SUFFIXES = ("_cuda", "_C", "_ext", "_cpp", "_kernels", "_cuda_kernel")
+_EXT_SUFFIXES = ("_cuda", "_C", "_ext", "_cpp")
 _CPP_LOADERS = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
 _AUTOGRAD_FUNCTION = ("torch.autograd.Function", "torch.autograd.function.Function")
 _CUSTOM_FWD = ("torch.amp.custom_fwd", "torch.cuda.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd")
@@ -39,6 +39,7 @@ _AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", 
              "torch.amp.autocast_mode.autocast")
 _FLOAT_CASTS = ("float", "double")
 _SELF_MODULE = "sys.modules[__name__]"
+_INIT_PREFIXES = ("_init", "init_", "reset_parameters", "_reset_parameters")
 
 
 def _last_name(func: ast.AST) -> Optional[str]:
@@ -113,10 +114,10 @@ class UncoveredOp(Rule):
     name = "uncovered-op"
     summary = "Op the mixed-precision policy does not cover: register it (einsum -> half, linalg/fft -> fp32)"
     severity = Severity.WARNING
-    fix_applicability = "unsafe"
+    fix_applicability = "safe"
     markers = ("einsum", "linalg", "fft", "inverse", "det", "svd", "cholesky", "qr", "pinv", "tensordot",
                "outer", "ger", "inner", "kron", "contract", "stft", "Function", "ops.", "cdist", "pdist",
-               "lstsq", "eig", "solve", "_cuda", "_C", "_ext", "_cpp", "_kernels", "cpp_extension")
+               "lstsq", "eig", "solve", "_cuda", "_C", "_ext", "_cpp", "cpp_extension")
     collect_markers = tuple(_REGISTER)
     docs = """
 ## What it does
@@ -242,6 +243,13 @@ with torch.autocast("cuda", enabled=False):
               "    def backward(ctx, g):\n        return g * 2\n"
               "class M(nn.Module):\n    def forward(self, x):\n        return F.apply(x)\n",
               settings={"engine": "torch"}),
+        # built once in __init__ (before amp.initialize), in fp32
+        Valid("import torch\nfrom torch import nn\n"
+              "class Pos(nn.Module):\n    def __init__(self, n=8):\n        super().__init__()\n"
+              "        self.register_buffer('table', self.build(n))\n"
+              "    def build(self, n):\n        t = torch.arange(n, dtype=torch.float32)\n"
+              "        return torch.outer(t, t)\n"
+              "    def forward(self, x):\n        return x + self.table\n"),
         # a local variable named like an op is not an op
         Valid("import torch\nfrom torch import nn\n"
               "class M(nn.Module):\n    def forward(self, x, einsum):\n        return einsum(x)\n"),
@@ -400,10 +408,12 @@ with torch.autocast("cuda", enabled=False):
                 self._uses.append((node, "extension", root.id, None, None, None))
                 return
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
-            ns = func.value
-            if isinstance(ns.value, ast.Attribute) and ns.value.attr == "ops":
+            # torch.ops.<ns>.<op>(...) and torch.ops.<ns>.<op>.<overload>(...)
+            ns = func.value.value
+            if isinstance(ns, ast.Attribute) and (ns.attr == "ops" or (
+                    isinstance(ns.value, ast.Attribute) and ns.value.attr == "ops")):
                 qualname = ctx.qualname(func)
-                if qualname and qualname.startswith("torch.ops."):
+                if qualname and qualname.startswith("torch.ops.") and qualname.count(".") >= 3:
                     self._uses.append((node, "torch.ops", qualname, None, None, None))
                 return
         if last in _OP_NAMES:
@@ -425,7 +435,7 @@ with torch.autocast("cuda", enabled=False):
         registered = self._registered(ctx)
         pending = []  # (node, message, severity, registration or None, fix or None)
         for node, what, qualname, fam, module, name in self._uses:
-            if not ctx.in_model_code(node):
+            if not self._runs_in_training(ctx, node):
                 continue
             if what == "op":
                 item = self._check_op(ctx, node, qualname, fam, module, name, engine, registered)
@@ -442,6 +452,29 @@ with torch.autocast("cuda", enabled=False):
             if reg is not None:
                 fix = registration_fix
             ctx.report(self, node, message, fix=fix, severity=severity)
+
+    @staticmethod
+    def _runs_in_training(ctx, node) -> bool:
+        """Model code that runs after ``amp.initialize``: ``forward`` and what it calls, or
+        another method of a module class -- not ``__init__`` / weight initialisation and
+        the helpers only ``__init__`` calls (a sinusoid table built once in fp32)."""
+        if ctx.in_forward(node):
+            return True
+        if not ctx.in_model_code(node):
+            return False
+        cls, method = ctx.enclosing_method(node)
+        if method is None:
+            return True
+        if method.name == "__init__" or method.name.startswith(_INIT_PREFIXES):
+            return False
+        init = ctx.method(cls, "__init__")
+        if init is not None:
+            for sub in ast.walk(init):
+                if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                        and sub.func.attr == method.name and isinstance(sub.func.value, ast.Name)
+                        and sub.func.value.id == "self"):
+                    return False
+        return True
 
     # --- what counts as covered ------------------------------------------------------
 
@@ -658,9 +691,14 @@ with torch.autocast("cuda", enabled=False):
             found = set()
             for local, target in ctx.imports.items():
                 last = target.rsplit(".", 1)[-1]
-                if last.endswith(_EXT_SUFFIXES) or last == "_C":
-                    if not target.startswith("torch"):
-                        found.add(local)
+                if last.endswith(_EXT_SUFFIXES) and not target.startswith("torch"):
+                    found.add(local)
+            for node in ctx.import_nodes():  # `from . import _C`, `from ._ext import fused`
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    module_is_ext = (node.module or "").rsplit(".", 1)[-1].endswith(_EXT_SUFFIXES)
+                    for alias in node.names:
+                        if module_is_ext or alias.name.endswith(_EXT_SUFFIXES):
+                            found.add(alias.asname or alias.name)
             for stmt in ctx.tree.body:
                 if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
                     if (ctx.qualname(stmt.value.func) or "") in _CPP_LOADERS:
@@ -712,13 +750,15 @@ with torch.autocast("cuda", enabled=False):
         head = ("import sys\n" if need_sys else "") + import_line
         # after existing registrations that follow the imports
         anchor = self._after_registrations(ctx, anchor)
-        names = ", ".join(f"`{n}`" for _, _, n, _ in wanted[:1])
+        names = ", ".join(f"`{n}`" for _, n in sorted(seen, key=lambda k: k[1]))
         return Fix([self._insert_after(ctx, anchor, head + "".join(lines))], "safe",
                    f"Register {names} with the O1 engine after the imports")
 
-    def _insert_after(self, ctx, stmt, text) -> Edit:
+    @staticmethod
+    def _insert_after(ctx, stmt, text) -> Edit:
+        """Insert whole lines after ``stmt``'s last line (after its trailing comment)."""
         end = stmt.end_lineno
-        if end >= len(ctx.lines) or (end == len(ctx.lines) - 1 and ctx.lines[-1] == "" and False):
+        if end >= len(ctx.lines):  # the last line of a file without a final newline
             return Edit.insert_at(end, len(ctx.line_text(end).encode("utf-8")), "\n" + text.rstrip("\n"))
         return Edit.insert_at(end + 1, 0, text)
 
