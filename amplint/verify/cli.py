@@ -96,6 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="max relative error against fp32, max|y-y32|/max|y32| (default 0.01 for fp16, 0.05 for bf16)")
     lv.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), help="optimizer for the training steps (default adamw)")
     lv.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default 1e-4)")
+    lv.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads for torch (default: torch's default; "
+                    "small models on a busy machine run much faster with 1)")
     lv.add_argument("--no-trace", action="store_true", help="skip the per-source-line trace of step 0 (faster; findings are then matched by module only)")
     fx = p.add_argument_group("fixes")
     fx.add_argument("--fix", action="store_true", default=None, help="apply the suggested fixes to temporary copies of the sources and prove them")
@@ -188,6 +190,8 @@ def main(args) -> int:
 
     import torch  # noqa: F401  (verify needs torch; imported only now)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from .runner import skip_dynamo_import
 
     skip_dynamo_import()

@@ -39,7 +39,7 @@ def report(tmp_path_factory):
         [sys.executable, "-m", "amplint", "verify", "fixtures/verify/handwritten_norm.py::example",
          "fixtures/verify/attention_mask.py::example", "--device", "cpu", "--opt-level", "O1,O2", "--steps", "1",
          "--fix", "--unsafe-fixes", "--report", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert f"HTML report: {out}" in proc.stdout
     return out
