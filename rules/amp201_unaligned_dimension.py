@@ -83,21 +83,22 @@ def _names_in(expr: ast.AST) -> list[str]:
 
 
 def _pixels_in(expr: ast.AST) -> bool:
-    """``patch_size * patch_size * 3`` / ``p * p * channels``: a product with a channel count."""
+    """``patch_size * patch_size * 3`` / ``p * p * channels``: the pixels of a patch."""
     if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult)):
         return False
-    stack = [expr]
+    stack, names, channels = [expr], [], False
     while stack:
         node = stack.pop()
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             stack += [node.left, node.right]
-        elif isinstance(node, ast.Constant) and node.value in (1, 3, 4):
-            return True
+        elif isinstance(node, ast.Constant) and node.value in (1, 3):
+            channels = True
         elif isinstance(node, (ast.Name, ast.Attribute)):
-            name = node.id if isinstance(node, ast.Name) else node.attr
-            if "chan" in name.lower():
-                return True
-    return False
+            name = (node.id if isinstance(node, ast.Name) else node.attr).lower()
+            names.append(name)
+            channels = channels or "chan" in name
+    patch = any("patch" in n for n in names) or len(names) != len(set(names))
+    return patch and channels
 
 
 def _self_attr(expr: ast.AST) -> Optional[str]:
@@ -263,10 +264,11 @@ class GPTConfig:
         # a relative-position bias table and a ViT patch embedding (3 colour channels)
         Valid(
             "import torch.nn as nn\n"
-            "def make(window_size=7, heads=8, patch_size=14, dim=768):\n"
+            "def make(window_size=7, heads=8, patch_size=14, dim=768, p=14, in_chans=3):\n"
             "    bias = nn.Embedding((2 * window_size - 1) ** 2, heads)\n"
             "    patches = nn.Linear(patch_size * patch_size * 3, dim)\n"
-            "    return bias, patches\n"
+            "    pixels = nn.Linear(p * p * in_chans, dim)\n"
+            "    return bias, patches, pixels\n"
         ),
         # not computable
         Valid("import torch.nn as nn\ndef make(n):\n    return nn.Linear(n, 100 * n)\n"),
@@ -407,6 +409,17 @@ class GPTConfig:
             line=5,
             message="51 is also written elsewhere in this file",
             expected_fix=None,
+        ),
+        # an MLP's `4 * width` input and a fusion of three `hidden` vectors are design sizes
+        Invalid(
+            "import torch.nn as nn\n"
+            "def mlp(width=769, hidden=100):\n"
+            "    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)\n",
+            count=2,
+            message="in_features 3076 (pad to 3080), out_features 769 (pad to 776)",
+            expected_fix="import torch.nn as nn\n"
+            "def mlp(width=776, hidden=104):\n"
+            "    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)\n",
         ),
         # arithmetic that padding one name cannot align: reported, no fix
         Invalid(
