@@ -249,6 +249,22 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             "    def forward(self, x, y):\n"
             "        return self.log_softmax(x) + self.log_softmax(y) + self.softmax_1(y)\n",
         ),
+        # module style: a one-line __init__ -> the functional fix
+        Invalid(
+            "import torch\nclass M(torch.nn.Module):\n    def __init__(self): super().__init__()\n"
+            "    def forward(self, x):\n        return x.softmax(1)\n",
+            settings={"fix_style": "module"},
+            expected_fix="import torch\nclass M(torch.nn.Module):\n    def __init__(self): super().__init__()\n"
+            "    def forward(self, x):\n        return x.softmax(1, dtype=torch.float32).to(x.dtype)\n",
+        ),
+        # module style: super().__init__() on the last line of the file
+        Invalid(
+            "import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        return x.softmax(1)\n"
+            "    def __init__(self):\n        super(M, self).__init__()",
+            settings={"fix_style": "module"},
+            expected_fix="import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        return self.softmax(x)\n"
+            "    def __init__(self):\n        super(M, self).__init__()\n        self.softmax = nn.Softmax(dim=1)",
+        ),
         # module style: a dim that is not a literal -> no fix
         Invalid(
             "import torch.nn as nn\nimport torch.nn.functional as F\n\nclass M(nn.Module):\n"
@@ -340,8 +356,8 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         if init is None or not init.args.args:
             return None
         anchor = _find_super_init(ctx, init)
-        if anchor is None:
-            return None
+        if anchor is None or ctx.line_text(anchor.lineno)[: anchor.col_offset].strip():
+            return None  # no base initialiser, or one sharing its line (`def __init__(self): super()...`)
         init_self = init.args.args[0].arg
         # which arguments the call passes: the operand, the dim, nothing else
         args = list(node.args)

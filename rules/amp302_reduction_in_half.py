@@ -253,6 +253,13 @@ it fp32 would crash the next half matmul under `model.half()`.
             settings={"opt_level": "O2"},
             expected_fix=None,
         ),
+        # an explicit `dtype=None` is the default: its value is replaced
+        Invalid(
+            "import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return x / torch.sum(x, -1, keepdim=True, dtype=None)\n",
+            expected_fix="import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return (x / torch.sum(x, -1, keepdim=True, dtype=torch.float32)).to(x.dtype)\n",
+        ),
         # var has no dtype argument: the operand is upcast
         Invalid(
             "import torch\nclass N(torch.nn.Module):\n    def forward(self, x):\n"

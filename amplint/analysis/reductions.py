@@ -147,8 +147,8 @@ def argument(call: ast.Call, name: str, position: int) -> Optional[ast.AST]:
 
 def dtype_kind(ctx, expr: Optional[ast.AST]) -> Optional[str]:
     """``"fp32"``, ``"low"`` or ``"unknown"`` for a dtype expression; None for no expression."""
-    if expr is None:
-        return None
+    if expr is None or isinstance(expr, ast.Constant) and expr.value is None:
+        return None  # `dtype=None` is the default
     qn = ctx.qualname(expr)
     if qn in FP32_DTYPES:
         return "fp32"
@@ -359,7 +359,12 @@ def _not_a_tensor(ctx, expr: ast.AST) -> bool:
 
 
 def add_keyword_edit(ctx, call: ast.Call, text: str) -> Edit:
-    """Insert ``text`` (e.g. ``dtype=torch.float32``) as the call's last argument."""
+    """Insert ``text`` (e.g. ``dtype=torch.float32``) as the call's last argument, or
+    replace the value of an existing ``dtype=None``."""
+    name, _, value = text.partition("=")
+    existing = keyword(call, name)
+    if existing is not None:
+        return Edit.replace(existing.value, value)
     items = list(call.args) + list(call.keywords)
     if items:
         last = max(items, key=lambda n: (n.end_lineno, n.end_col_offset))
