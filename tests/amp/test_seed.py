@@ -14,6 +14,7 @@ def _data(step):
     return torch.randn(8, D_in, generator=g), torch.randn(8, D_out, generator=g)
 
 
+@pytest.mark.filterwarnings("ignore:amplint.amp O2")  # O2 + clipping model.parameters(): warned
 @pytest.mark.parametrize("level", ["O1", "O0", "O2", "O3"])
 def test_seed_checkpoint_recipe(level, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
