@@ -160,3 +160,27 @@ def test_cast_model_outputs_and_verbosity_banner(capsys):
     assert out.dtype == torch.float16
     text = capsys.readouterr().out
     assert "Selected optimization level O2" in text and "master_weights" in text
+
+
+def test_all_levels_one_after_another_in_one_process_like_the_verifier():
+    import warnings
+    trajectory = {}
+    for level in ["O0", "O1", "O2", "O3", "O1", "O2"]:
+        model, opt = _init(level)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        scales = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")           # e.g. lr_scheduler's step-order warning
+            for i in range(3):
+                out, _ = model(torch.randn(5, 4))
+                opt.zero_grad()
+                with amp.scale_loss(F.mse_loss(out.float(), torch.zeros_like(out.float())), opt) as s:
+                    s.backward()
+                opt.step()
+                sched.step()
+                scales.append(amp.loss_scale())
+        trajectory[level] = (scales, amp.skipped_steps())
+        assert (getattr(F.softmax, "_amplint_kind", None) == "float") == (level == "O1")
+        amp.reset()
+    assert trajectory["O0"] == ([1.0] * 3, 0) and trajectory["O2"][0] == [65536.0] * 3
+    assert not hasattr(F.softmax, "_amplint_kind")
