@@ -82,24 +82,6 @@ def _integer_consumer(ctx, call) -> bool:
     return False
 
 
-def _stable_exp(ctx, operand) -> bool:
-    """``exp(x - x.max(...))`` / ``exp(x - row_max)``: the maximum is subtracted, no overflow."""
-    for sub in ast.walk(operand):
-        if not (isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Sub)):
-            continue
-        right = sub.right
-        if isinstance(right, ast.Name):
-            if "max" in right.id:
-                return True
-            right = R.reaching_value(ctx, right) or right
-        for inner in ast.walk(right):
-            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("max", "amax", "logsumexp"):
-                return True
-            if isinstance(inner, ast.Attribute) and "max" in inner.attr:
-                return True
-    return False
-
-
 class ReductionInHalf(Rule):
     code = "AMP302"
     name = "reduction-in-half"
@@ -300,7 +282,7 @@ it fp32 would crash the next half matmul under `model.half()`.
             exponent = value.value
         if attr in ("exp", "sum") and R.in_handwritten(ctx, node):
             return
-        if attr == "exp" and _stable_exp(ctx, operand):
+        if attr == "exp" and R.max_subtracted(ctx, operand):
             return
         shown = f".{attr}()" if is_method else ctx.segment(func)
         if attr == "mean":

@@ -17,6 +17,14 @@ def _int_text(ctx, node) -> str | None:
     return ctx.segment(node)
 
 
+def _stable_operand(ctx, operand):
+    """``x`` when ``operand`` is ``x - <row max>`` (softmax is shift-invariant), else None."""
+    if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Sub):
+        if R.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), operand.right)):
+            return operand.left
+    return None
+
+
 def _loads(func: ast.AST, name: str, outside: list[ast.AST]) -> int:
     spans = [(n.lineno, n.col_offset, n.end_lineno, n.end_col_offset) for n in outside]
     count = 0
@@ -133,6 +141,30 @@ only served the hand-written form are removed. No fix for a softmax over the who
             "    def forward(self, logits):\n"
             "        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)\n",
         ),
+        # the max-subtracted form does not overflow: info, and the fused kernel on `x`
+        Invalid(
+            "import torch\n\nclass H(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        z = x - x.max(dim=-1, keepdim=True).values\n"
+            "        return z.exp() / z.exp().sum(-1, keepdims=True)\n",
+            severity="info",
+            message="no overflow",
+            settings={"opt_level": "O2"},
+            expected_fix="import torch\n\nclass H(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        z = x - x.max(dim=-1, keepdim=True).values\n"
+            "        return torch.softmax(z, dim=-1, dtype=torch.float32).to(z.dtype)\n",
+        ),
+        Invalid(
+            "import torch\n\nclass H(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return torch.exp(x - x.amax(-1, keepdim=True)) / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdims=True)\n",
+            severity="info",
+            settings={"opt_level": "O2"},
+            expected_fix="import torch\n\nclass H(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)\n",
+        ),
         # softmax over the whole tensor: reported, no fix
         Invalid(
             "import torch\n\nclass H(torch.nn.Module):\n"
@@ -157,10 +189,17 @@ only served the hand-written form are removed. No fix for a softmax over the who
             return
         note = R.policy_note(ctx.settings, "torch.exp", severity)
         what = "softmax" if found.kind == "softmax" else "log-softmax"
-        message = (
-            f"hand-written {what}: `exp` overflows fp16 above 11.09 (a row of 12s gives NaN) and it is "
-            f"slower than the fused kernel ({note}); use `torch.{found.kind}(..., dtype=torch.float32)`"
-        )
+        if R.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), found.operand)) or _stable_operand(ctx, found.operand):
+            severity = Severity.INFO  # the row maximum is subtracted: no overflow, only slower
+            message = (
+                f"hand-written {what} (maximum subtracted, so no overflow): three kernels where the fused "
+                f"`torch.{found.kind}(..., dtype=torch.float32)` is one"
+            )
+        else:
+            message = (
+                f"hand-written {what}: `exp` overflows fp16 above 11.09 (a row of 12s gives NaN) and it is "
+                f"slower than the fused kernel ({note}); use `torch.{found.kind}(..., dtype=torch.float32)`"
+            )
         ctx.report(self, node, message, fix=self._fix(ctx, node, found), severity=severity)
 
     @staticmethod
@@ -168,12 +207,12 @@ only served the hand-written form are removed. No fix for a softmax over the who
         call = found.sum_call
         method = ctx.qualname(call.func) is None
         dim = R.argument(call, "dim", 0 if method else 1)
-        keepdim = R.argument(call, "keepdim", 1 if method else 2)
+        keepdim = R.argument(call, "keepdim", 1 if method else 2) or R.argument(call, "keepdims", -1)
         if not (isinstance(keepdim, ast.Constant) and keepdim.value is True):
             return None
         dim_text = _int_text(ctx, dim)
         torch = R.torch_alias(ctx)
-        source = R.dtype_source(ctx, found.operand)
+        source = R.dtype_source(ctx, _stable_operand(ctx, found.operand) or found.operand)
         if dim_text is None or torch is None or source is None or "\n" in dim_text:
             return None
         func = ctx.enclosing_function(node)
@@ -183,7 +222,8 @@ only served the hand-written form are removed. No fix for a softmax over the who
         for _, stmt in statements.values():
             if any(R.assignments_between(ctx, n, func, stmt.lineno, node.lineno) for n in operand_names):
                 return None
-        text = f"{torch}.{found.kind}({ctx.segment(found.operand)}, dim={dim_text}, dtype={torch}.float32)"
+        operand = _stable_operand(ctx, found.operand) or found.operand
+        text = f"{torch}.{found.kind}({ctx.segment(operand)}, dim={dim_text}, dtype={torch}.float32)"
         if not R.already_cast_back(ctx, node):
             text += f".to({ctx.segment(source)}.dtype)"
         edits = [Edit.replace(node, text)]

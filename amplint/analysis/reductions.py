@@ -572,3 +572,21 @@ def in_handwritten(ctx, node: ast.AST) -> bool:
                 return True
         child = anc
     return False
+
+
+def max_subtracted(ctx, operand) -> bool:
+    """``x - x.max(...)`` / ``x - row_max`` somewhere in ``operand``: its ``exp`` cannot overflow."""
+    for sub in ast.walk(operand):
+        if not (isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Sub)):
+            continue
+        right = sub.right
+        if isinstance(right, ast.Name):
+            if "max" in right.id:
+                return True
+            right = reaching_value(ctx, right) or right
+        for inner in ast.walk(right):
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("max", "amax", "logsumexp"):
+                return True
+            if isinstance(inner, ast.Attribute) and "max" in inner.attr:
+                return True
+    return False
