@@ -62,6 +62,8 @@ __all__ = sorted(_EXPORTS) + ["policy"]
 
 
 def __getattr__(name):
+    if name == "policy":  # pure data, no torch
+        return importlib.import_module(f"{__name__}.policy")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'amplint.amp' has no attribute {name!r}")

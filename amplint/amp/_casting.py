@@ -135,17 +135,18 @@ class Casts:
                         raise NotImplementedError(policy.BANNED_MESSAGE.format(dtype=low))
                 return orig(*args, **kwargs)
         elif kind == "inplace":
+            owner_is_tensor = name.startswith("Tensor.")
+            op = name.split(".")[-1].strip("_").replace("ipow", "pow")
+
             def wrapper(*args, **kwargs):
                 if state.active:
                     low = _first_low(args[:1], {}) if owner_is_tensor else _first_low(args, kwargs)
                     if low is not None:
                         raise NotImplementedError(
-                            f"amplint.amp O1: cannot run in-place {name} on a {low} tensor: "
-                            f"{name.rstrip('_').strip('_')} is an fp32 op under O1 and an in-place "
-                            f"result cannot change dtype. Fix: use the out-of-place form "
-                            f"(y = x.{name.rstrip('_').strip('_').replace('ipow', 'pow')}(...)).")
+                            f"amplint.amp O1: cannot run in-place {name} on a {low} tensor: {op} "
+                            f"is an fp32 op under O1 and an in-place result cannot change dtype. "
+                            f"Fix: use the out-of-place form (y = x.{op}(...) or torch.{op}(x)).")
                 return orig(*args, **kwargs)
-            owner_is_tensor = name.startswith("Tensor.")
         else:
             raise ValueError(kind)
         functools.update_wrapper(wrapper, orig, assigned=("__name__", "__qualname__", "__doc__"))
