@@ -7,6 +7,7 @@ Never imports or executes the code it reads.
 from __future__ import annotations
 
 import ast
+import bisect
 import dataclasses
 import os
 import warnings
@@ -169,6 +170,21 @@ def _line_starts(text: str) -> list[int]:
     return starts
 
 
+def _clashes(accepted: list[tuple[int, int, str]], a: int, b: int) -> bool:
+    """Does [a, b) overlap an accepted span, or is it an insertion at the very point of
+    an accepted insertion (their order would be arbitrary)?"""
+    i = bisect.bisect_left(accepted, (a, -1))
+    for c, d, _ in accepted[max(0, i - 2): i]:  # spans starting before a
+        if a < d and c < b:
+            return True
+    for c, d, _ in accepted[i:]:  # spans starting at or after a
+        if c >= b and not (c == a == b):
+            break
+        if (a < d and c < b) or (a == b == c == d):
+            return True
+    return False
+
+
 def apply_fixes(ctx: FileContext, fixes: Iterable[Fix]) -> tuple[str, int]:
     """Apply non-overlapping fixes (a fix is all-or-nothing).  Returns (text, applied)."""
     text = ctx.source
@@ -178,23 +194,35 @@ def apply_fixes(ctx: FileContext, fixes: Iterable[Fix]) -> tuple[str, int]:
         line = max(1, min(line, len(starts)))
         return starts[line - 1] + ctx.char_col(line, col)
 
+    # accepted spans, sorted; they never overlap, so a new span can only clash with
+    # its neighbours in this order (bisect, not a scan: thousands of fixes in one file)
     accepted: list[tuple[int, int, str]] = []
     applied = 0
     for fix in fixes:
         spans = sorted((offset(e.start.line, e.start.col), offset(e.end.line, e.end.col), e.text) for e in fix.edits)
         if any(a > b for a, b, _ in spans):
             continue
-        # overlapping ranges, or two insertions at one point (their order would be arbitrary)
-        clash = any((a < d and c < b) or (a == b == c == d) for a, b, _ in spans for c, d, _ in accepted)
-        if clash:
+        if any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1)):
+            continue  # a fix whose own edits overlap is not applied
+        if any(_clashes(accepted, a, b) for a, b, _ in spans):
             continue
-        accepted.extend(spans)
+        for span in spans:
+            bisect.insort(accepted, span)
         applied += 1
     newline = ctx.newline
-    for start, end, replacement in sorted(accepted, key=lambda s: (s[0], s[1]), reverse=True):
+    pieces: list[str] = []
+    pos = 0
+    # insertions of one fix at one point: the last in sorted order comes first (as when
+    # the edits were applied back to front)
+    ordered = sorted(range(len(accepted)), key=lambda k: (accepted[k][0], accepted[k][1], -k))
+    for start, end, replacement in (accepted[k] for k in ordered):
         if newline != "\n":
             replacement = replacement.replace("\r\n", "\n").replace("\n", newline)
-        text = text[:start] + replacement + text[end:]
+        pieces.append(text[pos:start])
+        pieces.append(replacement)
+        pos = end
+    pieces.append(text[pos:])
+    text = "".join(pieces)
     return text, applied
 
 
