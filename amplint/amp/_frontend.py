@@ -118,6 +118,7 @@ class Engine:
         self.model_patches: list[_ModelPatch] = []
         self.verbosity = 1
         self.pending_amp_restore = None
+        self.amp_restored = False  # amp.load_state_dict was called in this session
         self.reduce_device = None
 
     @property
@@ -327,6 +328,19 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
                keep_fp32_modules=None):
     """apex ``amp.initialize``; see :mod:`amplint.amp` for the extensions
     (``half_dtype``, ``keep_fp32_modules``, CPU models, bf16)."""
+    try:
+        return _initialize(models, optimizers, enabled, opt_level, cast_model_type,
+                           patch_torch_functions, keep_batchnorm_fp32, master_weights,
+                           loss_scale, cast_model_outputs, num_losses, verbosity,
+                           min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules)
+    except BaseException:
+        _end_session(ENGINE)  # no half-initialised session: scale_loss then says "initialize first"
+        raise
+
+
+def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_torch_functions,
+                keep_batchnorm_fp32, master_weights, loss_scale, cast_model_outputs, num_losses,
+                verbosity, min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules):
     eng = ENGINE
     _end_session(eng)
     eng.verbosity = verbosity
@@ -463,6 +477,7 @@ def _end_session(eng):
     CASTS.uninstall()
     eng.scalers = []
     eng.pending_amp_restore = None
+    eng.amp_restored = False
     eng.props = None
     eng.session = None
 
@@ -534,6 +549,7 @@ def load_state_dict(state_dict):
         scaler.scale = scale
         scaler.unskipped = unskipped
     eng.pending_amp_restore = None
+    eng.amp_restored = True
 
 
 def master_params(optimizer):

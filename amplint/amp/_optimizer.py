@@ -196,8 +196,12 @@ class OptimizerState:
         state_dict = dict(state_dict)
         self._pending_extra = {k: state_dict.pop(k) for k in (_MASTERS_KEY,) if k in state_dict}
         amp_state = state_dict.pop(_AMP_KEY, None)
-        if amp_state and self.session is self.engine.session:
-            self.engine.pending_amp_restore = amp_state
+        eng = self.engine
+        # The checkpoint carries loss-scaler state that differs from the live scalers: unless
+        # amp.load_state_dict restores it (before or after this call), scale_loss refuses to run.
+        if (amp_state and self.session is eng.session and not eng.amp_restored
+                and dict(amp_state) != dict(eng.state_dict())):
+            eng.pending_amp_restore = amp_state
         return state_dict
 
     def _load_post_hook(self, optimizer):

@@ -105,6 +105,22 @@ def test_forgetting_amp_load_state_dict_is_an_error():
     _train(model, opt, range(5, 6))
 
 
+def test_amp_restored_before_the_optimizer_is_fine_and_unchanged_scalers_need_no_restore():
+    model, opt = _initialized()
+    _train(model, opt, range(5))
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()}
+    model, opt = _build(0)
+    model, opt = amp.initialize(model, opt, opt_level="O1", verbosity=0)
+    amp.load_state_dict(saved["amp"])            # amp first, then the optimizer
+    opt.load_state_dict(saved["optimizer"])
+    _train(model, opt, range(5, 6))
+    model, opt = _build(0)
+    model, opt = amp.initialize(model, opt, opt_level="O0", verbosity=0)
+    fresh = opt.state_dict()                      # scalers still at their initial state
+    opt.load_state_dict(fresh)
+    _train(model, opt, range(1))                  # nothing would be lost: no error
+
+
 def test_state_dict_and_load_before_initialize():
     with pytest.raises(RuntimeError, match="before amp.initialize"):
         amp.state_dict()
