@@ -139,8 +139,9 @@ The fix is `safe` (in fp32 it computes exactly what the original did). It passes
 `dtype=torch.float32` where the API takes it (`sum`, `cumsum`, `prod`, `norm`...) and
 upcasts the operand with `.float()` where it does not (`var`, `exp`, `pow`). It is offered
 only where the result reaches a bounding division (or a product with its `rsqrt`) in the
-same expression: casting an unbounded sum back to fp16 would overflow again, and leaving
-it fp32 would crash the next half matmul under `model.half()`.
+same expression, or an in-place `w /= w.sum(...)` (the target keeps its dtype): casting an
+unbounded sum back to fp16 would overflow again, and leaving it fp32 would crash the next
+half matmul under `model.half()`.
 """
 
     VALID = [
@@ -234,6 +235,13 @@ it fp32 would crash the next half matmul under `model.half()`.
             message="accumulates in fp32",
             settings={"opt_level": "O2"},
             expected_fix=None,
+        ),
+        # an in-place renormalisation: the target keeps its dtype, no cast back needed
+        Invalid(
+            "import torch\nclass Router(torch.nn.Module):\n    def forward(self, w):\n"
+            "        w /= w.sum(dim=-1, keepdim=True)\n        return w\n",
+            expected_fix="import torch\nclass Router(torch.nn.Module):\n    def forward(self, w):\n"
+            "        w /= w.sum(dim=-1, keepdim=True, dtype=torch.float32)\n        return w\n",
         ),
         # an explicit `dtype=None` is the default: its value is replaced
         Invalid(

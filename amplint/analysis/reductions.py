@@ -382,8 +382,8 @@ def upcast_operand_edits(operand: ast.AST) -> list[Edit]:
 def cast_back_edits(ctx, node: ast.AST, source: ast.AST) -> list[Edit]:
     """Append ``.to(<source>.dtype)`` to ``node`` (parenthesised unless it is postfix-safe);
     nothing when the code already casts the result."""
-    if already_cast_back(ctx, node):
-        return []
+    if already_cast_back(ctx, node) or isinstance(node, ast.AugAssign):
+        return []  # already cast, or an in-place division that keeps the target's dtype
     text = f".to({ctx.segment(source)}.dtype)"
     if isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
         return [Edit.insert_after(node, text)]
@@ -400,6 +400,8 @@ def bounding_point(ctx, call: ast.AST) -> Optional[ast.AST]:
     inverted = False
     for _ in range(12):
         parent = ctx.parent(node)
+        if isinstance(parent, ast.AugAssign) and parent.value is node and isinstance(parent.op, ast.Div):
+            return parent  # `w /= w.sum(...)`: the in-place result keeps w's dtype
         if isinstance(parent, ast.BinOp):
             if isinstance(parent.op, ast.Div):
                 return parent
