@@ -393,6 +393,7 @@ with torch.autocast("cuda", enabled=False):
         self._reg_nodes: list[ast.AST] = []
         self._functions: Optional[dict] = None
         self._ext: Optional[set] = None
+        self._names: Optional[set] = None
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
         func = node.func
@@ -552,7 +553,7 @@ with torch.autocast("cuda", enabled=False):
             return node, message, severity, None, Fix((), "display", f"Wrap in fp32: `{wrap}`")
         if by_name:
             if name not in self._module_level_names(ctx):
-                return node, message + " (imported inside a function: call it as `torch." + name + "`)", severity, None, None
+                return node, message + " (not imported unconditionally at module level: no automatic fix)", severity, None, None
             message += (f"; `{name}` was imported by name, so a registration on `torch` does not reach it: "
                         f"register it on this module (`{_SELF_MODULE}`)")
             return node, message, severity, (_SELF_MODULE, "@" + ctx.path, name, kind), None
@@ -798,47 +799,37 @@ with torch.autocast("cuda", enabled=False):
                 break
         return body[i]
 
-    @staticmethod
-    def _amp_alias(ctx) -> tuple[str, str]:
+    def _amp_alias(self, ctx) -> tuple[str, str]:
         """(name to call the engine by, import line to add or "")."""
+        names = self._module_level_names(ctx)
         for local, target in ctx.imports.items():
-            if target in ("amplint.amp", "apex.amp") and local in UncoveredOp._module_level_names(ctx):
+            if target in ("amplint.amp", "apex.amp") and local in names:
                 return local, ""
         taken = set(ctx.imports) | set(ctx.classes) | set(ctx.functions)
         if "amp" not in taken and not ctx.module_assignments("amp"):
             return "amp", "from amplint import amp\n"
         return "amplint_amp", "from amplint import amp as amplint_amp\n"
 
-    @staticmethod
-    def _torch_alias(ctx) -> Optional[str]:
-        names = UncoveredOp._module_level_names(ctx)
+    def _torch_alias(self, ctx) -> Optional[str]:
+        names = self._module_level_names(ctx)
         for local, target in ctx.imports.items():
             if target == "torch" and local in names:
                 return local
         return None
 
-    @staticmethod
-    def _module_level_names(ctx) -> set:
-        cached = getattr(ctx, "_amp401_module_names", None)
-        if cached is not None:
-            return cached
-        names = set()
-        todo = list(ctx.tree.body)
-        while todo:
-            stmt = todo.pop()
-            if isinstance(stmt, ast.Import):
-                for a in stmt.names:
-                    names.add(a.asname or a.name.split(".")[0])
-            elif isinstance(stmt, ast.ImportFrom):
-                names.update(a.asname or a.name for a in stmt.names)
-            elif isinstance(stmt, ast.Try):
-                todo.extend(stmt.body + stmt.orelse + stmt.finalbody)
-                for h in stmt.handlers:
-                    todo.extend(h.body)
-            elif isinstance(stmt, ast.If):
-                todo.extend(stmt.body + stmt.orelse)
-        ctx._amp401_module_names = names
-        return names
+    def _module_level_names(self, ctx) -> set:
+        """Names bound by unconditional top-level imports: what a registration inserted
+        after the imports may refer to (not names from ``try:`` / ``if`` blocks, which
+        may be ``None`` or missing, e.g. ``except ImportError: oe = None``)."""
+        if self._names is None:
+            names = set()
+            for stmt in ctx.tree.body:
+                if isinstance(stmt, ast.Import):
+                    names.update(a.asname or a.name.split(".")[0] for a in stmt.names)
+                elif isinstance(stmt, ast.ImportFrom):
+                    names.update(a.asname or a.name for a in stmt.names)
+            self._names = names
+        return self._names
 
     def _bound_at_module_level(self, ctx, expr) -> bool:
         while isinstance(expr, ast.Attribute):

@@ -119,12 +119,13 @@ def test_registration_reach(tmp_path):
 def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path):
     source = textwrap.dedent("""\
         \"\"\"Doc.\"\"\"
+        import opt_einsum as oe
         import torch  # the framework
         from torch import nn
         try:
-            import opt_einsum as oe
+            import my_fused_ops
         except ImportError:  # optional
-            oe = None
+            my_fused_ops = None
 
 
         class M(nn.Module):
@@ -140,15 +141,15 @@ def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fixed = path.read_text()
     registrations = [line for line in fixed.splitlines() if "register_" in line]
-    assert registrations == [
+    assert registrations == [  # in the order of first use, one per op
         'amp.register_half_function(oe, "contract")',
         'amp.register_float_function(torch.fft, "rfft")',
         'amp.register_half_function(torch, "einsum")',
         'amp.register_float_function(torch.linalg, "inv")',
     ]
-    # inserted after the try-block of imports, everything else byte-identical
+    # inserted after the last import (a try-block of imports), everything else byte-identical
     assert fixed.replace("from amplint import amp\n" + "\n".join(registrations) + "\n", "") == source
-    assert fixed.index("from amplint import amp") > fixed.index("oe = None")
+    assert fixed.index("from amplint import amp") > fixed.index("my_fused_ops = None")
     amplint("fix", str(path), "--no-cache")
     assert path.read_text() == fixed
     # a later op is appended after the existing registrations, not duplicated
@@ -157,6 +158,25 @@ def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path):
     again = path.read_text()
     assert again.count("from amplint import amp") == 1
     assert 'amp.register_float_function(torch.linalg, "inv")\namp.register_float_function(torch.linalg, "det")\n' in again
+
+
+def test_no_fix_for_names_that_may_be_none(tmp_path):
+    """``oe`` is None when opt_einsum is missing: registering on it would raise at import."""
+    path = tmp_path / "m.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        try:
+            import opt_einsum as oe
+        except ImportError:
+            oe = None
+
+
+        class M(torch.nn.Module):
+            def forward(self, a, b):
+                return oe.contract("ij,jk->ik", a, b)
+    """))
+    (finding,) = findings(str(path))
+    assert finding["fix"] is None
 
 
 def test_fix_keeps_crlf(tmp_path):
