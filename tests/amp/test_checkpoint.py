@@ -12,10 +12,13 @@ LEVELS = [("O0", {}), ("O1", {}), ("O2", {}), ("O3", {}),
           ("O2", {"keep_fp32_modules": (nn.LayerNorm,)})]
 
 
-def _build(seed):
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _build(seed, device="cpu"):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.LayerNorm(16),
-                          nn.Linear(16, 3))
+                          nn.Linear(16, 3)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-4)
     return model, opt
 
@@ -26,8 +29,9 @@ def _batch(i):
 
 
 def _train(model, opt, steps):
+    device = next(model.parameters()).device
     for i in steps:
-        x, y = _batch(i)
+        x, y = (t.to(device) for t in _batch(i))
         loss = F.cross_entropy(model(x).float(), y)
         if i == 3 and amp.properties()["loss_scale"] == "dynamic":
             loss = loss * float("inf")   # one overflow: the dynamic scaler skips this step
@@ -43,21 +47,22 @@ def _snapshot(model, opt):
             [p.detach().clone() for p in amp.master_params(opt)], amp.state_dict())
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("level,kw", LEVELS, ids=lambda v: str(v))
-def test_resume_is_bit_identical(level, kw, tmp_path):
-    model, opt = _build(0)
+def test_resume_is_bit_identical(level, kw, device, tmp_path):
+    model, opt = _build(0, device)
     model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
     _train(model, opt, range(10))
     expected = _snapshot(model, opt)
 
-    model, opt = _build(0)
+    model, opt = _build(0, device)
     model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
     _train(model, opt, range(5))
     checkpoint = {"model": model.state_dict(), "optimizer": opt.state_dict(), "amp": amp.state_dict()}
     torch.save(checkpoint, tmp_path / "amp_checkpoint.pt")
     del model, opt, checkpoint
 
-    model, opt = _build(1)                 # different init: the restore must overwrite it all
+    model, opt = _build(1, device)         # different init: the restore must overwrite it all
     checkpoint = torch.load(tmp_path / "amp_checkpoint.pt")
     model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
     model.load_state_dict(checkpoint["model"])

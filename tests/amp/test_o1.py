@@ -16,12 +16,14 @@ def _init_o1(**kw):
 
 
 LOW = [torch.float16, torch.bfloat16]
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("low", LOW)
-def test_listed_ops_get_the_policy_dtype_on_cpu(low):
+def test_listed_ops_get_the_policy_dtype_on_every_device(low, device):
     _init_o1(half_dtype=low)
-    f = torch.randn(4, 4)
+    f = torch.randn(4, 4, device=device)
     h = f.to(low)
     cases = {
         "torch.nn.functional.linear": lambda: F.linear(f, f),
@@ -36,7 +38,8 @@ def test_listed_ops_get_the_policy_dtype_on_cpu(low):
         "torch.exp": lambda: torch.exp(h),
         "torch.nn.functional.layer_norm": lambda: F.layer_norm(h, (4,)),
         "torch.nn.functional.mse_loss": lambda: F.mse_loss(h, h),
-        "torch.nn.functional.cross_entropy": lambda: F.cross_entropy(h, torch.tensor([0, 1, 2, 3])),
+        "torch.nn.functional.cross_entropy":
+            lambda: F.cross_entropy(h, torch.tensor([0, 1, 2, 3], device=device)),
         "torch.dot": lambda: torch.dot(h[0], f[0]),
         "torch.cat": lambda: torch.cat([h, f]),
         "torch.einsum": lambda: torch.einsum("ij,jk->ik", h, h),
