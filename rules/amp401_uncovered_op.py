@@ -259,6 +259,11 @@ with torch.autocast("cuda", enabled=False):
               "    def build(self, n):\n        t = torch.arange(n, dtype=torch.float32)\n"
               "        return torch.outer(t, t)\n"
               "    def forward(self, x):\n        return x + self.table\n"),
+        # autocast sees aten ops however they are called; relu is on no amplint list either
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a, b):\n"
+              "        return torch.ops.aten.bmm.default(a, b)\n", settings={"engine": "torch"}),
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a):\n"
+              "        return torch.ops.aten.relu(a)\n"),
         # a local variable named like an op is not an op
         Valid("import torch\nfrom torch import nn\n"
               "class M(nn.Module):\n    def forward(self, x, einsum):\n        return einsum(x)\n"),
@@ -358,6 +363,18 @@ with torch.autocast("cuda", enabled=False):
             "import torch\nimport fused_dense_cuda\nclass M(torch.nn.Module):\n    def forward(self, x, w):\n"
             "        y = fused_dense_cuda.forward(x, w)\n        return torch.ops.mylib.gelu_fast(y)\n",
             line=5, count=2, message="compiled extension", expected_fix=None,
+        ),
+    ]
+
+    INVALID = INVALID + [
+        # an extension built at import with cpp_extension.load, and an aten overload that
+        # bypasses the engine's patched torch.bmm
+        Invalid(
+            "import torch\nfrom torch.utils.cpp_extension import load\n"
+            "ext = load(name='fused', sources=['fused.cpp'])\n"
+            "class M(torch.nn.Module):\n    def forward(self, a, b):\n"
+            "        return ext.fused_mm(a, torch.ops.aten.bmm.default(a, b))\n",
+            line=6, count=2, expected_fix=None,
         ),
     ]
 
