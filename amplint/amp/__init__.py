@@ -43,6 +43,16 @@ For tools that drive the engine (the runtime verifier)
     and ``skipped_steps(loss_id=0)`` report each scaler; ``properties()`` the current options.
 
 Registration after ``initialize`` takes effect immediately (apex silently ignored it).
+
+Where O1 differs from ``torch.autocast``
+    One op list for every device (``policy.py``), so CPU and CUDA give the same dtypes (CPU
+    autocast keeps softmax and sum in half). Casting comes from patched Python attributes, as
+    in apex: names bound before ``initialize`` and C++-internal calls are not cast, and casting
+    is on process-wide until ``reset()`` rather than inside a ``with`` block. ``einsum`` is
+    unlisted; ``std``/``var``/``interpolate``/losses run in fp32; ``cross_entropy`` keeps its
+    log-probabilities in fp32; BCE with a half input raises on every device; in-place fp32-list
+    ops on half tensors raise. Gradients are unscaled at ``scale_loss`` exit (apex), not by
+    ``GradScaler.unscale_``.
 """
 from __future__ import annotations
 
