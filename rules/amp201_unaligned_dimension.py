@@ -683,7 +683,7 @@ class GPTConfig:
         if not any(m in source for m in _LAYER_MARKERS):
             return None
         checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
-        uses, divisors = [], []
+        uses, divisors, splits = [], [], []
         for node in ast.walk(ctx.tree):
             if isinstance(node, ast.Call):
                 name = layer_name(node)
@@ -692,7 +692,9 @@ class GPTConfig:
                 dims, heads, _ = LAYERS[name]
                 for dim in dims:
                     expr = argument(node, dim.index, dim.keyword)
-                    root = find_root(ctx, expr) if expr is not None else None
+                    if not isinstance(expr, (ast.Attribute, ast.Name, ast.BinOp)):
+                        continue
+                    root = find_root(ctx, expr)
                     if root is not None and root.kind == "config":
                         uses.append({
                             "field": root.field, "cls": root.cls, "mult": root.mult, "names": list(root.names),
@@ -702,10 +704,17 @@ class GPTConfig:
                 if heads is not None:
                     first, h = argument(node, dims[0].index, dims[0].keyword), argument(node, *heads)
                     if first is not None and h is not None:
-                        divisors.extend(cls._divisor_fact(ctx, first, h))
-            elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
-                divisors.extend(cls._divisor_fact(ctx, node.left, node.right))
-        return {"uses": uses, "divisors": divisors} if uses else None
+                        splits.append((first, h))
+            elif (
+                isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))
+                and isinstance(node.left, (ast.Attribute, ast.Name))
+            ):
+                splits.append((node.left, node.right))
+        if not uses:
+            return None
+        for left, right in splits:
+            divisors.extend(cls._divisor_fact(ctx, left, right))
+        return {"uses": uses, "divisors": divisors}
 
     @staticmethod
     def _divisor_fact(ctx, left, right) -> list:
