@@ -771,6 +771,10 @@ class GPTConfig:
                 size = base * use["mult"]
                 if size % self._alignment == 0 or size < max(self._floor, MIN_SIZE) or data_named(use["names"] + [field]):
                     continue
+                if use.get("role") == "vocab" and not any(
+                    part in n.lower() for n in use["names"] + [field] for part in VOCAB_NAME_PARTS
+                ):
+                    continue
                 if use.get("role") == "out" and size < SMALL_HEAD:
                     continue
                 if use["checkpoint"]:

@@ -368,3 +368,25 @@ def test_unannotated_config_across_files(tmp_path):
     amplint("fix", str(tmp_path), "--unsafe-fixes", "--no-cache")
     assert "vocab_size: int = 32008" in (tmp_path / "conf.py").read_text()
     assert findings(str(tmp_path)) == []
+
+
+def test_position_table_across_files_is_not_a_vocabulary(tmp_path):
+    (tmp_path / "configuration_roberta.py").write_text(textwrap.dedent("""\
+        class RobertaConfig:
+            def __init__(self, vocab_size=50265, hidden_size=768, max_position_embeddings=514, pad_token_id=1):
+                self.vocab_size = vocab_size
+                self.hidden_size = hidden_size
+                self.max_position_embeddings = max_position_embeddings
+        """))
+    (tmp_path / "modeling_roberta.py").write_text(textwrap.dedent("""\
+        import torch.nn as nn
+        from configuration_roberta import RobertaConfig
+        class Embeddings(nn.Module):
+            def __init__(self, config: RobertaConfig):
+                super().__init__()
+                self.words = nn.Embedding(config.vocab_size, config.hidden_size)
+                self.positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        """))
+    got = sorted((os.path.basename(f["path"]), f["line"]) for f in findings(str(tmp_path)))
+    # 50265 is RoBERTa's vocabulary (flagged at the use and at the definition); 514 positions are a lookup table
+    assert got == [("configuration_roberta.py", 2), ("modeling_roberta.py", 6)]
