@@ -319,24 +319,54 @@ def _engine_available():
 engine = pytest.mark.skipif(not _engine_available(), reason="the amplint.amp engine is not there yet")
 
 
-def under_o1(tmp_path, steps):
-    """Each fixture in its own process: user registrations last for the whole process."""
-    driver = tmp_path / "driver.py"
+RUNS = {
+    "einsum": [
+        {"path": "fixtures/ops/transformer_xl.py", "name": "txl_before", "names": ["einsum"]},
+        {"path": "fixtures/ops/transformer_xl.py", "name": "txl_pos", "names": ["einsum"], "submodule": "pos_emb"},
+        {"path": "fixtures/ops/transformer_xl.py.fixed", "name": "txl_after", "names": ["einsum"]},
+    ],
+    "from_import": [
+        {"path": "fixtures/ops/perceiver_io.py", "name": "pio_before", "names": ["einsum"]},
+        {"path": "fixtures/ops/perceiver_io.py", "name": "pio_torchreg", "names": ["einsum"], "register_torch_einsum": True},
+        {"path": "fixtures/ops/perceiver_io.py.fixed", "name": "pio_after", "names": ["einsum"]},
+    ],
+    "linalg_fft": [
+        {"path": "fixtures/ops/gaussian_head.py", "name": "g_before", "names": ["linalg_inv"]},
+        {"path": "fixtures/ops/gaussian_head.py.fixed", "name": "g_after", "names": ["linalg_inv", "linalg_slogdet"]},
+        {"path": "fixtures/ops/global_filter.py", "name": "f_before", "names": ["fft_rfft2"]},
+        {"path": "fixtures/ops/global_filter.py.fixed", "name": "f_after", "names": ["fft_rfft2", "fft_irfft2"]},
+    ],
+    "function": [
+        {"path": "fixtures/ops/custom_function.py", "name": "cf_before", "names": ["sigmoid"]},
+        {"path": "fixtures/ops/custom_function.py.unsafe-fixed", "name": "cf_after", "names": ["sigmoid"]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def o1(tmp_path_factory):
+    """Every group of runs in its own process (user registrations last for the whole
+    process), all processes at once."""
+    driver = tmp_path_factory.mktemp("o1") / "driver.py"
     driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), json.dumps(steps)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
+    procs = {key: subprocess.Popen([sys.executable, str(driver), json.dumps(steps)], cwd=ROOT,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for key, steps in RUNS.items()}
+    out = {}
+    for key, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=180)
+        out[key] = json.loads(stdout.splitlines()[-1]) if proc.returncode == 0 else stderr
+    return out
+
+
+def results(o1, key):
+    assert isinstance(o1[key], list), o1[key]
+    return o1[key]
 
 
 @engine
-def test_einsum_runs_in_half_only_after_the_fix(tmp_path):
-    src = "fixtures/ops/transformer_xl.py"
-    before, positional, after = under_o1(tmp_path, [
-        {"path": src, "name": "txl_before", "names": ["einsum"]},
-        {"path": src, "name": "txl_pos", "names": ["einsum"], "submodule": "pos_emb"},
-        {"path": src + ".fixed", "name": "txl_after", "names": ["einsum"]},
-    ])
+def test_einsum_runs_in_half_only_after_the_fix(o1):
+    before, positional, after = results(o1, "einsum")
     # before: fp16 projections meet the fp32 r_w_bias: einsum refuses mixed inputs (apex #895)
     assert not before["ok"] and "expected scalar type" in before["error"], before
     # ...and an einsum of fp32 tensors runs in fp32 (no Tensor Cores)
@@ -347,13 +377,8 @@ def test_einsum_runs_in_half_only_after_the_fix(tmp_path):
 
 
 @engine
-def test_from_import_needs_the_module_registration(tmp_path):
-    src = "fixtures/ops/perceiver_io.py"
-    before, torch_registered, after = under_o1(tmp_path, [
-        {"path": src, "name": "pio_before", "names": ["einsum"]},
-        {"path": src, "name": "pio_torchreg", "names": ["einsum"], "register_torch_einsum": True},
-        {"path": src + ".fixed", "name": "pio_after", "names": ["einsum"]},
-    ])
+def test_from_import_needs_the_module_registration(o1):
+    before, torch_registered, after = results(o1, "from_import")
     assert not before["ok"] and "dtype" in before["error"], before
     # registering torch.einsum does not reach `from torch import einsum` (what AMP401 says)
     assert not torch_registered["ok"] and torch_registered["error"] == before["error"], torch_registered
@@ -361,13 +386,8 @@ def test_from_import_needs_the_module_registration(tmp_path):
 
 
 @engine
-def test_linalg_and_fft_run_in_fp32_after_the_fix(tmp_path):
-    gauss, gauss_fixed, gfnet, gfnet_fixed = under_o1(tmp_path, [
-        {"path": "fixtures/ops/gaussian_head.py", "name": "g_before", "names": ["linalg_inv"]},
-        {"path": "fixtures/ops/gaussian_head.py.fixed", "name": "g_after", "names": ["linalg_inv", "linalg_slogdet"]},
-        {"path": "fixtures/ops/global_filter.py", "name": "f_before", "names": ["fft_rfft2"]},
-        {"path": "fixtures/ops/global_filter.py.fixed", "name": "f_after", "names": ["fft_rfft2", "fft_irfft2"]},
-    ])
+def test_linalg_and_fft_run_in_fp32_after_the_fix(o1):
+    gauss, gauss_fixed, gfnet, gfnet_fixed = results(o1, "linalg_fft")
     assert not gauss["ok"] and "Low precision dtypes not supported" in gauss["error"], gauss
     assert gauss_fixed["ok"] and gauss_fixed["dtypes"] == ["float32"] * 3, gauss_fixed  # 2 inv + slogdet
     assert not gfnet["ok"] and "Half" in gfnet["error"], gfnet
@@ -375,10 +395,7 @@ def test_linalg_and_fft_run_in_fp32_after_the_fix(tmp_path):
 
 
 @engine
-def test_custom_function_forward_in_fp32_after_the_unsafe_fix(tmp_path):
-    before, after = under_o1(tmp_path, [
-        {"path": "fixtures/ops/custom_function.py", "name": "cf_before", "names": ["sigmoid"]},
-        {"path": "fixtures/ops/custom_function.py.unsafe-fixed", "name": "cf_after", "names": ["sigmoid"]},
-    ])
+def test_custom_function_forward_in_fp32_after_the_unsafe_fix(o1):
+    before, after = results(o1, "function")
     assert before["dtypes"][:1] == ["float16"], before  # the Function's forward saw fp16
     assert after["ok"] and after["dtypes"] == ["float32"], after
