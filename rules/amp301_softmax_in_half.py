@@ -9,8 +9,6 @@ from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 _NAMES = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
 #: what each op is called as a module (the seed's "define it as a layer in __init__")
 _MODULES = {"softmax": "Softmax", "log_softmax": "LogSoftmax", "softmin": "Softmin"}
-#: ops with no policy entry of their own: the op they run inside
-_RUNS_AS = {"gumbel_softmax": "torch.Tensor.softmax"}
 _FUNCTIONS = {
     "torch.nn.functional.softmax", "torch.nn.functional.log_softmax", "torch.nn.functional.softmin",
     "torch.nn.functional.gumbel_softmax", "torch.softmax", "torch.log_softmax",
@@ -297,11 +295,11 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         dtype = R.dtype_kind(ctx, R.argument(node, "dtype", -1))
         if dtype in ("fp32", "unknown") or R.is_fp32(ctx, operand):
             return
-        severity = R.severity_for(ctx.settings, _RUNS_AS.get(attr, qualname))
+        severity = R.severity_for(ctx.settings, qualname)
         if severity is None:
             return
         shown = f".{attr}()" if is_method else ctx.segment(func)
-        note = R.policy_note(ctx.settings, _RUNS_AS.get(attr, qualname), severity)
+        note = R.policy_note(ctx.settings, qualname, severity)
         if dtype == "low":
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)

@@ -105,6 +105,18 @@ def test_engine_policy_decides_var():
     assert [f.severity.value for f in tor] == ["warning"]
 
 
+@pytest.mark.parametrize("qualname", ["torch.special.softmax", "torch.nn.functional.gumbel_softmax", "torch.linalg.norm"])
+def test_ops_reaching_a_listed_op_follow_its_policy(qualname):
+    # measured on CUDA autocast (H200): each returns fp32, through the op it calls
+    from amplint.analysis.reductions import severity_for
+    from amplint.config import Settings
+
+    assert severity_for(Settings(engine="torch"), qualname).value == "info"
+    assert severity_for(Settings(engine="torch", device="cpu"), qualname).value == "warning"
+    assert severity_for(Settings(opt_level="O3"), qualname).value == "warning"
+    assert severity_for(Settings(opt_level="O0"), qualname) is None
+
+
 def test_rules_do_not_import_torch():
     code = (
         "import sys\nfrom amplint.registry import all_rules\nall_rules()\n"
