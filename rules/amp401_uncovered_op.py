@@ -407,7 +407,6 @@ with torch.autocast("cuda", enabled=False):
     def begin_file(self, ctx) -> None:
         self._uses: list[tuple] = []  # (node, kind-of-use, qualname, family, module-ref, name)
         self._regs: list[list] = []
-        self._reg_nodes: list[ast.AST] = []
         self._functions: Optional[dict] = None
         self._ext: Optional[set] = None
         self._names: Optional[set] = None
@@ -421,7 +420,6 @@ with torch.autocast("cuda", enabled=False):
             reg = _registration(node, ctx)
             if reg is not None:
                 self._regs.append(reg)
-                self._reg_nodes.append(node)
             return
         if last == "apply" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             if func.value.id in self._function_classes(ctx):
