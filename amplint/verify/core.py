@@ -149,6 +149,8 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         report["lint_errors"].extend(errors)
         changed = [p for p in lint_files if texts[p] != originals[p]]
         report["fixed_files"] = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
+        report["lint_errors"] = sorted(set(report["lint_errors"]))
+    if fix and target is not None and lint_files and report["fixed_files"]:
         tmp, mapping, roots = lintfix.mirror(files, texts)
         try:
             with isolated_import(tuple(roots)):
