@@ -272,6 +272,10 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
 
     def __init__(self):
         self._use = None  # the branch of a conditional value that overflows
+        self._fmt_ = None  # the target's format; None: nothing to do in this file
+
+    def begin_file(self, ctx) -> None:
+        self._fmt_ = self._format(ctx)
 
     def _format(self, ctx):
         target = ctx.settings.target
@@ -331,7 +335,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if name not in _FILL_METHODS:
             return
-        fmt_ = self._format(ctx)
+        fmt_ = self._fmt_
         if fmt_ is None:
             return
         qn = ctx.qualname(func)
@@ -415,9 +419,11 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
     # --- x[m] = -1e9 -------------------------------------------------------------------
 
     def visit_Assign(self, node: ast.Assign, ctx) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Subscript):
+        if len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
             return
-        fmt_ = self._format(ctx)
+        if not isinstance(node.value, (ast.Constant, ast.UnaryOp, ast.Name, ast.Attribute, ast.Call, ast.IfExp)):
+            return
+        fmt_ = self._fmt_
         if fmt_ is None:
             return
         value = self._overflow(ctx, node.value, fmt_)
@@ -435,7 +441,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
     def visit_AugAssign(self, node: ast.AugAssign, ctx) -> None:
         if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
             return
-        fmt_ = self._format(ctx)
+        fmt_ = self._fmt_
         if fmt_ is None:
             return
         value = self._overflow(ctx, node.value, fmt_)
@@ -459,7 +465,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 candidates.append((side, other))
         if not candidates:
             return
-        fmt_ = self._format(ctx)
+        fmt_ = self._fmt_
         if fmt_ is None:
             return
         for side, other in candidates:

@@ -281,10 +281,13 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     # --- x + eps in a stabilising position --------------------------------------------
 
+    def begin_file(self, ctx) -> None:
+        self._eps_fmt = self._format(ctx)
+
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         if not isinstance(node.op, ast.Add):
             return
-        fmt_ = self._format(ctx)
+        fmt_ = self._eps_fmt
         if fmt_ is None:
             return
         for side, other in ((node.right, node.left), (node.left, node.right)):
@@ -341,7 +344,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             self._optimizer(node, name, ctx)
 
     def _clamp(self, node, name, ctx):
-        fmt_ = self._format(ctx)
+        fmt_ = self._eps_fmt
         if fmt_ is None:
             return
         qn = ctx.qualname(node.func)

@@ -8,6 +8,7 @@ from amplint.analysis.constants import (
     ATTENTION_CONSUMERS,
     SOFTMAX_ATTRS,
     feeds_softmax,
+    may_hold_inf,
     finfo_text,
     mask_kind,
     origin_has_default,
@@ -186,8 +187,12 @@ parameter default, the use is not rewritten (a caller may pass another value).
         ),
     ]
 
+    def begin_file(self, ctx) -> None:
+        # -inf is spelled with "inf" (float("-inf"), math.inf, np.NINF...) or comes from a config
+        self._active = may_hold_inf(ctx.source)
+
     def _is_neg_inf(self, ctx, expr):
-        if expr is None:
+        if expr is None or not self._active:
             return None
         if not isinstance(expr, (ast.Call, ast.UnaryOp, ast.Name, ast.Attribute)):
             return None
@@ -255,7 +260,7 @@ parameter default, the use is not rewritten (a caller may pass another value).
         self._check(ctx, node, value, mask, target, produced)
 
     def visit_Assign(self, node: ast.Assign, ctx) -> None:
-        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Subscript):
+        if not self._active or len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
             return
         if self._is_neg_inf(ctx, node.value) is None:
             return

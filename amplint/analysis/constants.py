@@ -218,18 +218,19 @@ def feeds_softmax(ctx, node: ast.AST, produced: Optional[set] = None, consumers:
     later_assigns = []
     later_calls = []
     for sub in ast.walk(func):
-        if getattr(sub, "lineno", 0) <= after:
-            continue
-        if isinstance(sub, ast.Assign):
-            later_assigns.append(sub)
-        elif isinstance(sub, ast.Call) and _is_consumer(sub, consumers):
+        if sub.__class__ is ast.Assign:
+            if sub.lineno > after:
+                later_assigns.append((sub.lineno, _names_in(sub.value), _target_names(sub.targets)))
+        elif sub.__class__ is ast.Call and sub.lineno > after and _is_consumer(sub, consumers):
             later_calls.append(sub)
-    later_assigns.sort(key=lambda s: s.lineno)
+    if not later_calls:
+        return False
+    later_assigns.sort(key=lambda s: s[0])
     for _ in range(3):  # follow a few hops of renaming: att = self.drop(att); p = att
         grew = False
-        for assign in later_assigns:
-            if _names_in(assign.value) & names:
-                new = _target_names(assign.targets) - names
+        for _line, reads, targets in later_assigns:
+            if reads & names:
+                new = targets - names
                 if new:
                     names |= new
                     grew = True
@@ -532,3 +533,16 @@ def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
 def origin_has_default(value) -> bool:
     """The value came through a parameter or config default a caller can override."""
     return any("default of" in r.note for r in value.origin)
+
+
+
+# --- cheap per-file gate -----------------------------------------------------------------
+
+_CONFIG_WORDS = ("config", "cfg", "conf.", "hparams", "args.", "opt.", "params.", "hp.")
+
+
+def may_hold_inf(source: str) -> bool:
+    """Whether -inf can reach a tensor in this file: it is spelled with "inf"
+    (``float("-inf")``, ``math.inf``, ``np.NINF``) or comes from a config default.
+    Plain substring tests: far cheaper than anything else a rule could do per file."""
+    return "inf" in source or "Inf" in source or "INF" in source or any(w in source for w in _CONFIG_WORDS)
