@@ -60,6 +60,13 @@ def _is_self_module(expr: ast.AST) -> bool:
     )
 
 
+def _floated(ctx, expr: ast.AST) -> str:
+    text = ctx.segment(expr)
+    if isinstance(expr, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        return text + ".float()"
+    return f"({text}).float()"
+
+
 def _stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
@@ -264,6 +271,11 @@ with torch.autocast("cuda", enabled=False):
               "        return torch.ops.aten.bmm.default(a, b)\n", settings={"engine": "torch"}),
         Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a):\n"
               "        return torch.ops.aten.relu(a)\n"),
+        # O0 is fp32; at O2/O3 the model is half, so einsum already runs in half
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a, c):\n"
+              "        return torch.einsum('ij,jk->ik', a, a), torch.linalg.inv(c)\n", settings={"opt_level": "O0"}),
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a):\n"
+              "        return torch.einsum('ij,jk->ik', a, a)\n", settings={"opt_level": "O2"}),
         # a local variable named like an op is not an op
         Valid("import torch\nfrom torch import nn\n"
               "class M(nn.Module):\n    def forward(self, x, einsum):\n        return einsum(x)\n"),
@@ -367,6 +379,13 @@ with torch.autocast("cuda", enabled=False):
     ]
 
     INVALID = INVALID + [
+        # O2: registrations do nothing (no patching); the message shows the fp32 call
+        Invalid(
+            "import torch\nclass M(torch.nn.Module):\n    def forward(self, a, c):\n"
+            "        return torch.einsum('ij,jk->ik', a, a), torch.linalg.solve(a @ c, c, left=True)\n",
+            line=4, count=1, message="torch.linalg.solve((a @ c).float(), c, left=True)", expected_fix=None,
+            settings={"opt_level": "O2"},
+        ),
         # an extension built at import with cpp_extension.load, and an aten overload that
         # bypasses the engine's patched torch.bmm
         Invalid(
@@ -454,8 +473,8 @@ with torch.autocast("cuda", enabled=False):
             return
 
     def end_file(self, ctx) -> None:
-        if not self._uses:
-            return
+        if not self._uses or ctx.settings.opt_level == "O0":
+            return  # O0 is fp32 throughout
         engine = ctx.settings.engine
         registered = self._registered(ctx)
         pending = []  # (node, message, severity, registration or None, fix or None)
@@ -527,6 +546,8 @@ with torch.autocast("cuda", enabled=False):
         return False
 
     def _check_op(self, ctx, node, qualname, fam, module, name, engine, registered):
+        if fam == ops.GEMM and ctx.settings.opt_level in ("O2", "O3"):
+            return None  # the whole model is half: einsum already runs in half
         on = ops.uncovered_on(qualname, fam, engine, ctx.settings.device)
         if not on:
             return None
@@ -557,15 +578,18 @@ with torch.autocast("cuda", enabled=False):
             where = "amplint's O1" if engine == "amplint" else "torch.autocast on " + "/".join(on)
             message = f"`{shown}` {problem}, and {where} does not cast it to fp32"
             severity = Severity.ERROR if fam == ops.FP32_ONLY else Severity.WARNING
+        parts = [_floated(ctx, a) for a in node.args[:1]] + [ctx.segment(a) for a in node.args[1:]]
+        parts += [f"{k.arg}={ctx.segment(k.value)}" if k.arg else f"**{ctx.segment(k.value)}" for k in node.keywords]
+        call = f"{shown}({', '.join(parts)})"
         if engine == "torch":
-            device = on[0]
-            args = ", ".join(f"{ctx.segment(a)}.float()" for a in node.args[:1])
-            rest = ", ".join(ctx.segment(a) for a in node.args[1:]) + ", ".join(
-                f"{k.arg}={ctx.segment(k.value)}" for k in node.keywords if k.arg)
-            call = f"{shown}({args}{', ' + rest if rest else ''})"
-            wrap = f"with {self._torch_alias(ctx) or 'torch'}.autocast(\"{device}\", enabled=False): {call}"
+            wrap = f"with {self._torch_alias(ctx) or 'torch'}.autocast(\"{on[0]}\", enabled=False): {call}"
             message += f"; run it in fp32: `{wrap}`"
             return node, message, severity, None, Fix((), "display", f"Wrap in fp32: `{wrap}`")
+        if ctx.settings.opt_level in ("O2", "O3"):
+            # no function is patched at O2/O3: registrations do nothing, the model is half
+            message = (f"`{shown}` {problem} and the model runs in half at {ctx.settings.opt_level} "
+                       f"(no function is cast there); call it on fp32 input: `{call}`")
+            return node, message, severity, None, Fix((), "display", f"Run it on fp32 input: `{call}`")
         if by_name:
             if name not in self._module_level_names(ctx):
                 return node, message + " (not imported unconditionally at module level: no automatic fix)", severity, None, None
@@ -708,6 +732,10 @@ with torch.autocast("cuda", enabled=False):
         if torch_name is not None and backward is not None and not bwd_decorated:
             text = f"@{torch_name}.amp.custom_bwd(device_type=\"{device}\")\n{ctx.indentation(backward)}"
             edits.append(Edit.insert_at(backward.lineno, backward.col_offset, text))
+        if engine == "amplint" and ctx.settings.opt_level in ("O2", "O3"):
+            edits = []  # the model is half and nothing is patched: cast inside forward by hand
+            message = (f"`{cls_name}.apply`: the custom autograd Function gets half inputs at "
+                       f"{ctx.settings.opt_level}; cast them to fp32 inside `forward` if its kernel needs fp32")
         fix = Fix(edits, "unsafe", "Run the Function's forward in fp32 (custom_fwd / custom_bwd)") if edits else None
         return node, message, Severity.WARNING, None, fix
 
@@ -741,6 +769,8 @@ with torch.autocast("cuda", enabled=False):
             if ns == "torchvision" and engine == "torch":
                 return None  # torchvision registers autocast kernels for its ops
             if ns in ("aten", "prims"):
+                if ctx.settings.opt_level in ("O2", "O3"):
+                    return None  # nothing is patched there: the Python name is no better
                 python = "torch." + qualname.split(".")[3]
                 if ops.cast(python, engine, "cuda") is None:
                     return None  # not cast through its Python name either
