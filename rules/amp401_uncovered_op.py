@@ -152,6 +152,10 @@ XLNet`). Also covered: calls in a function decorated with `@amp.half_function` /
 `float_function` / `promote_function`, and a Function whose `forward` has `@torch.amp.custom_fwd`
 or an `@amp.*_function` decorator. Code that only runs from `__init__` (tables built once, before
 `amp.initialize`) is not flagged.
+
+Opt levels (`opt-level`): nothing at O0 (fp32). At O2/O3 the model itself is half and no
+function is patched, so GEMM-like ops are not flagged (they already run in half) and
+registrations would do nothing: fp32-only ops are flagged with the fp32 call to write.
 A name imported with `from torch import einsum` is bound before `amp.initialize` patches
 `torch.einsum`, so only a registration on the importing module itself
 (`sys.modules[__name__]`) reaches it. Calls inside `with torch.autocast(..., enabled=False):`,
