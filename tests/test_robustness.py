@@ -406,3 +406,60 @@ def test_two_processes_sharing_one_cache_folder(tmp_path):
             fh.write('{"truncated": ')
     proc = amplint("check", str(src), "--format", "json", "--cache-dir", str(cache))
     assert proc.returncode == 1 and json.loads(proc.stdout) == json.loads(expected)
+
+
+# --- the corpus itself: importable, runnable, and its golden fixes keep it so ---------------------
+
+MODELS = os.path.join(ROOT, "fixtures", "models")
+
+
+def _corpus_models():
+    out = []
+    for folder, _, names in os.walk(MODELS):
+        for name in sorted(names):
+            if name.endswith(".py") and not name.startswith("configuration_"):
+                out.append(os.path.relpath(os.path.join(folder, name), MODELS))
+    return sorted(out)
+
+
+def _run_example(path: str, tag: str):
+    import importlib.machinery
+    import importlib.util
+
+    import torch
+
+    name = f"_amplint_corpus_{tag}_{abs(hash(path))}"
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    spec = importlib.util.spec_from_loader(name, loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as a real import does (fixed code may use sys.modules[__name__])
+    try:
+        loader.exec_module(module)
+        model, inputs = module.example()
+        with torch.no_grad():
+            out = model(*inputs)
+    finally:
+        sys.modules.pop(name, None)
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("rel", _corpus_models())
+def test_corpus_model_runs_and_its_golden_fixes_keep_it_running(rel):
+    """Every corpus model imports and runs its ``example()`` in fp32; after the golden safe
+    fixes it gives the same fp32 output (safe means fp32 behaviour is unchanged), after the
+    unsafe ones it still builds and runs with outputs of the same shapes."""
+    import torch
+
+    torch.set_num_threads(1)
+    path = os.path.join(MODELS, rel)
+    reference = _run_example(path, "orig")
+    assert all(torch.isfinite(t).all() for t in reference), rel
+    if os.path.exists(path + ".fixed"):
+        fixed = _run_example(path + ".fixed", "safe")
+        for a, b in zip(reference, fixed):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=f"{rel}: a safe fix changed the fp32 output")
+    if os.path.exists(path + ".unsafe-fixed"):
+        fixed = _run_example(path + ".unsafe-fixed", "unsafe")
+        assert [t.shape for t in fixed] == [t.shape for t in reference]
+        assert all(torch.isfinite(t).all() for t in fixed), rel
