@@ -138,7 +138,8 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
     for f in findings:
         f["evidence"] = []
         for level in selected:
-            f["evidence"].extend(analysis.evidence(f["code"], f["path"], f["line"], f["end_line"], level, before[level], tolerance))
+            if level in f["levels"]:  # only where the finding's own settings predict it
+                f["evidence"].extend(analysis.evidence(f["code"], f["path"], f["line"], f["end_line"], level, before[level], tolerance))
         f["status"] = STATUS_CONFIRMED if f["evidence"] else STATUS_NOT_REPRODUCED
         f["after_evidence"] = None
     after = None
@@ -163,13 +164,19 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             lintfix.cleanup(tmp)
         # findings left after fixing (same lint, fixed text): which ones a fix removed
         report["fp32_change"] = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
+        if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
+            # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
+            # not a change of working fp32 results
+            report["fp32_repaired"] = True
+            report["fp32_change"] = None
         maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
         remaining = _remaining(lint_files, texts, cfg, selected, device, config, mapping)
         for f in findings:
             start, end = maps[f["path"]].range(f["line"], f["end_line"])
             ev = []
             for level in selected:
-                ev.extend(analysis.evidence(f["code"], mapping[f["path"]], start, end, level, after[level], tolerance))
+                if level in f["levels"]:
+                    ev.extend(analysis.evidence(f["code"], mapping[f["path"]], start, end, level, after[level], tolerance))
             f["after_evidence"] = ev
             # gone from the fixed text (its own fix, or another fix on the same lines)
             f["fixed_by_lint"] = f["path"] in changed and not any(

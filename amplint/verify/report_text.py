@@ -130,10 +130,13 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                 loc = f"{_rel(p['file'])}:{p['line']}" if p.get("file") else "-"
                 t.add_row(p["level"], p["kind"], loc, p["detail"])
             console.print(t)
-        if report.get("fix"):
+        if report.get("fix") and report.get("fp32_repaired"):
+            console.print("fp32 (O0) run: it failed with the original code and the fixes repaired it")
+        elif report.get("fix") and report.get("after"):
             change = report.get("fp32_change")
             console.print(f"fp32 (O0) results after the fixes: max relative change {num(change)} "
                           f"({'within' if change is not None and change <= report['tolerance'] else 'BEYOND'} tolerance {report['tolerance']:g})")
+        if report.get("fix"):
             for path, d in (report.get("fixed_files") or {}).items():
                 console.print(f"[dim]{d.rstrip()}[/]", markup=True, highlight=False)
             if not report.get("fixed_files"):
