@@ -23,6 +23,19 @@ _OPTIMIZERS = {
 }
 
 
+def _stabilises(func: ast.AST) -> bool:
+    """Whether a function divides, or takes a square root, reciprocal root or log."""
+    for n in ast.walk(func):
+        if n.__class__ is ast.BinOp and n.op.__class__ is ast.Div:
+            return True
+        if n.__class__ is ast.Call:
+            f = n.func
+            name = f.attr if f.__class__ is ast.Attribute else getattr(f, "id", "")
+            if name in _STAB_FUNCS or name in _STAB_METHODS:
+                return True
+    return False
+
+
 def _has_call(expr: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) for n in ast.walk(expr))
 
@@ -62,6 +75,8 @@ Flags a positive constant below the target dtype's smallest normal number (fp16:
   `torch.sqrt(var + self.eps)` in hand-written norms, `(var + eps).rsqrt()`,
   `(var + eps) ** -0.5`;
 - a lower bound `x.clamp(min=1e-12)`, `clamp_min(1e-12)`;
+- the `eps` argument of a hand-written normalisation module of the same file
+  (`MyLayerNorm(d, eps=1e-12)`, where `MyLayerNorm.forward` divides or takes a root);
 - at opt level O3 (half optimizer state, no fp32 master weights): an optimizer's `eps`
   (`torch.optim.Adam(..., eps=1e-8)`, also the default).
 
@@ -116,6 +131,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     VALID = [
         Valid("import torch\nimport torch.nn as nn\nln = nn.LayerNorm(8, eps=1e-12)\n"),
+        Valid("import torch\nimport torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self, d, eps=1e-4):\n        super().__init__()\n        self.norm = nn.LayerNorm(d, eps=eps)\n    def forward(self, x):\n        return self.norm(x)\nb = Block(8, eps=1e-12)\n"),
         Valid("import torch\nimport torch.nn.functional as F\ndef f(x):\n    return F.normalize(x, eps=1e-12)\n"),
         Valid("import torch\ndef f(x):\n    return x / (x.norm() + 1e-4)\n"),
         Valid("import torch\ndef f(x):\n    return torch.log(x + 1e-8)\n", settings={"target": "bf16"}),
@@ -204,6 +220,26 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             "import torch\ndef f(x):\n    return x / (x.abs().sum() + 1e-3)\n",
             settings={"target": "fp8"}, message="float8",
             expected_fix="import torch\ndef f(x):\n    return x / (x.abs().sum() + 2e-2)\n",
+        ),
+        # an argument to a hand-written norm of this file
+        Invalid(
+            "import torch\nimport torch.nn as nn\n"
+            "class RMSNorm(nn.Module):\n"
+            "    def __init__(self, d, eps=1e-4):\n"
+            "        super().__init__()\n"
+            "        self.eps = eps\n"
+            "    def forward(self, x):\n"
+            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)\n"
+            "norm = RMSNorm(64, eps=1e-12)\n",
+            line=9, severity="error",
+            expected_fix="import torch\nimport torch.nn as nn\n"
+            "class RMSNorm(nn.Module):\n"
+            "    def __init__(self, d, eps=1e-4):\n"
+            "        super().__init__()\n"
+            "        self.eps = eps\n"
+            "    def forward(self, x):\n"
+            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)\n"
+            "norm = RMSNorm(64, eps=1e-4)\n",
         ),
         # a config default in this file: the finding names it, no fix at the use
         Invalid(
@@ -342,6 +378,29 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             self._clamp(node, name, ctx)
         elif name in _OPTIMIZERS and ctx.settings.opt_level == "O3":
             self._optimizer(node, name, ctx)
+        elif node.keywords and isinstance(func, ast.Name) and name in ctx.classes:
+            self._norm_argument(node, ctx.classes[name], ctx)
+
+    def _norm_argument(self, node, cls, ctx):
+        """``MyLayerNorm(d, eps=1e-12)`` where ``MyLayerNorm`` is a hand-written norm of
+        this file: a module whose ``forward`` divides, takes a root or a log."""
+        fmt_ = self._eps_fmt
+        if fmt_ is None:
+            return
+        for kw in node.keywords:
+            if kw.arg is None or "eps" not in kw.arg.lower():
+                continue
+            value = self._tiny(ctx, kw.value, fmt_)
+            if value is None or not ctx.is_module_class(cls):
+                continue
+            init = ctx.method(cls, "__init__")
+            forward = ctx.method(cls, "forward")
+            if init is None or forward is None or kw.arg not in {a.arg for a in init.args.args + init.args.kwonlyargs}:
+                continue
+            if not _stabilises(forward):
+                continue
+            self._report(ctx, kw.value, value, fmt_,
+                         f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision")
 
     def _clamp(self, node, name, ctx):
         fmt_ = self._eps_fmt
