@@ -190,8 +190,9 @@ def main(args) -> int:
 
     import torch  # noqa: F401  (verify needs torch; imported only now)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or defaults.get("threads")
+    if threads:
+        torch.set_num_threads(threads)
     from .runner import skip_dynamo_import
 
     skip_dynamo_import()

@@ -24,7 +24,7 @@ DTYPES = ("fp16", "bf16")  # runner.DTYPES maps them to torch dtypes
 OPTION_KEYS = {
     "opt-level": "levels", "dtype": "dtype", "device": "device", "steps": "steps", "loss": "loss", "seed": "seed",
     "tolerance": "tolerance", "optimizer": "optimizer", "lr": "lr", "fix": "fix", "unsafe-fixes": "unsafe_fixes",
-    "report": "report",
+    "report": "report", "threads": "threads",
 }
 OPTIMIZERS = ("adamw", "adam", "sgd")
 
@@ -70,8 +70,8 @@ def _check_option(key: str, value: Any, where: str) -> tuple[str, Any]:
         bad(f"must be one of {', '.join(DTYPES)}, not {value!r}")
     elif attr == "device" and value not in ("cpu", "cuda"):
         bad(f"must be cpu or cuda, not {value!r}")
-    elif attr in ("steps", "seed") and (isinstance(value, bool) or not isinstance(value, int) or value < (1 if attr == "steps" else 0)):
-        bad(f"must be {'a positive' if attr == 'steps' else 'a non-negative'} integer, not {value!r}")
+    elif attr in ("steps", "seed", "threads") and (isinstance(value, bool) or not isinstance(value, int) or value < (0 if attr == "seed" else 1)):
+        bad(f"must be {'a positive' if attr in ('steps', 'threads') else 'a non-negative'} integer, not {value!r}")
     elif attr in ("tolerance", "lr") and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
         bad(f"must be a positive number, not {value!r}")
     elif attr in ("fix", "unsafe_fixes") and not isinstance(value, bool):
