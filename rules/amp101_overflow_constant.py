@@ -125,6 +125,16 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         Valid("import torch\ndef f(x):\n    return x.clamp(min=-1e4, max=1e4)\n"),
         Valid("import torch\ndef f(n):\n    beam_scores = torch.zeros((n, 4), dtype=torch.float)\n    beam_scores[:, 1:] = -1e9\n    return beam_scores.softmax(-1)\n"),
         Valid("import torch\ndef f(x, m):\n    s = x.float()\n    return s.masked_fill(m, -1e9).softmax(-1)\n"),
+        # DETR's masks_to_boxes: the coordinates are fp32 (arange(dtype=torch.float)) whatever the masks are
+        Valid(
+            "import torch\n"
+            "def masks_to_boxes(masks, h, w):\n"
+            "    y = torch.arange(0, h, dtype=torch.float)\n"
+            "    x = torch.arange(0, w, dtype=torch.float)\n"
+            "    y, x = torch.meshgrid(y, x)\n"
+            "    x_mask = masks * x.unsqueeze(0)\n"
+            "    return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]\n"
+        ),
     ]
     INVALID = [
         Invalid(

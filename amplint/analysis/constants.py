@@ -506,6 +506,9 @@ def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
         if qn is not None:
             if qn in _DTYPE_PRESERVING_FUNCS and expr.args:
                 return fp32_evidence(ctx, expr.args[0], use, depth + 1)
+            if qn.startswith("torch.") and len(expr.args) <= 4:
+                # torch.cat / stack / meshgrid / where ...: fp32 wins type promotion
+                return any(fp32_evidence(ctx, a, use, depth + 1) for a in expr.args if not isinstance(a, ast.Starred))
             return False
         if isinstance(func, ast.Attribute):
             return fp32_evidence(ctx, func.value, use, depth + 1)
