@@ -1,0 +1,64 @@
+"""The rule engineers' fixtures, run: each rule family's finding manifests at runtime and its
+fix removes it (CPU).  Lines are not hard-coded: the fixtures belong to the rule families."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from amplint.verify import verify  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(rel, levels, **kw):
+    path = os.path.join(ROOT, "fixtures", rel)
+    if not os.path.isfile(path):
+        pytest.skip(f"fixture {rel} is not in the tree")
+    return verify(path + "::example", levels=levels, device="cpu", steps=1, **kw)
+
+
+def with_code(report, code):
+    found = [f for f in report["findings"] if f["code"] == code]
+    assert found, f"no {code} finding; got {[(f['code'], f['line']) for f in report['findings']]}"
+    return found
+
+
+def test_amp101_masked_fill_crashes_at_o2_and_the_fix_runs():
+    report = run("constants/attention_masked_fill.py", ("O2",), fix=True)
+    crashed = [f for f in with_code(report, "AMP101") if any(e["kind"] == "crash" for e in f["evidence"])]
+    assert crashed and all(f["status"] == "fixed" for f in crashed)
+    assert report["failing_levels"] == ["O2"] and report["failing_levels_after"] == []
+    assert report["exit_status"] == 0
+
+
+def test_amp102_epsilon_nan_in_half_and_the_unsafe_fix_removes_it():
+    report = run("constants/layernorm_eps.py", ("O2",), unsafe_fixes=True)
+    manifested = [f for f in with_code(report, "AMP102") if any(e["kind"] == "inf/NaN" for e in f["evidence"])]
+    assert manifested and all(f["status"] == "fixed" for f in manifested)
+    assert report["failing_levels_after"] == []
+    assert report["fp32_change"] <= report["tolerance"]
+
+
+def test_amp401_op_not_covered_at_o1_and_registration_fixes_it():
+    report = run("ops/perceiver_io.py", ("O1",), fix=True)
+    confirmed = [f for f in with_code(report, "AMP401") if f["evidence"]]
+    assert confirmed and all(f["status"] == "fixed" for f in confirmed)
+    assert report["failing_levels_after"] == []
+
+
+def test_amp201_unaligned_layers_ran_in_half_and_padding_changes_fp32():
+    report = run("dims/widths.py", ("O1",), unsafe_fixes=True)
+    slow = [f for f in with_code(report, "AMP201") if any(e["kind"] == "slow path" for e in f["evidence"])]
+    assert slow
+    # padding a layer changes the architecture: the fp32 results cannot stay the same
+    assert all(f["status"] == "fix changes fp32 results" for f in slow)
+    assert report["exit_status"] == 1
+
+
+def test_amp301_softmax_underflow_in_pure_half():
+    report = run("reductions/o2/pure_half.py", ("O2",), fix=True)
+    under = [f for f in with_code(report, "AMP301") if any(e["kind"] == "underflow" for e in f["evidence"])]
+    assert under and all(f["status"] == "fixed" for f in under)
