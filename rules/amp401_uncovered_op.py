@@ -87,9 +87,8 @@ def _registration(call: ast.Call, ctx) -> Optional[list]:
         ref = "@" + ctx.path
     else:
         ref = ctx.qualname(module) or ctx.segment(module)
-        for cls in _own_classes(ctx):
-            if isinstance(module, ast.Name) and module.id == cls:
-                ref = f"@{ctx.path}:{cls}"
+        if isinstance(module, ast.Name) and module.id in ctx.classes:  # (MyFunction, "apply")
+            ref = f"@{ctx.path}:{module.id}"
     return [ref, name.value, kind]
 
 
@@ -110,10 +109,6 @@ def _reaches(registering: str, imports, model: str) -> bool:
         for start in range(end - 1, max(end - 6, -1), -1):
             names.add(".".join(parts[start:end]))
     return any(name in names for name in imports)
-
-
-def _own_classes(ctx) -> tuple[str, ...]:
-    return tuple(ctx.classes)
 
 
 class UncoveredOp(Rule):
