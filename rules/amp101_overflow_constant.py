@@ -125,6 +125,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         Valid("import torch\ndef f(x):\n    return x.clamp(min=-1e4, max=1e4)\n"),
         Valid("import torch\ndef f(n):\n    beam_scores = torch.zeros((n, 4), dtype=torch.float)\n    beam_scores[:, 1:] = -1e9\n    return beam_scores.softmax(-1)\n"),
         Valid("import torch\ndef f(x, m):\n    s = x.float()\n    return s.masked_fill(m, -1e9).softmax(-1)\n"),
+        Valid("import torch\ndef f(x, m):\n    return x.float().masked_fill(m, -1e9).softmax(-1).type_as(x)\n"),
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, s, m):\n        return s + (1.0 - m.to(torch.float32)) * -1e9\n"),
         # DETR's masks_to_boxes: the coordinates are fp32 (arange(dtype=torch.float)) whatever the masks are
         Valid(
             "import torch\n"
@@ -316,12 +318,13 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 return value
         return None
 
-    def _report(self, ctx, use, value, fmt_, what, tensor, safe, dtype_expr=False):
+    def _report(self, ctx, use, value, fmt_, what, tensor, safe, dtype_expr=False, receiver=None):
         if self._use is not None:
             use, self._use = self._use, None
         if dtype_branch(ctx, use) is False:
             return
-        if tensor is not None and not dtype_expr and fp32_evidence(ctx, tensor, use):
+        probe = receiver if receiver is not None else None if dtype_expr else tensor
+        if probe is not None and fp32_evidence(ctx, probe, use):
             return  # torch.zeros(..., dtype=torch.float) / x.float(): the tensor is fp32
         text = ctx.segment(use)
         shown = fmt(value.value)
@@ -365,7 +368,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 safe = feeds_softmax(ctx, node, {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None)
                 self._report(ctx, value_expr, value, fmt_,
                              "`masked_fill` raises `RuntimeError: value cannot be converted to type c10::Half without overflow` on a half tensor",
-                             tensor_name(target) if target is not None else None, safe)
+                             tensor_name(target) if target is not None else None, safe, receiver=target)
         elif name == "where":
             if is_function:
                 if len(args) != 3:
@@ -380,14 +383,15 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 if value is not None:
                     self._report(ctx, value_expr, value, fmt_,
                                  "`torch.where` gives -inf on CPU and raises on CUDA for a half tensor",
-                                 tensor_name(other), feeds_softmax(ctx, node))
+                                 tensor_name(other), feeds_softmax(ctx, node), receiver=other)
         elif name in ("fill_", "new_full"):
             if receiver is None:
                 return
             value_expr = args[0] if name == "fill_" and args else args[1] if len(args) > 1 else kw.get("fill_value" if name == "new_full" else "value")
             value = self._overflow(ctx, value_expr, fmt_)
             if value is not None:
-                self._report(ctx, value_expr, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor", tensor_name(receiver), False)
+                self._report(ctx, value_expr, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor", tensor_name(receiver), False,
+                             receiver=receiver)
         elif name in ("full", "full_like"):
             if not is_function:
                 return
@@ -424,7 +428,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 value = self._overflow(ctx, bound, fmt_)
                 if value is not None:
                     self._report(ctx, bound, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor",
-                                 tensor_name(target) if target is not None else None, False)
+                                 tensor_name(target) if target is not None else None, False, receiver=target)
 
     # --- x[m] = -1e9 -------------------------------------------------------------------
 
@@ -487,7 +491,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             # (1.0 - mask) * -1e9 inside `scores + ...`: report the innermost binop only once
             func = ctx.enclosing_function(node)
             self._report(ctx, side, value, fmt_, "half tensor arithmetic with it gives -inf (softmax of a fully masked row is then NaN)",
-                         float_cast_name(ctx, other, func), False)
+                         float_cast_name(ctx, other, func), False, receiver=other)
             return
 
     def _tensorish(self, ctx, expr: ast.AST) -> bool:

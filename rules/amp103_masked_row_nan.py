@@ -53,10 +53,15 @@ cover a whole row.
   `self.register_buffer("bias", torch.tril(...))` then
   `att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))`), and masks named
   `causal_mask` / `subsequent_mask`: they always keep the diagonal, so no row is empty.
+  A causal mask combined with an unclassified one (`causal & mask`) is unclassified, and
+  combined with a padding mask it is a padding mask.
+- Top-k / top-p filtering is not flagged (`logits[logits < v[:, [-1]]] = -inf`,
+  `indices_to_remove`): the largest logit always survives.
+- Results that do not reach a softmax (a masked `max`) are not flagged.
 
 ## Why is this bad?
-The softmax of a row that is entirely `-inf` is NaN in every dtype (fp32 too): `exp(-inf
-- (-inf))` is `exp(nan)`. That happens whenever a padding mask covers every key of a
+The softmax of a row that is entirely `-inf` is NaN in every dtype (fp32 too):
+`exp(-inf - (-inf))` is `exp(nan)`. That happens whenever a padding mask covers every key of a
 row -- a fully padded sequence in a batch, a padded query row of a pairwise mask, a
 left-padded prefix under a combined causal+padding mask -- and the NaN then spreads
 through the next layer's attention and into the loss. With `torch.finfo(dtype).min` (or
