@@ -509,7 +509,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 raw[path] = read_regular(path)
             except OSError:
                 raw[path] = b""
-            keys[path] = Cache.key("check", raw[path], settings.fingerprint(), str(unused))
+            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), str(unused))
             hit = cache.get(keys[path])
             if hit is not None and hit.get("path") == path:
                 entries[path] = hit
@@ -528,7 +528,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         todo = []
         for path in again:
             if cache is not None:
-                keys[path] = Cache.key("cross", raw[path], settings_of[path].fingerprint(), str(unused), fingerprint)
+                keys[path] = Cache.key("cross", path, raw[path], settings_of[path].fingerprint(), str(unused), fingerprint)
                 hit = cache.get(keys[path])
                 if hit is not None and hit.get("path") == path:
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
