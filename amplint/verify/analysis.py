@@ -93,8 +93,12 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
                         "detail": f"{crash['type']}: {crash['message']} (during {crash['phase']}, step {crash['step']})"})
             continue
         if level == "O0":
-            if run.get("nonfinite_loss"):
-                out.append({"level": level, "kind": "inf/NaN", "file": None, "line": None, "detail": "the fp32 (O0) loss is not finite"})
+            site = run.get("first_nonfinite_site")
+            if run.get("nonfinite_loss") or site:
+                where = f" (first NaN: {site['op']} at line {site['line']})" if site else ""
+                out.append({"level": level, "kind": "inf/NaN", "file": site["file"] if site else None,
+                            "line": site["line"] if site else None,
+                            "detail": f"NaN in the fp32 (O0) run itself{where}: not a mixed-precision problem"})
             continue
         site = run.get("first_nonfinite_site")
         module = run.get("first_nonfinite_module")

@@ -234,6 +234,8 @@ class _Pending:
             agg.max_call_nonfinite = max(agg.max_call_nonfinite, bad)
             if record_nonfinite is not None:
                 record_nonfinite[key] = max(record_nonfinite.get(key, 0), bad)
+                if nan_count and agg.first_new_nonfinite is None:
+                    agg.first_new_nonfinite = (step, order)  # O0: where the first NaN appears
             elif bad > ref_nonfinite.get(key, 0) and agg.first_new_nonfinite is None:
                 agg.first_new_nonfinite = (step, order)
             if has_ref:
