@@ -27,9 +27,21 @@ def _in(item_file, item_line, path, start, end) -> bool:
     return item_file == path and item_line is not None and start <= item_line <= end
 
 
-def evidence(code: str, path: str, start: int, end: int, level: str, run: dict, tolerance: float) -> list[dict]:
+def _op_named(message: str) -> Optional[str]:
+    """The op a finding's message names first (`torch.einsum` -> einsum), if any."""
+    import re
+
+    m = re.search(r"`([A-Za-z_][\w.]*)`", message or "")
+    return m.group(1).rsplit(".", 1)[-1] if m else None
+
+
+def evidence(code: str, path: str, start: int, end: int, level: str, run: dict, tolerance: float,
+             message: str = "") -> list[dict]:
     """Evidence that a finding (``code`` on ``path`` lines ``start..end``) manifested in ``run``."""
     out: list[dict] = []
+    named = _op_named(message) if code.startswith("AMP4") else None
+    if named and not any(s["op"] == named and _in(s["file"], s["line"], path, start, end) for s in run.get("sites", ())):
+        named = None
     crash = run.get("crash")
     if crash and _in(crash.get("file"), crash.get("line"), path, start, end):
         out.append({"level": level, "kind": "crash", "detail": f"{crash['type']}: {crash['message']}", "line": crash["line"]})
@@ -43,7 +55,8 @@ def evidence(code: str, path: str, start: int, end: int, level: str, run: dict, 
             out.append({"level": level, "kind": "underflow", "detail": f"{where}: {site['underflow']:.1%} of values are 0 here but not in fp32", "line": site["line"]})
         if site["rel_err"] is not None and site["rel_err"] > tolerance and not site["new_nonfinite"]:
             out.append({"level": level, "kind": "divergence", "detail": f"{where}: relative error {_num(site['rel_err'])} > {tolerance:g}", "line": site["line"]})
-        if code.startswith("AMP4") and level != "O0" and "float32" in site["dtypes"] and site["op"] not in ("to", "float"):
+        if code.startswith("AMP4") and level != "O0" and "float32" in site["dtypes"] and site["op"] not in ("to", "float") \
+                and (named is None or site["op"] == named):
             out.append({"level": level, "kind": "fp32 path", "detail": f"{where} ran in float32 at {level}", "line": site["line"]})
     for mod in run.get("modules", ()):
         built = mod.get("constructed")

@@ -139,7 +139,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         f["evidence"] = []
         for level in selected:
             if level in f["levels"]:  # only where the finding's own settings predict it
-                f["evidence"].extend(analysis.evidence(f["code"], f["path"], f["line"], f["end_line"], level, before[level], tolerance))
+                f["evidence"].extend(analysis.evidence(f["code"], f["path"], f["line"], f["end_line"], level, before[level], tolerance, f["message"]))
         f["status"] = STATUS_CONFIRMED if f["evidence"] else STATUS_NOT_REPRODUCED
         f["after_evidence"] = None
     after = None
@@ -176,7 +176,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             ev = []
             for level in selected:
                 if level in f["levels"]:
-                    ev.extend(analysis.evidence(f["code"], mapping[f["path"]], start, end, level, after[level], tolerance))
+                    ev.extend(analysis.evidence(f["code"], mapping[f["path"]], start, end, level, after[level], tolerance, f["message"]))
             f["after_evidence"] = ev
             # gone from the fixed text (its own fix, or another fix on the same lines)
             f["fixed_by_lint"] = f["path"] in changed and not any(
