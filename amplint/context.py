@@ -42,6 +42,8 @@ _FORWARD_NAMES = ("forward", "__call__")
 #: fields that hold shared singletons (Load/Store contexts, operators): never walked
 _SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: node types every walk collects, whatever the rules ask for (call graph, rule summaries)
+_ALWAYS_BUCKETED = frozenset(("Call", "BinOp"))
 #: statements and expressions that bind names (the evaluator's local-variable tables)
 _BINDING_NAMES = frozenset(("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor", "With", "AsyncWith", "NamedExpr"))
 
@@ -98,6 +100,7 @@ class FileContext:
         self._imports: dict[str, str] = {}
         self._import_nodes: list[ast.AST] = []
         self._calls: list[ast.Call] = []
+        self._buckets: dict[str, list[ast.AST]] = {}
         self._binding_nodes: list[ast.AST] = []
         self._bindings_by_scope: Optional[dict[int, dict[str, list[ast.AST]]]] = None
         self._self_attrs_by_scope: Optional[dict[int, dict[str, list[ast.AST]]]] = None
@@ -116,9 +119,10 @@ class FileContext:
         """One pass over the tree: set parent links, collect imports, and bucket the
         nodes whose class name is in ``wanted`` (pre-order: parents before children,
         siblings in field order -- source order except decorators)."""
-        buckets: dict[str, list[ast.AST]] = {name: [] for name in wanted}
+        buckets: dict[str, list[ast.AST]] = {name: [] for name in set(wanted) | _ALWAYS_BUCKETED}
+        self._buckets = buckets
         self._walked = True
-        imports, calls, bindings = self._import_nodes, self._calls, self._binding_nodes
+        imports, bindings = self._import_nodes, self._binding_nodes
         stack: list[ast.AST] = [self.tree]
         pop, push = stack.pop, stack.append
         fields_of = _CHILD_FIELDS
@@ -144,12 +148,11 @@ class FileContext:
             name = cls.__name__
             if name in buckets:
                 buckets[name].append(node)
-            if name == "Call":
-                calls.append(node)
-            elif name in _BINDING_NAMES:
+            if name in _BINDING_NAMES:
                 bindings.append(node)
             elif name == "Import" or name == "ImportFrom":
                 imports.append(node)
+        self._calls = buckets["Call"]
         self._resolve_imports()
         return buckets
 
@@ -192,6 +195,20 @@ class FileContext:
                 for alias in node.names:
                     if alias.name != "*":
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def nodes(self, type_name: str) -> list[ast.AST]:
+        """Every node of the ast class ``type_name`` in the file, in walk order, without
+        walking again when the engine's walk collected that type (always: Call, BinOp)."""
+        self.ensure_walked()
+        found = self._buckets.get(type_name)
+        if found is None:
+            cls = getattr(ast, type_name)
+            found = self._buckets[type_name] = [n for n in ast.walk(self.tree) if isinstance(n, cls)]
+        return found
+
+    @property
+    def calls(self) -> list[ast.Call]:
+        return self.nodes("Call")
 
     @property
     def imports(self) -> dict[str, str]:

@@ -26,6 +26,7 @@ import math
 import operator
 from typing import TYPE_CHECKING, Optional
 
+from .context import bound_names
 from .rule import Related
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ class Evaluator:
         """The value of ``name`` inside ``func``: one local assignment, or a parameter
         default.  Returns _MISSING when ``func`` does not bind ``name``."""
         assigned = self.bindings(func).get(name, ())
-        param, default = _parameter(func, name)
+        param, default = parameter(func, name)
         if assigned:
             if param is not None or len(assigned) > 1:
                 return None  # rebound: not a constant
@@ -189,8 +190,8 @@ class Evaluator:
                 if found is not None:
                     return found
             return None
-        if _is_config_expr(base):
-            return self.config_default(attr.attr, _annotation_class(ctx, base, attr))
+        if is_config_expr(base):
+            return self.config_default(attr.attr, annotation_class(ctx, base, attr))
         return None
 
     def _class_attribute(self, cls: ast.ClassDef, name: str, depth: int) -> Optional[Value]:
@@ -198,7 +199,7 @@ class Evaluator:
         for klass in (cls, *ctx.base_classes(cls)):
             values = []
             for stmt in klass.body:
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and name in _bound_names(stmt) and stmt.value is not None:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and name in bound_names(stmt) and stmt.value is not None:
                     values.append((stmt, None))
             init = ctx.method(klass, "__init__")
             if init is not None:
@@ -257,35 +258,7 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _own_nodes(func: ast.AST):
-    """Nodes in ``func``'s body, not descending into nested functions or classes."""
-    stack = list(func.body) if isinstance(func.body, list) else [func.body]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                stack.append(child)
-
-
-def _bound_names(node: ast.AST) -> set[str]:
-    if isinstance(node, ast.Assign):
-        targets = node.targets
-    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)):
-        targets = [node.target]
-    elif isinstance(node, ast.With):
-        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
-    else:
-        return set()
-    out = set()
-    for target in targets:
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name):
-                out.add(sub.id)
-    return out
-
-
-def _parameter(func: ast.AST, name: str):
+def parameter(func: ast.AST, name: str):
     """(arg node, default expr or None) of parameter ``name`` of ``func``, or (None, None)."""
     args = func.args
     positional = args.posonlyargs + args.args
@@ -302,7 +275,7 @@ def _parameter(func: ast.AST, name: str):
     return None, None
 
 
-def _is_config_expr(expr: ast.AST) -> bool:
+def is_config_expr(expr: ast.AST) -> bool:
     """``config`` / ``self.config`` / ``cfg`` / ``self.cfg`` ..."""
     if isinstance(expr, ast.Name):
         return expr.id in CONFIG_NAMES or expr.id.endswith(("_config", "_cfg"))
@@ -311,13 +284,13 @@ def _is_config_expr(expr: ast.AST) -> bool:
     return False
 
 
-def _annotation_class(ctx, base: ast.AST, use: ast.AST) -> Optional[str]:
+def annotation_class(ctx, base: ast.AST, use: ast.AST) -> Optional[str]:
     """The class a config parameter is annotated with (``config: GPT2Config``)."""
     if not isinstance(base, ast.Name):
         return None
     func = ctx.enclosing_function(use)
     while func is not None:
-        param, _ = _parameter(func, base.id)
+        param, _ = parameter(func, base.id)
         if param is not None:
             ann = param.annotation
             if isinstance(ann, ast.Constant) and isinstance(ann.value, str):

@@ -684,7 +684,7 @@ class GPTConfig:
             return None
         checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
         uses, divisors, splits = [], [], []
-        for node in ast.walk(ctx.tree):
+        for node in ctx.nodes("Call") + ctx.nodes("BinOp"):  # collected by the engine's walk
             if isinstance(node, ast.Call):
                 name = layer_name(node)
                 if name is None or not is_torch_layer(ctx, node, name):

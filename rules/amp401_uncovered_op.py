@@ -404,8 +404,8 @@ with torch.autocast("cuda", enabled=False):
         registrations reach): ``{"registrations": [[module, name, kind], ...],
         "imports": [dotted names]}``; None when the file registers nothing."""
         found = []
-        for node in ast.walk(ctx.tree):
-            if isinstance(node, ast.Call) and _last_name(node.func) in _REGISTER:
+        for node in ctx.calls:
+            if _last_name(node.func) in _REGISTER:
                 reg = _registration(node, ctx)
                 if reg is not None:
                     found.append(reg)

@@ -18,15 +18,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from ..evaluate import (
-    _annotation_class,
-    _bound_names,
-    _is_config_expr,
-    _own_nodes,
-    _parameter,
-    config_fields,
-    is_config_class,
-)
+from ..context import bound_names
+from ..evaluate import annotation_class, config_fields, is_config_class, is_config_expr, parameter
 
 _MAX_DEPTH = 12
 
@@ -204,12 +197,8 @@ def find_root(ctx, expr: ast.AST, depth: int = 0) -> Optional[Root]:
 def _name_root(ctx, name: ast.Name, depth: int) -> Optional[Root]:
     func = ctx.enclosing_function(name)
     while func is not None:
-        assigned = [
-            node for node in _own_nodes(func)
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With, ast.NamedExpr))
-            and name.id in _bound_names(node)
-        ]
-        param, default = _parameter(func, name.id)
+        assigned = ctx.bindings(func).get(name.id, ())
+        param, default = parameter(func, name.id)
         if assigned:
             if param is not None or len(assigned) > 1:
                 return None
@@ -240,17 +229,11 @@ def _attribute_root(ctx, attr: ast.Attribute, depth: int) -> Optional[Root]:
         for klass in (cls, *ctx.base_classes(cls)):
             values = []
             for stmt in klass.body:
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and attr.attr in _bound_names(stmt) and stmt.value is not None:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and attr.attr in bound_names(stmt) and stmt.value is not None:
                     values.append(stmt.value)
             init = ctx.method(klass, "__init__")
             if init is not None:
-                for node in _own_nodes(init):
-                    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
-                        isinstance(t, ast.Attribute) and t.attr == attr.attr
-                        and isinstance(t.value, ast.Name) and t.value.id == "self"
-                        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                    ):
-                        values.append(node.value)
+                values.extend(n.value for n in ctx.self_assignments(init).get(attr.attr, ()) if n.value is not None)
             if not values:
                 continue
             if len(values) != 1:
@@ -258,8 +241,8 @@ def _attribute_root(ctx, attr: ast.Attribute, depth: int) -> Optional[Root]:
             inner = find_root(ctx, values[0], depth + 1)
             return None if inner is None else inner.named(attr.attr)
         return None
-    if _is_config_expr(base):
-        class_name = _annotation_class(ctx, base, attr)
+    if is_config_expr(base):
+        class_name = annotation_class(ctx, base, attr)
         local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
         names = [class_name] if class_name in local else ([] if class_name else list(local))
         found = []
