@@ -63,12 +63,17 @@ def bound_names(node: ast.AST) -> list[str]:
         targets = [node.target]
     else:
         return []
-    out = []
-    for target in targets:
-        if target.__class__ is ast.Name:
+    out: list[str] = []
+    stack = list(targets)
+    while stack:  # names inside tuple / list / starred targets; attributes and subscripts bind none
+        target = stack.pop()
+        cls = target.__class__
+        if cls is ast.Name:
             out.append(target.id)
-        else:
-            out.extend(sub.id for sub in ast.walk(target) if sub.__class__ is ast.Name)
+        elif cls is ast.Tuple or cls is ast.List:
+            stack.extend(target.elts)
+        elif cls is ast.Starred:
+            stack.append(target.value)
     return out
 
 

@@ -320,7 +320,15 @@ def is_config_class(cls: ast.ClassDef) -> bool:
 
 
 def config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
-    """field -> (definition node, default expression) of a config-like class."""
+    """field -> (definition node, default expression) of a config-like class (computed
+    once per class node)."""
+    cached = getattr(cls, "amplint_config_fields", None)
+    if cached is None:
+        cached = cls.amplint_config_fields = _config_fields(cls)
+    return cached
+
+
+def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
     fields: dict[str, tuple[ast.AST, ast.AST]] = {}
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
