@@ -66,8 +66,10 @@ def evidence(code: str, path: str, start: int, end: int, level: str, run: dict, 
         fwd_dtypes = fwd["dtypes"]
         if fwd["first_new_nonfinite"] is not None:
             out.append({"level": level, "kind": "inf/NaN", "detail": f"module {mod['name']} output: {fwd['inf']} inf, {fwd['nan']} NaN", "line": built["line"]})
-        if code == "AMP201" and any(d in HALF_DTYPES for d in fwd_dtypes):
-            out.append({"level": level, "kind": "slow path", "detail": f"{mod['name']} ({mod['class']}) ran in {'/'.join(d for d in fwd_dtypes if d in HALF_DTYPES)} with an unaligned dimension", "line": built["line"]})
+        # dimensions of 8 or more that are not multiples of 8 (a 1-wide head is a GEMV anyway)
+        unaligned = [n for n in (mod.get("weight_shape") or [])[:2] if n >= 8 and n % 8]
+        if code == "AMP201" and unaligned and any(d in HALF_DTYPES for d in fwd_dtypes):
+            out.append({"level": level, "kind": "slow path", "detail": f"{mod['name']} ({mod['class']}) ran in {'/'.join(d for d in fwd_dtypes if d in HALF_DTYPES)} with weight {mod.get('weight_shape')} ({', '.join(map(str, unaligned))} not a multiple of 8)", "line": built["line"]})
     # the first module with new inf/NaN, when no line-level trace points elsewhere
     first = run.get("first_nonfinite_module")
     if first and not run.get("first_nonfinite_site") and not any(e["kind"] == "inf/NaN" for e in out):

@@ -126,7 +126,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         "target": name, "device": device, "dtype": cfg.dtype, "levels": selected, "steps": cfg.steps,
         "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
         "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
-        "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix),
+        "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
     }
     lint_files = sorted(p for p in files if p.endswith(".py"))
     findings: list[dict] = []
@@ -157,12 +157,19 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             with isolated_import(tuple(roots)):
                 copy_target = Target(mapping[target.path], target.factory)
                 make2, _ = _load(copy_target)
-                user_files2 = set(mapping.values())
+                stale = sorted({os.path.abspath(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
+                if stale:
+                    report["warnings"].append(
+                        "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
+                        + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
+                # the originals too: a harness that imports them anyway must show up as such
+                user_files2 = set(mapping.values()) | set(files)
                 after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
                 report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
         finally:
             lintfix.cleanup(tmp)
-        # findings left after fixing (same lint, fixed text): which ones a fix removed
+        # the after run's paths are the originals again (_rename_paths); its lines are those of
+        # the fixed text, hence the line maps below
         report["fp32_change"] = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
         if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
             # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
@@ -176,7 +183,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             ev = []
             for level in selected:
                 if level in f["levels"]:
-                    ev.extend(analysis.evidence(f["code"], mapping[f["path"]], start, end, level, after[level], tolerance, f["message"]))
+                    ev.extend(analysis.evidence(f["code"], f["path"], start, end, level, after[level], tolerance, f["message"]))
             f["after_evidence"] = ev
             # gone from the fixed text (its own fix, or another fix on the same lines)
             f["fixed_by_lint"] = f["path"] in changed and not any(
@@ -185,7 +192,10 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                 continue
             if not f["fixed_by_lint"]:
                 continue
-            if ev:
+            # the failure that manifested before (same level, same kind) is what must be gone;
+            # the fp32 results are checked on their own below
+            seen = {(e["level"], e["kind"]) for e in f["evidence"]}
+            if any((e["level"], e["kind"]) in seen for e in ev):
                 f["status"] = STATUS_STILL_FAILS
             elif report["fp32_change"] is not None and report["fp32_change"] > tolerance:
                 f["status"] = STATUS_FP32_CHANGED

@@ -121,21 +121,31 @@ class LineMap:
 
 
 def mirror(files: dict[str, str], texts: dict[str, str]) -> tuple[str, dict[str, str], list[str]]:
-    """Copy ``files`` (path -> import root) into a temporary folder, one sub-folder per root,
-    with ``texts`` as their content.  Returns (temp dir, original -> copy, new roots in order)."""
+    """Copy ``files`` (path -> the sys.path root it is imported from) into a temporary folder,
+    keeping their layout relative to a common folder (so a harness's ``sys.path`` tweaks such
+    as ``os.path.join(os.path.dirname(__file__), "..", "src")`` still resolve inside the copy),
+    with ``texts`` as their content.  Returns (temp dir, original -> copy, copied roots)."""
     tmp = tempfile.mkdtemp(prefix="amplint-verify-")
-    roots: dict[str, str] = {}
+    common = os.path.commonpath([os.path.dirname(p) for p in files] + list(files.values()))
+    base = os.path.join(tmp, "src")
     mapping: dict[str, str] = {}
-    for path, root in files.items():
-        if root not in roots:
-            roots[root] = os.path.join(tmp, f"root{len(roots)}")
-        dest = os.path.join(roots[root], os.path.relpath(path, root))
+    for path in files:
+        dest = os.path.join(base, os.path.relpath(path, common))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if path in texts:
+            content = texts[path]
+        else:
+            with open(path, encoding="utf-8", newline="") as fh:
+                content = fh.read()
         with open(dest, "w", encoding="utf-8", newline="") as fh:
-            fh.write(texts.get(path) if path in texts else open(path, encoding="utf-8", newline="").read())
+            fh.write(content)
         mapping[path] = dest
-    # a pyproject.toml next to the files keeps the user's lint config meaningful for the copies
-    return tmp, mapping, list(roots.values())
+    roots = []
+    for root in files.values():
+        copy = os.path.normpath(os.path.join(base, os.path.relpath(root, common)))
+        if copy not in roots:
+            roots.append(copy)
+    return tmp, mapping, roots
 
 
 def cleanup(tmp: str) -> None:

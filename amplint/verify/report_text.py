@@ -141,6 +141,8 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                 console.print(f"[dim]{d.rstrip()}[/]", markup=True, highlight=False)
             if not report.get("fixed_files"):
                 console.print("No fixes to apply.")
+        for warning in report.get("warnings") or []:
+            console.print(f"[yellow]warning:[/] {warning}")
         for err in report.get("lint_errors") or []:
             console.print(f"[yellow]lint:[/] {err}")
         status = report.get("exit_status", 0)

@@ -124,14 +124,23 @@ def _inf(device):
     return t
 
 
+_SENTINEL = 65504.0
+
+
 def _stats(d: torch.Tensor, ref: Optional[torch.Tensor]) -> torch.Tensor:
     """[absmax (NaN/inf when any value is), min |x| > 0, max |x - ref|, max |ref|, #underflow]."""
     amax = torch.linalg.vector_norm(d, float("inf")).float()
     a = d.abs()
     minnz = torch.where(a > 0, a, _inf(a.device).to(a.dtype)).amin().float()
     if ref is not None and ref.shape == d.shape:
-        err = (d.float() - ref).abs().amax()
-        den = ref.abs().amax()
+        # compare only values inside fp16's range on both sides: beyond it are sentinels
+        # (finfo(dtype).min masks differ by design between fp32 and half) or overflow, which
+        # the inf/NaN counts report instead
+        df = d.float()
+        keep = (ref.abs() <= _SENTINEL) & (df.abs() <= _SENTINEL)
+        zero = torch.zeros((), device=df.device)
+        err = torch.where(keep, (df - ref).abs(), zero).amax()
+        den = torch.where(keep, ref.abs(), zero).amax()
         under = ((d == 0) & (ref != 0)).sum().float()
         return torch.stack((amax, minnz, err, den, under))
     return torch.stack((amax, minnz))
@@ -681,7 +690,11 @@ class LevelRunner:
             f, g = fwd.to_dict(), grd.to_dict()
             f["first_new_nonfinite"] = fwd.first_new_nonfinite
             g["first_new_nonfinite"] = grd.first_new_nonfinite
+            weight = getattr(mod, "weight", None)
+            if not isinstance(weight, torch.Tensor):
+                weight = getattr(mod, "in_proj_weight", None)  # nn.MultiheadAttention
             rows.append({
+                "weight_shape": list(weight.shape) if isinstance(weight, torch.Tensor) else None,
                 "name": name, "class": f"{cls.__module__}.{cls.__qualname__}" if src is None else cls.__qualname__,
                 "source": src, "constructed": {"file": built[0], "line": built[1]} if built else None,
                 "forward": f, "grad": g,

@@ -168,3 +168,44 @@ def test_divergence_beyond_tolerance_is_reported():
     [problem] = report["runtime_only"]
     assert problem["kind"] == "divergence"
     assert report["exit_status"] == 0  # divergence alone is reported, not a crash or inf/NaN
+
+
+def _project(tmp_path, absolute):
+    src = tmp_path / "src" / "pkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    text = open(os.path.join(V, "attention_mask.py")).read()
+    (src / "model.py").write_text(text.split("\ndef example")[0])
+    (tmp_path / "harness").mkdir()
+    entry = repr(str(tmp_path / "src")) if absolute else 'os.path.join(os.path.dirname(__file__), "..", "src")'
+    (tmp_path / "harness" / "h.py").write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {entry})\n"
+        "import torch\n"
+        "from pkg.model import Encoder\n\n\n"
+        "def make():\n"
+        "    mask = torch.zeros(2, 16, dtype=torch.bool)\n"
+        "    mask[1, 12:] = True\n"
+        "    return Encoder(), (torch.randint(1, 64, (2, 16)), mask)\n")
+    return str(tmp_path / "harness" / "h.py") + "::make", src / "model.py"
+
+
+def test_fix_proof_reimports_a_package_from_the_copies(tmp_path):
+    spec, model_file = _project(tmp_path, absolute=False)
+    before = model_file.read_bytes()
+    report = verify(spec, levels=("O2",), device="cpu", steps=1, fix=True)
+    assert model_file.read_bytes() == before
+    assert str(model_file) in report["files"]
+    assert _finding(report, "AMP101")["status"] == "fixed"
+    assert report["after"]["O2"]["crash"] is None and not report["warnings"]
+    assert "pkg.model" not in sys.modules  # the user's modules do not stay imported
+
+
+def test_fix_proof_detects_a_harness_that_imports_the_originals(tmp_path):
+    # an absolute sys.path entry makes the "fixed" run import the unfixed original: the proof
+    # must say so and must not call the finding fixed
+    spec, _ = _project(tmp_path, absolute=True)
+    report = verify(spec, levels=("O2",), device="cpu", steps=1, fix=True)
+    assert report["warnings"] and "imported the original" in report["warnings"][0]
+    assert _finding(report, "AMP101")["status"] == "fix did not remove it"
+    assert report["exit_status"] == 1
