@@ -27,6 +27,7 @@ import random
 import re
 import sys
 import time
+import warnings
 from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,12 +152,12 @@ def check_source(text: str, variant: dict, path: str = "<fuzz>.py", rules: Optio
     if fixed != current:
         raise FuzzFailure("fix_text's result differs from applying the fixes round by round")
     try:
-        compile(fixed, path, "exec", dont_inherit=True)
+        _compile(fixed, path)
     except SyntaxError as exc:
         # compile() is stricter than ast.parse (e.g. 'return' outside function): only a
         # failure when the original compiled
         try:
-            compile(text, path, "exec", dont_inherit=True)
+            _compile(text, path)
         except SyntaxError:
             pass
         else:
@@ -167,6 +168,12 @@ def check_source(text: str, variant: dict, path: str = "<fuzz>.py", rules: Optio
     if again != fixed:
         raise FuzzFailure("a second fix changed the fixed code again (not a fixpoint)")
     return {"findings": len(findings), "rounds": rounds, "fixes": total_fixes, "changed": fixed != text}
+
+
+def _compile(text: str, path: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SyntaxWarnings of generated code are not ours
+        compile(text, path, "exec", dont_inherit=True)
 
 
 # --- mutated fixtures -----------------------------------------------------------------------
@@ -263,31 +270,21 @@ def generated_cases(seed: int):
     """hypothesmith programs, each wrapped so the rules have something to look at: as the
     body of a module's ``forward`` (prefixed with torch imports) or as a whole file."""
     import hypothesmith
-    from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
-
-    out: list[str] = []
-
-    @hsettings(max_examples=10**9, deadline=None, database=None, derandomize=False,
-               suppress_health_check=list(HealthCheck))
-    @given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()))
-    def collect(code):
-        out.append(code)
-        if len(out) >= 25:
-            raise _Enough
+    from hypothesis import HealthCheck, given, seed as hseed, settings as hsettings, strategies as st
 
     rng = random.Random(seed)
     while True:
-        out.clear()
-        try:
-            collect()
-        except _Enough:
-            pass
-        for code in out:
+        batch: list[str] = []
+
+        @hseed(rng.randrange(2**32))
+        @hsettings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()))
+        def collect(code):
+            batch.append(code)
+
+        collect()
+        for code in batch:
             yield "<generated>", wrap_generated(code, rng), rng.choice(SETTINGS_VARIANTS)
-
-
-class _Enough(Exception):
-    pass
 
 
 PRELUDE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"

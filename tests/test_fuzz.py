@@ -28,7 +28,7 @@ VARIANTS = st.sampled_from(fuzz_fixer.SETTINGS_VARIANTS)
 BUDGET_EXAMPLES = int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "40"))
 
 
-@settings(max_examples=BUDGET_EXAMPLES, deadline=None, database=None,
+@settings(max_examples=BUDGET_EXAMPLES, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 @given(code=st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()), variant=VARIANTS, seed=st.integers(0, 2**16))
 def test_generated_python_fixes_safely(code, variant, seed):
