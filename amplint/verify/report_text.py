@@ -53,8 +53,24 @@ def _first_problem(run: dict) -> str:
     if site:
         parts.append(f"{_rel(site['file'])}:{site['line']} ({site['op']})")
     if mod:
-        parts.append(f"module {mod}")
+        parts.append(f"module {mod}{_module_where(run, mod)}")
     return ", ".join(parts) if parts else "-"
+
+
+def _module_where(run: dict, name: str) -> str:
+    """`` (RMSNorm at norm.py:9, forward :15)`` or `` (Linear built at model.py:20)``."""
+    for m in run.get("modules", ()):
+        if m["name"] != name:
+            continue
+        src, built = m.get("source"), m.get("constructed")
+        cls = m["class"].rsplit(".", 1)[-1]
+        if src and src.get("file"):
+            fwd = f", forward :{src['forward_line']}" if src.get("forward_line") else ""
+            return f" ({cls} at {_rel(src['file'])}:{src['line']}{fwd})"
+        if built:
+            return f" ({cls} built at {_rel(built['file'])}:{built['line']})"
+        return f" ({cls})"
+    return ""
 
 
 def _levels_table(title: str, runs: dict, box):
