@@ -58,6 +58,10 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     if fix:
         p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
         p.add_argument("--diff", action="store_true", help="print a unified diff of the fixes and write nothing")
+        p.add_argument("--verify", nargs="*", metavar="PATH::FACTORY", default=None,
+                       help="first prove the fixes at run time (`amplint verify --fix` on these targets, or on "
+                            "[tool.amplint.verify] targets when none are given) and write them only if that passes; "
+                            "this IMPORTS AND RUNS the targets' code")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,6 +149,11 @@ def _lint(args) -> int:
             print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
             return EXIT_ERROR
 
+    if getattr(args, "verify", None) is not None and not args.diff:
+        status = _verify_before_fix(args)
+        if status != EXIT_CLEAN:
+            print("amplint: fixes not written: the run-time verification above did not pass", file=sys.stderr)
+            return status
     fmt = args.format or "text"
     progress, finish = _progress(args.quiet or fmt != "text")
     options = RunOptions(
@@ -189,6 +198,18 @@ def _lint(args) -> int:
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _verify_before_fix(args) -> int:
+    """``fix --verify``: ``amplint verify --fix`` on the given (or configured) targets."""
+    from .verify import cli as verify_cli
+
+    parser = _Parser(prog="amplint fix --verify")
+    verify_cli.add_arguments(parser)
+    argv = list(args.verify) + ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
+    if args.config:
+        argv += ["--config", args.config]
+    return verify_cli.main(parser.parse_args(argv))
 
 
 def _progress(disabled: bool):

@@ -286,3 +286,17 @@ def test_pre_commit_hooks_definition():
     with open(os.path.join(ROOT, ".pre-commit-hooks.yaml")) as fh:
         text = fh.read()
     assert "id: amplint\n" in text and "id: amplint-fix\n" in text
+
+
+def test_fix_verify_writes_only_proven_fixes(tmp_path):
+    for name in ("handwritten_norm.py", "overflow_gemm.py"):
+        (tmp_path / name).write_text(open(os.path.join(ROOT, "fixtures", "verify", name)).read())
+    before = (tmp_path / "overflow_gemm.py").read_text()
+    failing = amplint("fix", "overflow_gemm.py", "--verify", "overflow_gemm.py::example", "--threads-hint", cwd=tmp_path)
+    assert failing.returncode == 2  # unknown option: usage error, nothing run
+    failing = amplint("fix", "overflow_gemm.py", "--unsafe-fixes", "--verify", "overflow_gemm.py::example", cwd=tmp_path)
+    assert failing.returncode != 0 and "fixes not written" in failing.stderr
+    assert (tmp_path / "overflow_gemm.py").read_text() == before
+    proven = amplint("fix", "handwritten_norm.py", "--unsafe-fixes", "--verify", "handwritten_norm.py::example", cwd=tmp_path)
+    assert proven.returncode == 0, proven.stdout[-2000:] + proven.stderr
+    assert "1e-4" in (tmp_path / "handwritten_norm.py").read_text()
