@@ -198,6 +198,9 @@ HAZARD_LINES = [
     "self.extra = nn.Linear(650, 50257)",
     "x = torch.linalg.inv(x)",
     "x = torch.fft.rfft(x)",
+    "x = clip(value=x, min_val=1e-8, max_val=1.0)",  # a bare-name call with clamp-like keywords
+    "x = clamp(x, 1e-8)",
+    "x = self.norm(x).clamp(min=1e-12)",
 ]
 STRUCTURAL = ["", "# a comment", "pass", "if x is None:\n    return x", "with torch.no_grad():\n    x = x + 1"]
 
