@@ -36,6 +36,25 @@ def _stabilises(func: ast.AST) -> bool:
     return False
 
 
+_FP32_DTYPES = ("torch.float32", "torch.float", "torch.float64", "torch.double")
+
+
+def _upcasts(func: ast.AST, ctx) -> bool:
+    """Whether a norm's ``forward`` computes in fp32 (``x.float()``, ``x.to(torch.float32)``,
+    as Qwen/Llama RMSNorm do), so its eps is added in fp32 whatever the model's dtype."""
+    for n in ast.walk(func):
+        if n.__class__ is not ast.Call or n.func.__class__ is not ast.Attribute:
+            continue
+        attr = n.func.attr
+        if attr in ("float", "double") and not n.args:
+            return True
+        if attr in ("to", "type"):
+            dtypes = list(n.args) + [kw.value for kw in n.keywords if kw.arg == "dtype"]
+            if any(ctx.qualname(d) in _FP32_DTYPES for d in dtypes):
+                return True
+    return False
+
+
 def _has_call(expr: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) for n in ast.walk(expr))
 
@@ -130,6 +149,23 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 """
 
     VALID = [
+        # a bare clip() of unknown origin is not torch's
+        Valid("import torch\nx = clip(value=1, min_val=16)\n"),
+        # the norm computes in fp32 (Qwen2/Llama RMSNorm): its eps is added in fp32
+        Valid(
+            "import torch\nimport torch.nn as nn\n\n"
+            "class RMSNorm(nn.Module):\n"
+            "    def __init__(self, d, eps=1e-6):\n"
+            "        super().__init__()\n"
+            "        self.eps = eps\n\n"
+            "    def forward(self, x):\n"
+            "        h = x.to(torch.float32)\n"
+            "        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)\n\n"
+            "class Block(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.norm = RMSNorm(64, eps=1e-6)\n"
+        ),
         Valid("import torch\nimport torch.nn as nn\nln = nn.LayerNorm(8, eps=1e-12)\n"),
         Valid("import torch\nimport torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self, d, eps=1e-4):\n        super().__init__()\n        self.norm = nn.LayerNorm(d, eps=eps)\n    def forward(self, x):\n        return self.norm(x)\nb = Block(8, eps=1e-12)\n"),
         Valid("import torch\nimport torch.nn.functional as F\ndef f(x):\n    return F.normalize(x, eps=1e-12)\n"),
@@ -397,7 +433,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             forward = ctx.method(cls, "forward")
             if init is None or forward is None or kw.arg not in {a.arg for a in init.args.args + init.args.kwonlyargs}:
                 continue
-            if not _stabilises(forward):
+            if not _stabilises(forward) or _upcasts(forward, ctx):
                 continue
             self._report(ctx, kw.value, value, fmt_,
                          f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision")
@@ -412,9 +448,11 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         if qn is not None:  # torch.clamp(x, min, max)
             target = node.args[0] if node.args else None
             bound = node.args[1] if len(node.args) > 1 else None
-        else:
+        elif isinstance(node.func, ast.Attribute):  # x.clamp(min)
             target = node.func.value
             bound = node.args[0] if node.args else None
+        else:  # a bare `clip(...)` of unknown origin
+            return
         for kw in node.keywords:
             if kw.arg == "min":
                 bound = kw.value
