@@ -137,7 +137,13 @@ def _lint(args) -> int:
         overrides["extend_exclude"] = tuple(args.exclude)
     resolver = ConfigResolver(overrides, args.config)
     paths = args.paths or ["."]
-    base = resolver.for_path(paths[0])
+    try:
+        base = resolver.for_path(paths[0])
+    except ConfigError as exc:
+        if args.config:
+            raise
+        # reported per file by the run, which lints the files other configs govern
+        base = resolver.defaults()
     try:
         known = all_rules(base.rule_paths)
     except RuleLoadError as exc:

@@ -215,10 +215,17 @@ class ConfigResolver:
         values = {**values, **self.overrides}
         return Settings(root=root, config_path=config_path, **values)
 
+    def defaults(self) -> Settings:
+        """Built-in defaults with the command-line overrides, and no config file."""
+        return self._build({}, os.getcwd(), None)
+
     def for_path(self, path: str) -> Settings:
         if self.config_file:
             return self._from_file(Path(self.config_file).resolve())
-        start = Path(path).resolve()
+        try:
+            start = Path(path).resolve()
+        except (OSError, RuntimeError):  # a symlink loop: discovery reports it; find the config by name
+            start = Path(os.path.abspath(path))
         directory = start if start.is_dir() else start.parent
         key = str(directory)
         if key in self._by_dir:

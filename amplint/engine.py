@@ -14,7 +14,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable, Optional, Sequence
 
-from .config import ConfigResolver, Settings
+from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
@@ -461,11 +461,29 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
     jobs = options.jobs or os.cpu_count() or 1
     results: dict[str, FileResult] = {}
     files: list[tuple[str, Settings]] = []
-    for path, error in discover(paths, lambda p: resolver.for_path(p).is_excluded(p)):
+
+    def settings_for(path: str) -> Optional[Settings]:
+        """The file's settings; a broken config is reported once, against the config
+        file, and only the files under it are skipped."""
+        try:
+            return resolver.for_path(path)
+        except ConfigError as exc:
+            where = exc.path or path
+            if where not in results:
+                results[where] = FileResult(where, errors=[SourceError(where, exc.reason, exc.line or 1, 1)])
+            return None
+
+    def excluded(path: str) -> bool:
+        settings = settings_for(path)
+        return settings is None or settings.is_excluded(path)
+
+    for path, error in discover(paths, excluded):
         if error is not None:
             results[path] = FileResult(path, errors=[error])
-        else:
-            files.append((path, resolver.for_path(path)))
+            continue
+        settings = settings_for(path)
+        if settings is not None:
+            files.append((path, settings))
     if files:
         runner = _run_fix if (options.fix or options.diff) else _run_check
         results.update(runner(files, options, jobs))

@@ -202,11 +202,15 @@ def test_entry_point_rules(project, tmp_path_factory):
 def test_config_errors_exit_2_with_file_and_line(project):
     (project / "pyproject.toml").write_text("[tool.amplint]\ntarget = 'fp16'\nopt-level = 'O9'\n")
     proc = amplint("check", ".", cwd=project)
+    out = proc.stdout + proc.stderr
     assert proc.returncode == 2
-    assert "pyproject.toml:3:" in proc.stderr and "opt-level" in proc.stderr and "Traceback" not in proc.stderr
+    assert "pyproject.toml:3:1: error: [tool.amplint] opt-level" in out and "Traceback" not in out
     (project / "pyproject.toml").write_text("[tool.amplint\n")
     proc = amplint("check", ".", cwd=project)
-    assert proc.returncode == 2 and "invalid TOML" in proc.stderr
+    assert proc.returncode == 2 and "invalid TOML" in proc.stdout + proc.stderr
+    # with --config the file is the user's explicit choice: a usage error before any linting
+    proc = amplint("check", ".", "--config", "pyproject.toml", cwd=project)
+    assert proc.returncode == 2 and "amplint: error:" in proc.stderr and "invalid TOML" in proc.stderr
 
 
 def test_config_select_and_cli_override(project):
