@@ -127,6 +127,9 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         Valid("import torch\ndef f(x, m):\n    s = x.float()\n    return s.masked_fill(m, -1e9).softmax(-1)\n"),
         Valid("import torch\ndef f(x, m):\n    return x.float().masked_fill(m, -1e9).softmax(-1).type_as(x)\n"),
         Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, s, m):\n        return s + (1.0 - m.to(torch.float32)) * -1e9\n"),
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, m, s):\n        return s + torch.where(m > 0, 0.0, -1e10)\n"),
+        # integer offsets are token / index arithmetic, not tensor values in half
+        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, codes):\n        return codes.flatten() + 128256\n"),
         # DETR's masks_to_boxes: the coordinates are fp32 (arange(dtype=torch.float)) whatever the masks are
         Valid(
             "import torch\n"
@@ -378,6 +381,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 a, b = receiver, args[1]
             else:
                 return
+            if ctx.evaluate(a) is not None and ctx.evaluate(b) is not None:
+                return  # torch.where(m, 0.0, -1e10): two Python scalars make an fp32 tensor
             for value_expr, other in ((b, a), (a, b)):
                 value = self._overflow(ctx, value_expr, fmt_)
                 if value is not None:
@@ -485,6 +490,10 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         for side, other in candidates:
             value = self._overflow(ctx, side, fmt_)
             if value is None:
+                continue
+            if isinstance(value.value, int):
+                # a Python int added to a tensor is index / token arithmetic
+                # (`ids + config.token_offset`, `vocab * n`); masks are written as floats
                 continue
             if not self._tensorish(ctx, other) or not ctx.in_model_code(node):
                 return
