@@ -144,16 +144,18 @@ def _lint(args) -> int:
             raise
         # reported per file by the run, which lints the files other configs govern
         base = resolver.defaults()
-    try:
-        known = all_rules(base.rule_paths)
-    except RuleLoadError as exc:
-        print(f"amplint: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    for option, codes in (("--select", args.select), ("--ignore", args.ignore), ("--extend-select", args.extend_select)):
-        bad = unknown_codes(codes or (), known)
-        if bad:
-            print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
+    given = (("--select", args.select), ("--ignore", args.ignore), ("--extend-select", args.extend_select))
+    if any(codes for _, codes in given):  # loading every rule costs start-up time: only to check codes
+        try:
+            known = all_rules(base.rule_paths)
+        except RuleLoadError as exc:
+            print(f"amplint: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
+        for option, codes in given:
+            bad = unknown_codes(codes or (), known)
+            if bad:
+                print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
+                return EXIT_ERROR
 
     if getattr(args, "verify", None) is not None and not args.diff:
         status = _verify_before_fix(args)

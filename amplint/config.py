@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -63,11 +64,15 @@ class Settings:
     root: str = "."
     config_path: Optional[str] = None
 
-    def fingerprint(self) -> str:
-        """Stable hash of everything that can change findings (the cache key uses it)."""
+    @functools.cached_property
+    def _fingerprint(self) -> str:
         data = dataclasses.asdict(self)
         data.pop("root"), data.pop("config_path")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        """Stable hash of everything that can change findings (the cache key uses it)."""
+        return self._fingerprint
 
     def effective_alignment(self) -> int:
         from .numerics import FORMATS
@@ -222,6 +227,9 @@ class ConfigResolver:
     def for_path(self, path: str) -> Settings:
         if self.config_file:
             return self._from_file(Path(self.config_file).resolve())
+        quick = os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else os.path.abspath(path)
+        if quick in self._by_dir:
+            return self._by_dir[quick]
         try:
             start = Path(path).resolve()
         except (OSError, RuntimeError):  # a symlink loop: discovery reports it; find the config by name
@@ -238,5 +246,5 @@ class ConfigResolver:
                 break
         if settings is None:
             settings = self._build({}, os.getcwd(), None)
-        self._by_dir[key] = settings
+        self._by_dir[key] = self._by_dir[quick] = settings
         return settings

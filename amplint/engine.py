@@ -11,14 +11,13 @@ import bisect
 import dataclasses
 import os
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable, Optional, Sequence
 
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
-from .registry import all_rules, select_rules
+from .registry import all_rules, rules_fingerprint, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
 
@@ -442,6 +441,7 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
                 progress(i, total)
         return out
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     mp_context = multiprocessing.get_context(method) if method else None
@@ -527,7 +527,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 raw[path] = read_regular(path)
             except OSError:
                 raw[path] = b""
-            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), str(unused))
+            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), rules_fingerprint(settings.rule_paths), str(unused))
             hit = cache.get(keys[path])
             if hit is not None and hit.get("path") == path:
                 entries[path] = hit
@@ -546,7 +546,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         todo = []
         for path in again:
             if cache is not None:
-                keys[path] = Cache.key("cross", path, raw[path], settings_of[path].fingerprint(), str(unused), fingerprint)
+                keys[path] = Cache.key("cross", path, raw[path], settings_of[path].fingerprint(),
+                                       rules_fingerprint(settings_of[path].rule_paths), str(unused), fingerprint)
                 hit = cache.get(keys[path])
                 if hit is not None and hit.get("path") == path:
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])

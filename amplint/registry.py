@@ -91,6 +91,35 @@ def all_rules(rule_paths: tuple[str, ...] = ()) -> tuple[type[Rule], ...]:
     return tuple(sorted(rules.values(), key=lambda r: r.code))
 
 
+@lru_cache(maxsize=None)
+def rules_fingerprint(rule_paths: tuple[str, ...] = ()) -> str:
+    """Changes when any rule may behave differently: the source files of the bundled rules
+    and of the code they use (stat only, nothing imported), the local rule folders, and
+    the installed plugins.  Part of the cache key, so editing a rule invalidates it."""
+    import hashlib
+    from importlib.metadata import entry_points
+
+    import amplint
+    import amplint.rules
+
+    package = os.path.dirname(amplint.__file__)
+    folders = [package, os.path.join(package, "analysis"), os.path.join(package, "amp"), *amplint.rules.__path__, *rule_paths]
+    h = hashlib.sha256()
+    for folder in folders:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(".py"):
+                st = entry.stat()
+                h.update(f"{entry.path}:{st.st_mtime_ns}:{st.st_size}\n".encode())
+    for ep in entry_points(group="amplint.rules"):
+        version = getattr(ep.dist, "version", "") if getattr(ep, "dist", None) else ""
+        h.update(f"{ep.name}={ep.value}@{version}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def _match_length(code: str, patterns: Iterable[str]) -> int:
     """Length of the longest pattern that selects ``code`` (0: none; ALL counts as 1)."""
     best = 0
