@@ -282,14 +282,11 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        func = node.func
-        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if attr not in _NAMES or not ctx.in_forward(node):
-            return
-        resolved = R.resolve_call(ctx, node, _NAMES)
+        resolved = R.forward_call(ctx, node, _NAMES)
         if resolved is None:
             return
-        qualname, operand, is_method = resolved
+        attr, qualname, operand, is_method = resolved
+        func = node.func
         if qualname not in _FUNCTIONS:
             return
         dtype = R.dtype_kind(ctx, R.argument(node, "dtype", -1))

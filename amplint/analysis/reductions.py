@@ -98,6 +98,17 @@ def policy_note(settings, qualname: str, severity: Severity) -> str:
 
 # --- calls ----------------------------------------------------------------------------
 
+def forward_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, str, Optional[ast.AST], bool]]:
+    """``(name, qualname, operand, is_method)`` for a call to one of ``names`` that runs in
+    a module's ``forward`` (see :func:`resolve_call`); None otherwise."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name not in names or not ctx.in_forward(call):
+        return None
+    resolved = resolve_call(ctx, call, names)
+    return None if resolved is None else (name, *resolved)
+
+
 def resolve_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, Optional[ast.AST], bool]]:
     """``(qualname, operand, is_method)`` when ``call`` is a torch function or tensor
     method whose last name component is in ``names``.  Cheap string checks first."""
