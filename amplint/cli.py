@@ -188,13 +188,10 @@ def _lint(args) -> int:
                 out.write(r.diff)
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
     if args.quiet and fmt in ("text", "concise"):
-        from .reporters.concise import marker
-
-        for r in results:
-            for f in r.findings:
-                out.write(f"{f.path}:{f.line}:{f.column}: {f.code} {marker(f)}{f.message}\n")
+        from .reporters.concise import render_findings
         from .reporters.text import render_errors
 
+        render_findings(results, out)
         render_errors(results, sys.stderr)
     else:
         REPORTERS[fmt](results, out, statistics=args.statistics, color=color)

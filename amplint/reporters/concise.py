@@ -10,15 +10,19 @@ def marker(finding) -> str:
     return "[*] " if finding.fix.applicability is Applicability.SAFE else "[-] "
 
 
+def render_findings(results, out) -> None:
+    for result in results:
+        for f in result.findings:
+            out.write(f"{f.path}:{f.line}:{f.column}: {f.code} {marker(f)}{f.message}\n")
+
+
 def render(results, out, *, statistics=False, color=False) -> None:
     from .text import render_errors, render_statistics, summary
 
     if statistics:
         render_statistics(results, out)
     else:
-        for result in results:
-            for f in result.findings:
-                out.write(f"{f.path}:{f.line}:{f.column}: {f.code} {marker(f)}{f.message}\n")
+        render_findings(results, out)
     render_errors(results, out)
     line = summary(results)
     if line:
