@@ -76,14 +76,9 @@ def parse(path: str, text: str) -> ast.Module:
             warnings.simplefilter("ignore")  # invalid escape sequences etc. are not our business
             return ast.parse(text, filename=path)
     except SyntaxError as exc:
-        return _raise_syntax(path, exc)
+        raise SourceError(path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise SourceError(path, f"cannot parse: {exc}") from None
-
-
-def _raise_syntax(path, exc: SyntaxError):
-    reason = f"syntax error: {exc.msg}"
-    raise SourceError(path, reason, exc.lineno or 1, exc.offset or 1) from None
 
 
 def lint_text(
