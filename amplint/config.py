@@ -207,10 +207,10 @@ class ConfigResolver:
         self._by_dir: dict[str, Settings] = {}
         self._by_file: dict[str, Settings] = {}
 
-    def _from_file(self, pyproject: Path) -> Settings:
+    def _from_file(self, pyproject: Path, table: Optional[dict] = None) -> Settings:
         key = str(pyproject)
         if key not in self._by_file:
-            table = read_pyproject(pyproject) or {}
+            table = dict(table if table is not None else read_pyproject(pyproject) or {})
             text = table.pop("__text__", "")
             values = validate(table, key, text)
             self._by_file[key] = self._build(values, str(pyproject.parent), key)
@@ -241,8 +241,9 @@ class ConfigResolver:
         settings = None
         for folder in (directory, *directory.parents):
             candidate = folder / "pyproject.toml"
-            if candidate.is_file() and (read_pyproject(candidate) is not None):
-                settings = self._from_file(candidate)
+            table = read_pyproject(candidate) if candidate.is_file() and str(candidate) not in self._by_file else None
+            if str(candidate) in self._by_file or table is not None:
+                settings = self._from_file(candidate, table)
                 break
         if settings is None:
             settings = self._build({}, os.getcwd(), None)
