@@ -643,38 +643,30 @@ class LevelRunner:
     def _hook(self, idx, fwd: _Agg, grd: _Agg, pending: _Pending, state: dict, order: list, is_ref: bool):
         reference = self.reference
 
+        def record(table, key, d):
+            """Queue ``d``'s statistics; at step 0 keep (O0) or fetch the fp32 reference."""
+            step = state["step"]
+            ref = None
+            if step == 0:
+                if is_ref:
+                    reference.keep(key, d)
+                else:
+                    ref = reference.get(key)
+            order[0] += 1
+            pending.add(table, key + (step,), d, ref, order[0], step, state["full"])
+
         def grad_hook_for(i):
             def grad_hook(g):
                 if g is None or not g.is_floating_point() or not g.numel():
                     return None
-                d = g.detach()
-                step = state["step"]
-                key = ("grad", idx, i)
-                ref = None
-                if step == 0:
-                    if is_ref:
-                        reference.keep(key, d)
-                    else:
-                        ref = reference.get(key)
-                order[0] += 1
-                pending.add(grd, key + (step,), d, ref, order[0], step, state["full"])
+                record(grd, ("grad", idx, i), g.detach())
                 return None
             return grad_hook
 
         def hook(module, args, output):
             tensors = floating_tensors(output, limit=4)
-            step = state["step"]
             for i, t in enumerate(tensors):
-                d = t.detach()
-                key = ("fwd", idx, i)
-                ref = None
-                if step == 0:
-                    if is_ref:
-                        reference.keep(key, d)
-                    else:
-                        ref = reference.get(key)
-                order[0] += 1
-                pending.add(fwd, key + (step,), d, ref, order[0], step, state["full"])
+                record(fwd, ("fwd", idx, i), t.detach())
                 if t.requires_grad and torch.is_grad_enabled():
                     t.register_hook(grad_hook_for(i))
             return None
