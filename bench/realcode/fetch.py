@@ -20,6 +20,7 @@ download failed.  Missing pins are reported, the others still fetched.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import glob
 import json
 import os
@@ -109,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     entries = load_corpus()
     dists = sorted({e["dist"] for e in entries if not args.only or e["dist"] in args.only})
     failed = []
-    for dist in dists:
-        err = fetch(dist)
-        print(f"{'FAILED' if err else 'ok':6} {dist}" + (f": {err}" if err else ""), flush=True)
-        if err:
-            failed.append(dist)
+    # pip spends most of its time waiting on the index: a few downloads at once.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        for dist, err in zip(dists, pool.map(fetch, dists)):
+            print(f"{'FAILED' if err else 'ok':6} {dist}" + (f": {err}" if err else ""), flush=True)
+            if err:
+                failed.append(dist)
     missing = [e for e in entries if e["dist"] in dists and e["dist"] not in failed
                and not os.path.isfile(source_path(e))]
     for e in missing:

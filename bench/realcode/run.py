@@ -20,8 +20,13 @@ TP/(TP+FN), then every miss and false positive with its label's reason.
 
     python bench/realcode/run.py [--verbose] [--json OUT] [--corpus nlp]
 
-Exit status 0 (it measures; the CI test compares the numbers), 2 when amplint's output
-cannot be read at all.
+Exit status 0 (it measures), 2 when amplint's output cannot be read at all.
+
+No silent regressions: ``--write-baseline FILE`` records which hazard labels amplint
+reports and which must-not-flag labels it leaves alone; ``--check-baseline FILE`` exits 1
+when any of them changed for the worse on the files that are cached (a label newly
+reported or newly quiet for the better is listed, so the baseline can be raised).  The
+CI test (``tests/test_realcode.py``) runs ``--check-baseline baseline.json``.
 """
 from __future__ import annotations
 
@@ -153,12 +158,50 @@ def score(entries: list[dict], labels: list[dict], findings: list[dict]) -> dict
     return {"table": table, "misses": misses, "false_positives": false_positives, "unlabelled": unlabelled}
 
 
+def label_key(lab: dict) -> str:
+    return f"{lab['id']}:{lab['line']}:{lab['rule']}"
+
+
+def outcomes(labels: list[dict], result: dict) -> dict[str, list[str]]:
+    """The labels amplint gets right today: hazards reported, must-not-flags left quiet."""
+    missed = {label_key(m) for m in result["misses"]}
+    flagged = {label_key(m) for m, _ in result["false_positives"]}
+    return {
+        "reported": sorted(label_key(lab) for lab in labels
+                           if lab["label"] == "hazard" and label_key(lab) not in missed),
+        "quiet": sorted(label_key(lab) for lab in labels
+                        if lab["label"] != "hazard" and label_key(lab) not in flagged),
+    }
+
+
+def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict]) -> int:
+    with open(path, encoding="utf-8") as f:
+        before = json.load(f)
+    scored = {label_key(lab) for lab in labels}  # only the files cached in this run
+    worse, better = [], []
+    for kind, lost_as in (("reported", "no longer reported"), ("quiet", "now flagged")):
+        was, is_ = set(before[kind]) & scored, set(now[kind])
+        worse += [f"{key}: {lost_as}" for key in sorted(was - is_)]
+        better += [f"{key}: newly {kind}" for key in sorted(is_ - set(before[kind]))]
+    for line in better:
+        print(f"better than the baseline: {line}")
+    for line in worse:
+        print(f"REGRESSION: {line}")
+    print(f"baseline {path}: {len(worse)} regressions, {len(better)} improvements "
+          f"over {len(scored)} labels")
+    return 1 if worse else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", action="append", default=[],
                     help="only this corpus/labels name, e.g. nlp (repeatable; default: all)")
     ap.add_argument("--verbose", action="store_true", help="list the unlabelled findings too")
     ap.add_argument("--json", metavar="OUT", help="write the per-rule numbers to OUT")
+    ap.add_argument("--write-baseline", metavar="FILE",
+                    help="record which labels amplint gets right today")
+    ap.add_argument("--check-baseline", metavar="FILE",
+                    help="exit 1 when a label recorded in FILE is now wrong")
     args = ap.parse_args(argv)
 
     entries = [e for e in fetch.load_corpus()
@@ -204,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
                        "false_positives": [f"{m['id']}:{m['line']}:{m['rule']}"
                                            for m, _ in result["false_positives"]]},
                       out, indent=2)
+    now = outcomes(labels, result)
+    if args.write_baseline:
+        with open(args.write_baseline, "w", encoding="utf-8") as out:
+            json.dump(now, out, indent=1)
+            out.write("\n")
+    if args.check_baseline:
+        return compare_baseline(args.check_baseline, now, labels)
     return 0
 
 
