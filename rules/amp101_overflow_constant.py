@@ -27,7 +27,7 @@ class OverflowConstant(Rule):
     name = "overflow-constant"
     summary = "A constant beyond the target dtype's range (fp16: 65504) is used as a tensor value"
     severity = Severity.ERROR
-    fix_applicability = "safe"
+    fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
     docs = """
 ## What it does

@@ -116,7 +116,7 @@ class UncoveredOp(Rule):
     name = "uncovered-op"
     summary = "Op the mixed-precision policy does not cover: register it (einsum -> half, linalg/fft -> fp32)"
     severity = Severity.WARNING
-    fix_applicability = "safe"
+    fix_applicability = ("safe", "unsafe")
     markers = ("einsum", "linalg", "fft", "inverse", "det", "svd", "cholesky", "qr", "pinv", "tensordot",
                "outer", "ger", "inner", "kron", "contract", "stft", "Function", "ops.", "cdist", "pdist",
                "lstsq", "eig", "solve", "_cuda", "_C", "_ext", "_cpp", "cpp_extension")
