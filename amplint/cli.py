@@ -19,9 +19,8 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors exit 2 with a one-line reason, like argparse, never a traceback
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+    def error(self, message):  # usage errors: exit 2, the reason on one line and where help is (Ruff's way)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\nFor more information, try `{self.prog} --help`.\n")
 
 
 def _codes(value: str) -> list[str]:
@@ -104,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "verify":
             from .verify import cli as verify_cli
 
-            return verify_cli.main(args)
+            return _needs_torch("amplint verify", lambda: verify_cli.main(args))
     except ConfigError as exc:
         print(f"amplint: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -157,12 +156,15 @@ def _lint(args) -> int:
                 print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
                 return EXIT_ERROR
 
+    fmt = args.format or "text"
+    if args.statistics and fmt not in ("text", "concise", "json"):
+        print(f"amplint: error: --statistics works with --format text, concise or json, not {fmt}", file=sys.stderr)
+        return EXIT_ERROR
     if getattr(args, "verify", None) is not None and not args.diff:
-        status = _verify_before_fix(args)
+        status = _needs_torch("amplint fix --verify", lambda: _verify_before_fix(args))
         if status != EXIT_CLEAN:
             print("amplint: fixes not written: the run-time verification above did not pass", file=sys.stderr)
             return status
-    fmt = args.format or "text"
     progress, finish = _progress(args.quiet or fmt != "text")
     options = RunOptions(
         fix=args.command == "fix" and not getattr(args, "diff", False),
@@ -182,12 +184,17 @@ def _lint(args) -> int:
     finally:
         finish()
     out = sys.stdout
-    if options.diff:
+    color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
+    if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
+        from .reporters.text import diff_summary, render_errors
+
         for r in results:
             if r.diff:
                 out.write(r.diff)
-    color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
-    if args.quiet and fmt in ("text", "concise"):
+        render_errors(results, sys.stderr)
+        if not args.quiet:
+            print(diff_summary(results), file=sys.stderr)
+    elif args.quiet and fmt in ("text", "concise"):
         from .reporters.concise import render_findings
         from .reporters.text import render_errors
 
@@ -203,6 +210,19 @@ def _lint(args) -> int:
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _needs_torch(feature: str, run) -> int:
+    """Run ``verify`` (which imports torch); without torch, one line naming the extra to install."""
+    from .optional import is_missing_torch, missing_torch
+
+    try:
+        return run()
+    except ModuleNotFoundError as exc:
+        if not is_missing_torch(exc):
+            raise
+        print(missing_torch(feature), file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _verify_before_fix(args) -> int:
@@ -241,6 +261,11 @@ def _progress(disabled: bool):
     return update, finish
 
 
+def fix_label(rule) -> str:
+    """``safe``, ``unsafe``, ``safe/unsafe`` (some fixes of each) or ``none``."""
+    return "/".join(a.value for a in rule.fix_applicabilities) or "none"
+
+
 def _rules(args) -> int:
     import json
 
@@ -250,7 +275,7 @@ def _rules(args) -> int:
     rows = [
         {
             "code": r.code, "name": r.name, "summary": r.summary, "severity": r.severity.value,
-            "fix": r.fix_applicability.value if r.fix_applicability else "none",
+            "fix": fix_label(r),
             "default": r.enabled_by_default,
         }
         for r in rules
@@ -284,7 +309,7 @@ def _explain(args) -> int:
     wanted = args.code.strip()
     for rule in all_rules():
         if rule.code == wanted.upper() or rule.name == wanted.lower():
-            fix = rule.fix_applicability.value if rule.fix_applicability else "none"
+            fix = fix_label(rule)
             header = (
                 f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n"
                 f"Severity: {rule.severity.value} · Fix: {fix} · "

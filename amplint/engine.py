@@ -369,11 +369,10 @@ def _fix_task(args) -> FileResult:
             result.changed = True
             if options.diff:
                 result.diff = _unified_diff(path, source.text, new_text)
-                # nothing written: report what is in the file now
-                findings, _, _ = lint_text(path, source.text, settings, rules, project, options.report_unused_suppressions)
             else:
                 write_atomic(path, source.encode(new_text))
-                source = SourceFile(path, new_text, source.encoding, b"")
+            # the findings (written or, with --diff, that would be) left after the fixes
+            source = SourceFile(path, new_text, source.encoding, b"")
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:

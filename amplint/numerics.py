@@ -1,4 +1,4 @@
-"""Limits of the low-precision formats amplint reasons about (measured: fp16-facts.md).
+"""Limits of the low-precision formats amplint reasons about (measured: docs/fp16-facts.md).
 
 Pure data: the linter reads these without importing torch.
 """

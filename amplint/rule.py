@@ -186,8 +186,12 @@ class Rule:
     #: "Example", "Use instead".  Markdown; shown by ``amplint explain``.
     docs: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.WARNING
-    #: the most permissive applicability any fix of the rule has (None: never fixes)
+    #: the most permissive applicability any fix of the rule has (None: never fixes); a rule
+    #: whose fixes are safe in some cases and unsafe in others declares both,
+    #: ``("safe", "unsafe")``: ``fix_applicabilities`` keeps them all (what ``amplint rules``
+    #: shows) and ``fix_applicability`` the first
     fix_applicability: ClassVar[Optional[Applicability]] = None
+    fix_applicabilities: ClassVar[tuple[Applicability, ...]] = ()
     enabled_by_default: ClassVar[bool] = True
     #: substrings of which at least one must occur in a file for the rule to matter;
     #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
@@ -202,8 +206,15 @@ class Rule:
             if missing:
                 raise TypeError(f"rule {cls.__name__} ({cls.code}) lacks {', '.join(missing)}")
             cls.severity = Severity(cls.severity)
-            if cls.fix_applicability is not None:
-                cls.fix_applicability = Applicability(cls.fix_applicability)
+            declared = cls.fix_applicability
+            if isinstance(declared, (tuple, list)):
+                cls.fix_applicabilities = tuple(Applicability(a) for a in declared)
+                cls.fix_applicability = cls.fix_applicabilities[0]
+            elif declared is not None:
+                cls.fix_applicability = Applicability(declared)
+                cls.fix_applicabilities = (cls.fix_applicability,)
+            else:
+                cls.fix_applicabilities = ()
 
     @classmethod
     def visitors(cls) -> dict[str, str]:

@@ -27,7 +27,7 @@ class OverflowConstant(Rule):
     name = "overflow-constant"
     summary = "A constant beyond the target dtype's range (fp16: 65504) is used as a tensor value"
     severity = Severity.ERROR
-    fix_applicability = "safe"
+    fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
     docs = """
 ## What it does
@@ -54,7 +54,7 @@ keeps out of half: in `if x.dtype == torch.float16: ... else: -1e30` or
 `-1e4 if x.dtype == torch.half else -1e9` only the branch that runs in half counts.
 
 ## Why is this bad?
-Measured on fp16 tensors (CPU and CUDA; `fp16-facts.md`):
+Measured on fp16 tensors (CPU and CUDA; `docs/fp16-facts.md`):
 
 - `x.masked_fill(m, -1e9)` raises `RuntimeError: value cannot be converted to type
   c10::Half without overflow` -- for any magnitude above 65504, even -65519. The same

@@ -112,7 +112,7 @@ Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
 numpy / math arithmetic.
 
 ## Why is this bad?
-Measured (`fp16-facts.md`): in fp16, `1e-8` and `1e-12` round to 0 and `1e-6` becomes the
+Measured (`docs/fp16-facts.md`): in fp16, `1e-8` and `1e-12` round to 0 and `1e-6` becomes the
 subnormal 1.01e-6. `x + 1e-8` on an fp16 tensor stores 0 where `x` is 0, so the
 following division or `rsqrt` gives inf and `log` gives -inf; `x.clamp(min=1e-8)` keeps
 0. Subnormal epsilons survive, but with few significant bits, and are flushed to zero

@@ -67,7 +67,7 @@ left-padded prefix under a combined causal+padding mask -- and the NaN then spre
 through the next layer's attention and into the loss. With `torch.finfo(dtype).min` (or
 -1e4 in fp16) the row comes out uniform, and the padded positions are normally ignored
 downstream anyway. Measured: softmax over an all-masked row with `-inf` fill is all
-NaN; with -1e4, -65504 or `finfo.min` it is uniform (`fp16-facts.md`).
+NaN; with -1e4, -65504 or `finfo.min` it is uniform (`docs/fp16-facts.md`).
 
 ## Example
 ```python

@@ -301,7 +301,11 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)
             return
-        if attr == "log_softmax":
+        # each target's own measured numbers (docs/fp16-facts.md), never fp16's under bf16
+        if ctx.settings.target == "bf16":
+            why = ("log-probabilities keep 8 significant bits (-3.3 is stored as -3.297)" if attr == "log_softmax"
+                   else "probabilities keep 8 significant bits (softmax([0, -7]) is [1, 0.000912]: 1 - p is lost)")
+        elif attr == "log_softmax":
             why = "log-probabilities keep 11 significant bits (-30.123456 is stored as -30.125)"
         else:
             why = "probabilities below 6e-8 are stored as 0"

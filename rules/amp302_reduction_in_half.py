@@ -25,6 +25,11 @@ _WHY = {
     "var": "a variance above 65504 is inf in fp16 (values spread by +-300 already overflow)",
     "exp": "exp overflows fp16 above 11.09 (exp(11.1) is inf)",
 }
+_WHY_BF16 = {
+    "sum": "a bf16 sum keeps 8 significant bits (100,000 bf16 ones sum to 99840)",
+    "nansum": "a bf16 sum keeps 8 significant bits (100,000 bf16 ones sum to 99840)",
+    "exp": "exp in bf16 keeps 8 significant bits and overflows above 88.7 (exp(89) is inf)",
+}
 #: operands that are counts, masks or indices, not activations: summing them is exact
 _INTEGER_NAME = re.compile(
     r"mask|^is_|^has_|(^|_)(ids|idx|index|indices|count|counts|len|lens|lengths?|labels?|targets?|"
@@ -296,14 +301,18 @@ half matmul under `model.half()`.
             ctx.report(
                 self, node,
                 f"`{shown}` runs in half inside `forward`: it accumulates in fp32 and cannot overflow, "
-                "but its result is rounded to fp16; pass `dtype=torch.float32` where it feeds a variance or a loss",
+                f"but its result is rounded to {'bf16' if ctx.settings.target == 'bf16' else 'fp16'}; "
+                "pass `dtype=torch.float32` where it feeds a variance or a loss",
                 severity=Severity.INFO,
             )
             return
         severity = R.severity_for(ctx.settings, qualname)
         if severity is None:
             return
-        why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
+        if ctx.settings.target == "bf16":  # fp32's range: the cost is precision (docs/fp16-facts.md)
+            why = _WHY_BF16.get(attr, "its result keeps 8 significant bits in bf16")
+        else:
+            why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
         note = R.policy_note(ctx.settings, qualname, severity)
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)

@@ -196,8 +196,10 @@ only served the hand-written form are removed. No fix for a softmax over the who
                 f"`torch.{found.kind}(..., dtype=torch.float32)` is one"
             )
         else:
+            overflow = ("`exp` overflows bf16 above 88.7 (a row of 89s gives NaN)" if ctx.settings.target == "bf16"
+                        else "`exp` overflows fp16 above 11.09 (a row of 12s gives NaN)")
             message = (
-                f"hand-written {what}: `exp` overflows fp16 above 11.09 (a row of 12s gives NaN) and it is "
+                f"hand-written {what}: {overflow} and it is "
                 f"slower than the fused kernel ({note}); use `torch.{found.kind}(..., dtype=torch.float32)`"
             )
         ctx.report(self, node, message, fix=self._fix(ctx, node, found), severity=severity)

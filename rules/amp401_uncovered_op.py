@@ -116,7 +116,7 @@ class UncoveredOp(Rule):
     name = "uncovered-op"
     summary = "Op the mixed-precision policy does not cover: register it (einsum -> half, linalg/fft -> fp32)"
     severity = Severity.WARNING
-    fix_applicability = "safe"
+    fix_applicability = ("safe", "unsafe")
     markers = ("einsum", "linalg", "fft", "inverse", "det", "svd", "cholesky", "qr", "pinv", "tensordot",
                "outer", "ger", "inner", "kron", "contract", "stft", "Function", "ops.", "cdist", "pdist",
                "lstsq", "eig", "solve", "_cuda", "_C", "_ext", "_cpp", "cpp_extension")
@@ -169,7 +169,7 @@ no list runs in whatever dtype reaches it:
   at 512x8 tokens, d=1024: 0.175 ms in fp32, 0.028 ms in fp16 (6.2x); a training step of three
   such einsums (32768 tokens) under `amplint.amp` O1: 11.1 ms unregistered (fp32), 2.2-2.7 ms
   after the fix (fp16), 2.2 ms under `torch.autocast`. Whole-model scale: GPT-2-small step
-  158.5 ms fp32 vs 25.7 ms fp16 autocast (`fp16-facts.md`).
+  158.5 ms fp32 vs 25.7 ms fp16 autocast (`docs/fp16-facts.md`).
 - Linear algebra has no half kernels: `torch.linalg.inv` on an fp16 matmul output raises
   `linalg.inv: Low precision dtypes not supported. Got Half` (CUDA autocast, measured), `det`
   raises `"lu_cpu" not implemented for 'Half'`; `torch.fft.rfft` of length 100 in fp16 raises

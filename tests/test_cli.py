@@ -169,7 +169,7 @@ def test_unsafe_fixes_need_the_flag(project):
     assert amplint("rules", cwd=project).stdout.count("LOC001") == 0  # `rules` lists installed rules only
     check = amplint("check", "m.py", cwd=project)
     assert check.returncode == 1 and "LOC001 [-] `.half()` call" in check.stdout
-    assert "1 more with `amplint fix --unsafe-fixes`" in check.stdout
+    assert "1 fixable with `amplint fix --unsafe-fixes`" in check.stdout  # no "more": nothing is safe
     assert amplint("fix", "m.py", cwd=project).returncode == 1
     assert (project / "m.py").read_text().endswith("m.half()\n")
     assert amplint("fix", "m.py", "--unsafe-fixes", cwd=project).returncode == 0
@@ -234,7 +234,7 @@ def test_parse_error_is_reported_and_other_files_still_linted(project):
     (project / "bad.py").write_text("import torch\ndef f(:\n")
     proc = amplint("check", ".", "--format", "concise", cwd=project)
     assert proc.returncode == 2
-    assert "bad.py:2:" in proc.stdout and "syntax error" in proc.stdout
+    assert "bad.py:2:" in proc.stderr and "syntax error" in proc.stderr
     assert "train.py:1:1: AMP501" in proc.stdout
     assert "Traceback" not in proc.stderr
 

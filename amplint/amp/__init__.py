@@ -77,7 +77,15 @@ def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'amplint.amp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    try:
+        implementation = importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as exc:
+        from ..optional import is_missing_torch, missing_torch
+
+        if not is_missing_torch(exc):
+            raise
+        raise ModuleNotFoundError(missing_torch("amplint.amp"), name="torch") from None
+    value = getattr(implementation, name)
     globals()[name] = value
     return value
 

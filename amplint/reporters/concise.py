@@ -17,13 +17,15 @@ def render_findings(results, out) -> None:
 
 
 def render(results, out, *, statistics=False, color=False) -> None:
+    import sys
+
     from .text import render_errors, render_statistics, summary
 
     if statistics:
         render_statistics(results, out)
     else:
         render_findings(results, out)
-    render_errors(results, out)
+    render_errors(results, sys.stderr)
     line = summary(results)
     if line:
         out.write(line + "\n")

@@ -7,8 +7,11 @@ import sys
 
 def render(results, out, *, statistics=False, color=False) -> None:
     from .text import render_errors
+    from .text import statistics as per_rule
 
-    findings = [f.to_dict() for r in results for f in r.findings]
-    json.dump(findings, out, indent=2)
+    if statistics:  # [{code, name, count, fixable, safe_fixes, unsafe_fixes}], most frequent first
+        json.dump(per_rule(results), out, indent=2)
+    else:
+        json.dump([f.to_dict() for r in results for f in r.findings], out, indent=2)
     out.write("\n")
     render_errors(results, sys.stderr)

@@ -1,6 +1,7 @@
 """Ruff-style text: each finding with its source line and a caret, then a summary."""
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 from ..rule import Applicability
@@ -47,7 +48,8 @@ def render(results, out, *, statistics=False, color=False) -> None:
                 if f.fix is not None:
                     out.write(f"{pad} = fix ({f.fix.applicability.value}): {f.fix.description}\n")
                 out.write("\n")
-    render_errors(results, out)
+    # the tool's own diagnostics (unreadable files, bad config) go to stderr, findings to out
+    render_errors(results, sys.stderr)
     line = summary(results)
     if line:
         out.write((_BOLD + line + _RESET if color else line) + "\n")
@@ -59,19 +61,30 @@ def render_errors(results, out) -> None:
             out.write(f"{e.path}:{e.line}:{e.col}: error: {e.reason}\n")
 
 
-def render_statistics(results, out) -> None:
-    counts = Counter()
-    names, fixable = {}, Counter()
+def statistics(results) -> list[dict]:
+    """Per rule: its findings and how many of them ``fix`` (safe) or ``fix --unsafe-fixes``
+    (unsafe) can fix in this run; most frequent first."""
+    rows: dict[str, dict] = {}
     for result in results:
         for f in result.findings:
-            counts[f.code] += 1
-            names[f.code] = f.rule
-            if f.fix is not None and f.fix.applicability is not Applicability.DISPLAY:
-                fixable[f.code] += 1
-    width = max([len(str(c)) for c in counts.values()] + [1])
-    for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        mark = "[*]" if fixable[code] else "   "
-        out.write(f"{count:>{width}}  {code}  {mark} {names[code]}\n")
+            row = rows.setdefault(f.code, {"code": f.code, "name": f.rule, "count": 0, "fixable": False,
+                                           "safe_fixes": 0, "unsafe_fixes": 0})
+            row["count"] += 1
+            if f.fix is not None and f.fix.applicability is Applicability.SAFE:
+                row["safe_fixes"] += 1
+                row["fixable"] = True  # Ruff's key: `amplint fix` fixes some of them
+            elif f.fix is not None and f.fix.applicability is Applicability.UNSAFE:
+                row["unsafe_fixes"] += 1
+    return sorted(rows.values(), key=lambda row: (-row["count"], row["code"]))
+
+
+def render_statistics(results, out) -> None:
+    """``count  CODE  [*] name``: ``[*]`` some findings have a safe fix, ``[-]`` only unsafe ones."""
+    rows = statistics(results)
+    width = max([len(str(row["count"])) for row in rows] + [1])
+    for row in rows:
+        mark = "[*]" if row["safe_fixes"] else "[-]" if row["unsafe_fixes"] else "   "
+        out.write(f"{row['count']:>{width}}  {row['code']}  {mark} {row['name']}\n")
 
 
 def summary(results) -> str:
@@ -89,10 +102,24 @@ def summary(results) -> str:
         if safe:
             extra.append(f"{safe} fixable with `amplint fix`")
         if unsafe:
-            extra.append(f"{unsafe} more with `amplint fix --unsafe-fixes`")
+            extra.append(f"{unsafe} {'more ' if safe else ''}fixable with `amplint fix --unsafe-fixes`")
         parts.append(text + (f" ({'; '.join(extra)})" if extra else "") + ".")
     elif not errors and not fixed:
         parts.append("All checks passed.")
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked).")
     return " ".join(parts)
+
+
+def diff_summary(results) -> str:
+    """``fix --diff``: what the fixes would do, and what would be left."""
+    would_fix = sum(r.fixed for r in results)
+    left = [f for r in results for f in r.findings]
+    parts = [f"Would fix {would_fix} finding{'s' if would_fix != 1 else ''}" if would_fix else "No fixes to apply"]
+    if left:
+        unsafe = sum(1 for f in left if f.fix is not None and f.fix.applicability is Applicability.UNSAFE)
+        parts.append(f"{len(left)} would remain" + (f" ({unsafe} fixable with `--unsafe-fixes`)" if unsafe else ""))
+    errors = sum(len(r.errors) for r in results)
+    if errors:
+        parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked)")
+    return "; ".join(parts) + "."

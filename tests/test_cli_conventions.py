@@ -1,0 +1,136 @@
+"""Ruff's command-line conventions, through the real command line: `fix --diff`, `--statistics`,
+where errors go, usage errors, summaries, and messages that quote the selected target's numbers."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# AMP301 (safe fix), AMP302 on an unbounded sum (no fix), AMP102 (unsafe fix only), AMP303 (safe)
+MODEL = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class M(nn.Module):
+    def forward(self, x, n):
+        p = F.softmax(x, dim=-1)
+        s = x.sum()
+        y = x / (n + 1e-8)
+        e = torch.exp(x) / torch.exp(x).sum(dim=-1, keepdim=True)
+        return p, s, y, e
+"""
+UNSAFE_ONLY = "import torch\nimport torch.nn as nn\n\nclass M(nn.Module):\n    def forward(self, x, n):\n        return x / (n + 1e-8)\n"
+
+
+def amplint(*args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    return subprocess.run([sys.executable, "-m", "amplint", *args, "--no-cache"] if args and args[0] in ("check", "fix") else
+                          [sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    return tmp_path
+
+
+def test_fix_diff_prints_the_diff_only_and_says_would_fix(project):
+    proc = amplint("fix", "model.py", "--diff", cwd=project)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("--- model.py\n+++ model.py\n@@ ")
+    # nothing but the diff on stdout: no findings repeated, no "Fixed"
+    assert all(line[:1] in ("-", "+", " ", "@") for line in proc.stdout.splitlines()), proc.stdout
+    assert "Fixed" not in proc.stdout + proc.stderr
+    assert proc.stderr == "Would fix 2 findings; 2 would remain (1 fixable with `--unsafe-fixes`).\n"
+    assert (project / "model.py").read_text() == MODEL
+    # the diff applies: it is exactly what `fix` writes
+    fixed = amplint("fix", "model.py", cwd=project)
+    assert "Fixed 2 findings." in fixed.stdout
+    unsafe = amplint("fix", "model.py", "--diff", "--unsafe-fixes", cwd=project)
+    assert unsafe.stderr == "Would fix 1 finding; 1 would remain.\n"
+    (project / "model.py").write_text("import torch\nx = torch.ones(3)\n")
+    clean = amplint("fix", "model.py", "--diff", cwd=project)
+    assert clean.returncode == 0 and clean.stdout == "" and clean.stderr == "No fixes to apply.\n"
+    assert amplint("fix", "model.py", "--diff", "-q", cwd=project).stderr == ""
+
+
+def test_statistics_show_the_true_fix_availability(project):
+    out = amplint("check", "model.py", "--statistics", cwd=project).stdout.splitlines()
+    assert out[:4] == [
+        "1  AMP102  [-] underflow-epsilon",
+        "1  AMP301  [*] softmax-in-half",
+        "1  AMP302      reduction-in-half",
+        "1  AMP303  [*] handwritten-softmax",
+    ]
+    proc = amplint("check", "model.py", "--statistics", "--format", "json", cwd=project)
+    rows = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert {r["code"]: (r["count"], r["fixable"], r["safe_fixes"], r["unsafe_fixes"]) for r in rows} == {
+        "AMP102": (1, False, 0, 1), "AMP301": (1, True, 1, 0), "AMP302": (1, False, 0, 0), "AMP303": (1, True, 1, 0),
+    }
+    assert set(rows[0]) == {"code", "name", "count", "fixable", "safe_fixes", "unsafe_fixes"}
+    bad = amplint("check", "model.py", "--statistics", "--format", "sarif", cwd=project)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == "amplint: error: --statistics works with --format text, concise or json, not sarif\n"
+
+
+def test_summary_counts_unsafe_fixes_without_saying_more(project):
+    (project / "model.py").write_text(UNSAFE_ONLY)
+    out = amplint("check", "model.py", cwd=project).stdout
+    assert out.splitlines()[-1] == "Found 1 finding (1 fixable with `amplint fix --unsafe-fixes`)."
+    (project / "model.py").write_text(MODEL)
+    out = amplint("check", "model.py", cwd=project).stdout
+    assert out.splitlines()[-1] == "Found 4 findings (2 fixable with `amplint fix`; 1 more fixable with `amplint fix --unsafe-fixes`)."
+
+
+def test_config_and_missing_path_errors_go_to_stderr(project):
+    for fmt in ("text", "concise", "json"):
+        proc = amplint("check", "model.py", "missing.py", "--format", fmt, cwd=project)
+        assert proc.returncode == 2
+        assert "missing.py:1:1: error: no such file or directory" in proc.stderr
+        assert "missing.py" not in proc.stdout
+        if fmt == "json":
+            assert {f["path"] for f in json.loads(proc.stdout)} == {"model.py"}
+        else:
+            assert "model.py:8:" in proc.stdout
+    (project / "pyproject.toml").write_text("[tool.amplint]\nopt-level = 'O9'\n")
+    proc = amplint("check", "model.py", cwd=project)
+    assert proc.returncode == 2
+    assert "pyproject.toml:2:1: error: [tool.amplint] opt-level" in proc.stderr
+    assert "error" not in proc.stdout.replace("1 error (", "")
+
+
+def test_a_wrong_option_value_is_one_line_and_a_help_hint(project):
+    proc = amplint("check", "--target", "fp12", cwd=project)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "amplint check: error: argument --target: invalid choice: 'fp12' (choose from 'fp16', 'bf16', 'fp8', 'int8')",
+        "For more information, try `amplint check --help`.",
+    ]
+    assert "usage:" not in amplint("fix", "--bogus", cwd=project).stderr
+    assert amplint("frobnicate", cwd=project).stderr.count("\n") == 2
+
+
+def test_messages_quote_the_selected_targets_numbers(project):
+    bf16 = json.loads(amplint("check", "model.py", "--target", "bf16", "--format", "json", cwd=project).stdout)
+    fp16 = json.loads(amplint("check", "model.py", "--format", "json", cwd=project).stdout)
+    by_code = {f["code"]: f["message"] for f in bf16}
+    assert {"AMP301", "AMP302", "AMP303"} <= set(by_code)
+    for message in by_code.values():
+        for fp16_figure in ("6e-8", "65504", "11.09", "fp16", "11 significant bits"):
+            assert fp16_figure not in message, message
+    assert "8 significant bits" in by_code["AMP301"] and "99840" in by_code["AMP302"] and "88.7" in by_code["AMP303"]
+    fp16_messages = {f["code"]: f["message"] for f in fp16}
+    assert "6e-8" in fp16_messages["AMP301"] and "65504" in fp16_messages["AMP302"] and "11.09" in fp16_messages["AMP303"]
+
+
+def test_rules_and_explain_show_mixed_fix_applicability(project):
+    rules = {r["code"]: r["fix"] for r in json.loads(amplint("rules", "--format", "json", cwd=project).stdout)}
+    assert rules["AMP101"] == "safe/unsafe" and rules["AMP401"] == "safe/unsafe" and rules["AMP102"] == "unsafe"
+    text = amplint("rules", cwd=project).stdout
+    assert any(line.startswith("AMP101") and " safe/unsafe " in line for line in text.splitlines())
+    assert "Fix: safe/unsafe" in amplint("explain", "AMP101", cwd=project).stdout
