@@ -155,6 +155,13 @@ class Engine:
         if self.verbosity >= 1 and _rank0():
             print(msg)
 
+    def expect_amp_restore(self, amp_state):
+        """``optimizer.load_state_dict`` met the loss-scaler state saved with it. If it differs
+        from the live scalers, ``scale_loss`` refuses to run until ``amp.load_state_dict``
+        restores it (before or after the optimizer), so a scaler is never silently reset."""
+        if not self.amp_restored and dict(amp_state) != dict(self.state_dict()):
+            self.pending_amp_restore = amp_state
+
     def state_dict(self, destination=None):
         if destination is None:
             destination = collections.OrderedDict()
@@ -483,9 +490,7 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
             eng.model_patches.append(patch)
 
     for state in eng.optimizer_states:
-        if isinstance(state, MasterState):
-            state.mark_synced()
-            state.view_versions = [None] * len(state.masters)
+        state.after_model_cast()
 
     eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i)
                    for i in range(num_losses)]

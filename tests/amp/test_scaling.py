@@ -255,3 +255,31 @@ def test_no_floor_warning_for_ordinary_backoff_or_with_a_lower_min():
 def test_initial_scale_respects_min_loss_scale():
     _setup("O1", min_loss_scale=2.0 ** 20)
     assert amp.loss_scale() == 2.0 ** 20
+
+
+@pytest.mark.parametrize("opt_level", ["O1", "O2"])
+def test_each_optimizer_moves_through_explicit_stages(opt_level):
+    from amplint.amp._optimizer import Stage
+    model, opt, _ = _setup(opt_level)
+    state = opt._amplint_amp
+    assert state.stage is Stage.READY and state.overflow is None
+    with amp.scale_loss(_loss(model, 0), opt, delay_unscale=True) as s:
+        assert state.stage is Stage.SCALED
+        s.backward()
+    assert state.stage is Stage.SCALED                     # still scaled: accumulating
+    with pytest.raises(ValueError):
+        with amp.scale_loss(_loss(model, 1), opt):
+            raise ValueError("boom")
+    assert state.stage is Stage.SCALED                     # an aborted block changes nothing
+    with amp.scale_loss(_loss(model, 1), opt) as s:
+        s.backward()
+    assert state.stage is Stage.UNSCALED and state.overflow is None
+    opt.step()
+    assert state.stage is Stage.STEPPED
+    opt.zero_grad()
+    with amp.scale_loss(_loss(model, 2), opt) as s:
+        s.backward()
+        _inject_inf(model)
+    assert state.stage is Stage.UNSCALED and state.overflow == (0, 32768.0)
+    opt.step()                                             # skipped
+    assert state.stage is Stage.STEPPED and state.overflow is None
