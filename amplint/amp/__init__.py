@@ -34,6 +34,13 @@ Extensions beyond apex (keyword-only)
     ``keep_fp32_modules=(nn.LayerNorm, nn.Softmax, nn.LogSoftmax)`` keeps more module classes
     in fp32 under O2/O3 (they run in fp32 and hand back the input's dtype). CPU models work.
 
+Limits apex lacks (``_scaler.py`` says why)
+    The dynamic scale has a floor, ``min_loss_scale=None`` meaning 2**-14, with a warning the
+    first time an overflow happens there; every scale is a finite number in [2**-24, 2**126];
+    ``initialize`` and ``load_state_dict`` validate their arguments (``load_state_dict`` also
+    refuses a state of the other scaler kind). At O3 an optimizer ``eps`` that underflows the
+    half type is warned about once.
+
 For tools that drive the engine (the runtime verifier)
     ``reset()`` (alias ``deinitialize()``) undoes everything initialize did: restores the
     patched torch functions, removes model hooks and optimizer patches, drops the scalers; user

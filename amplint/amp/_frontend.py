@@ -15,6 +15,7 @@ Engine state (one per process, :data:`ENGINE`):
 from __future__ import annotations
 
 import collections.abc
+import warnings
 import weakref
 
 import torch
@@ -22,7 +23,7 @@ from torch import nn
 
 from ._casting import CASTS
 from ._optimizer import MasterState, OptimizerState
-from ._scaler import LossScaler, _distributed
+from ._scaler import DEFAULT_MAX_LOSS_SCALE, LossScaler, _distributed, check_scale
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 _FIELDS = ("enabled", "opt_level", "cast_model_type", "patch_torch_functions",
@@ -89,12 +90,37 @@ class Properties:
         if name == "master_weights" and o1 and value is not None:
             raise RuntimeError("It doesn't make sense to use master_weights with O1. With O1, your "
                                "model weights themselves should be FP32.")
+        if name == "cast_model_type":
+            _check_cast_model_type(value)
         if name == "loss_scale" and value != "dynamic":
-            value = float(value)
+            value = check_scale("loss_scale", value)
         opts[name] = value
 
     def as_dict(self):
         return dict(self._options)
+
+
+def _check_cast_model_type(value):
+    if value is None or value is False or value in (torch.float16, torch.bfloat16, torch.float32):
+        return
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"amp.initialize: cast_model_type={value!r} is not a torch dtype. Fix: pass "
+                        "torch.float16, torch.bfloat16 or torch.float32 (or leave it None).")
+    why = ("integer weights cannot be trained by gradients" if not value.is_floating_point else
+           "amp casts models down to a half type; a float64 model needs no amp (run it without "
+           "amp.initialize, or at O0)" if value is torch.float64 else
+           "amp's scaling and master weights are built for float16/bfloat16 only")
+    raise ValueError(f"amp.initialize: cast_model_type={value} is not supported: {why}. Fix: pass "
+                     "torch.float16, torch.bfloat16 or torch.float32.")
+
+
+def _check_num_losses(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"amp.initialize: num_losses={value!r} is not an integer. Fix: pass the "
+                        "number of losses you scale separately (an int >= 1).")
+    if value < 1:
+        raise ValueError(f"amp.initialize: num_losses={value!r} must be at least 1 (one loss "
+                         "scaler per loss_id).")
 
 
 class _ModelPatch:
@@ -129,11 +155,18 @@ class Engine:
         if self.verbosity >= 1 and _rank0():
             print(msg)
 
+    def expect_amp_restore(self, amp_state):
+        """``optimizer.load_state_dict`` met the loss-scaler state saved with it. If it differs
+        from the live scalers, ``scale_loss`` refuses to run until ``amp.load_state_dict``
+        restores it (before or after the optimizer), so a scaler is never silently reset."""
+        if not self.amp_restored and dict(amp_state) != dict(self.state_dict()):
+            self.pending_amp_restore = amp_state
+
     def state_dict(self, destination=None):
         if destination is None:
             destination = collections.OrderedDict()
         for i, s in enumerate(self.scalers):
-            destination[f"loss_scaler{i}"] = {"loss_scale": float(s.scale), "unskipped": int(s.unskipped)}
+            destination[f"loss_scaler{i}"] = s.state_dict()
         return destination
 
 
@@ -324,7 +357,7 @@ def _check_optimizers(optimizers, models):
 def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
                patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
                loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
-               min_loss_scale=None, max_loss_scale=2.0 ** 24, *, half_dtype=None,
+               min_loss_scale=None, max_loss_scale=DEFAULT_MAX_LOSS_SCALE, *, half_dtype=None,
                keep_fp32_modules=None):
     """apex ``amp.initialize``; see :mod:`amplint.amp` for the extensions
     (``half_dtype``, ``keep_fp32_modules``, CPU models, bf16)."""
@@ -356,6 +389,14 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
             "that in `O0`, `O1`, etc., the prefix O is the letter O, not the number zero.")
     if half_dtype is not None and half_dtype not in _LOW:
         raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {half_dtype}")
+    _check_num_losses(num_losses)
+    min_loss_scale = check_scale("min_loss_scale", min_loss_scale, allow_none=True)
+    max_loss_scale = check_scale("max_loss_scale", max_loss_scale, allow_none=True)
+    if (min_loss_scale is not None and max_loss_scale is not None
+            and min_loss_scale > max_loss_scale):
+        raise ValueError(f"amp.initialize: min_loss_scale={min_loss_scale!r} is larger than "
+                         f"max_loss_scale={max_loss_scale!r}. Fix: pass min_loss_scale <= "
+                         "max_loss_scale.")
     props.enabled = True
     props.opt_level = opt_level
     for k, v in _PRESETS[opt_level].items():
@@ -449,14 +490,13 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
             eng.model_patches.append(patch)
 
     for state in eng.optimizer_states:
-        if isinstance(state, MasterState):
-            state.mark_synced()
-            state.view_versions = [None] * len(state.masters)
+        state.after_model_cast()
 
-    eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale)
-                   for _ in range(num_losses)]
+    eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i)
+                   for i in range(num_losses)]
     if props.patch_torch_functions:
         CASTS.install(eng.half_dtype)
+    _warn_half_divisors(opt_list, props.opt_level)
 
     model_ret = model_list if models_was_list else model_list[0]
     if optimizers is None:
@@ -464,6 +504,44 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     if isinstance(optimizers, list):
         return model_ret, opt_list
     return model_ret, opt_list[0]
+
+
+# Optimizer hyper-parameters that the update adds to a denominator (Adam's, RMSprop's,
+# Adagrad's, Adadelta's ``eps``; Adafactor's is a tuple). torch names them all ``eps``.
+_DIVISOR_KEYS = ("eps",)
+_SAFE_DIVISOR = {torch.float16: "1e-4", torch.bfloat16: "1e-8"}
+
+
+def _warn_half_divisors(optimizers, opt_level):
+    """One warning when an optimizer steps half weights itself (O3, or O2 without master
+    weights) with an ``eps`` below the half type's smallest normal: there it is subnormal or 0,
+    so a zero second moment divides by (almost) zero and the weights turn inf/NaN. bf16 has
+    fp32's exponent range, so only a value that underflows there too is reported."""
+    found = []
+    for opt in optimizers:
+        for index, group in enumerate(opt.param_groups):
+            half = next((p.dtype for p in group["params"] if p.dtype in _LOW), None)
+            if half is None:
+                continue
+            tiny = torch.finfo(half).tiny
+            for key in _DIVISOR_KEYS:
+                values = group.get(key)
+                for value in values if isinstance(values, (tuple, list)) else (values,):
+                    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                            and value < tiny):
+                        found.append((opt, index, key, value, half, tiny))
+    if not found:
+        return
+    opt, index, key, value, half, tiny = found[0]
+    name = str(half).replace("torch.", "")
+    more = f" ({len(found) - 1} more param group(s) likewise)" if len(found) > 1 else ""
+    warnings.warn(
+        f"amplint.amp {opt_level}: {type(opt).__name__} (param group {index}) updates {name} "
+        f"weights directly with {key}={value!r}, below {name}'s smallest normal ({tiny:.2g}){more}: "
+        f"in the {name} update it becomes subnormal or 0, so a zero second moment divides by "
+        f"(almost) zero and the weights turn inf/NaN. Fix: pass {key}={_SAFE_DIVISOR[half]} "
+        f"to the optimizer, or use O2, whose fp32 master weights keep the update in fp32.",
+        RuntimeWarning, stacklevel=4)
 
 
 def _print_props(eng, title, props):
@@ -504,7 +582,8 @@ deinitialize = reset
 
 
 def state_dict(destination=None):
-    """``{'loss_scaler0': {'loss_scale': float, 'unskipped': int}, ...}`` (apex format)."""
+    """``{'loss_scaler0': {'loss_scale': float, 'unskipped': int, 'dynamic': bool}, ...}``
+    (apex's format plus the scaler kind; apex's own states load too)."""
     if ENGINE.props is None:
         raise RuntimeError("amp.state_dict() called before amp.initialize(...).")
     return ENGINE.state_dict(destination)
@@ -512,7 +591,8 @@ def state_dict(destination=None):
 
 def load_state_dict(state_dict):
     """Restore the loss scalers saved by :func:`state_dict`. Strict: a missing, extra or
-    malformed entry raises (apex warned and carried on with a fresh scaler)."""
+    malformed entry, a value out of range, or a state of the other scaler kind (dynamic vs
+    static) raises (apex warned and carried on with a fresh scaler, or loaded anything)."""
     eng = ENGINE
     if eng.props is None:
         raise RuntimeError("amp.load_state_dict() called before amp.initialize(...). Fix: call "
@@ -533,21 +613,12 @@ def load_state_dict(state_dict):
             + (f"missing key(s) {missing}; " if missing else "")
             + f"this run has num_losses={n}. Fix: initialize with the num_losses the checkpoint "
               f"was saved with ({len(state_dict)} entries).")
-    parsed = []
-    for key in expected:
-        entry = state_dict[key]
-        try:
-            scale = float(entry["loss_scale"])
-            unskipped = int(entry["unskipped"])
-        except (TypeError, KeyError, ValueError):
-            raise RuntimeError(f"amp state entry {key!r} is malformed: {entry!r}; expected "
-                               "{'loss_scale': float, 'unskipped': int}.") from None
-        if not (scale > 0 and scale != float("inf")) or unskipped < 0:
-            raise RuntimeError(f"amp state entry {key!r} has an invalid value: {entry!r}.")
-        parsed.append((scale, unskipped))
+    run = f"opt_level {eng.props.opt_level}" + (
+        ", bfloat16" if eng.half_dtype is torch.bfloat16 else "")
+    parsed = [scaler.parse_state(key, state_dict[key], run)
+              for key, scaler in zip(expected, eng.scalers)]   # all checked before any is set
     for scaler, (scale, unskipped) in zip(eng.scalers, parsed):
-        scaler.scale = scale
-        scaler.unskipped = unskipped
+        scaler.load_parsed(scale, unskipped)
     eng.pending_amp_restore = None
     eng.amp_restored = True
 

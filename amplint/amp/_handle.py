@@ -71,30 +71,24 @@ def scale_loss(loss, optimizers, loss_id=0, model=None, delay_unscale=False,
                 CASTS.clear_cache()
         return
 
-    if not delay_unscale:
-        for s in states:
-            if not s.scaled_grads_pending:
-                s.prepare()
+    for s in states:
+        s.enter_block(delay_unscale)
     try:
         yield loss.float() * scale
     except BaseException:
         for s in states:
-            s.abort()
+            s.abort_block()
         if o1:
             CASTS.clear_cache()
         raise
 
-    if delay_unscale:
-        for s in states:
-            s.scaled_grads_pending = True
-    else:
+    if not delay_unscale:  # delayed: the gradients stay scaled (stage SCALED) for the next block
         scaler.clear_overflow_state()
         for s in states:
-            s.post(scaler)
-            s.scaled_grads_pending = False
+            s.unscale_block(scaler)
         should_skip = False if delay_overflow_check else scaler.update_scale(eng.reduce_device)
         if should_skip:
             for s in states:
-                s.skip_next = (loss_id, scaler.scale)
+                s.skip_next_step(loss_id, scaler.scale)
     if o1:
         CASTS.clear_cache()

@@ -4,6 +4,12 @@ Every optimizer passed to ``initialize`` gets ``optimizer._amplint_amp``, an
 :class:`OptimizerState`, and instance-level ``step``/``zero_grad`` patches that
 :meth:`OptimizerState.detach` removes again.
 
+Each :class:`OptimizerState` is in one :class:`Stage` (as GradScaler keeps one per optimizer),
+changed only by its own methods, which ``scale_loss`` and the patched ``step``/``zero_grad``
+call: READY -> (block entry) SCALED -> (exit) UNSCALED -> (step) STEPPED; a
+``delay_unscale`` exit stays SCALED, so the next block adds to the scaled gradients. An
+overflow found at an exit is kept beside the stage until the step it skips.
+
 Gradient invariant (apex): between ``scale_loss`` blocks the gradients the optimizer will use
 are *unscaled*. At block entry (:meth:`prepare`) existing gradients are stashed and set to
 None so backward writes fresh, scaled ones; at exit (:meth:`post`) the fresh ones are
@@ -25,6 +31,7 @@ Master weights (O2), for each model parameter cast to half ``p`` with master ``m
 """
 from __future__ import annotations
 
+import enum
 import types
 import warnings
 
@@ -45,17 +52,48 @@ _MASTERS_KEY = "amplint_master_params"
 _AMP_KEY = "amplint_amp"
 
 
+class Stage(enum.Enum):
+    READY = "ready"        # .grad is unscaled or None; the next block stashes it and adds it back
+    SCALED = "scaled"      # .grad holds scaled gradients: inside a block, or after delay_unscale
+    UNSCALED = "unscaled"  # a block exit unscaled the new gradients; the step applies or skips them
+    STEPPED = "stepped"    # step ran (or was skipped); .grad is unscaled until zero_grad
+
+
 class OptimizerState:
     def __init__(self, optimizer, engine, session):
         self.optimizer = optimizer
         self.engine = engine
         self.session = session
-        self.scaled_grads_pending = False  # apex params_have_scaled_gradients (delay_unscale)
-        self.skip_next: tuple | None = None  # (loss_id, new scale) when the next step is skipped
+        self.stage = Stage.READY
+        self.overflow: tuple | None = None  # (loss_id, new scale): the next step is skipped
+        self._stage_at_entry = Stage.READY
         self._stash: list | None = None
         self._hooks: list = []
         self._orig = {}
         self.has_masters = False
+
+    # -- stage transitions (called by scale_loss) ------------------------------------------------
+    def enter_block(self, delay_unscale: bool):
+        """A ``scale_loss`` block starts: stash the unscaled gradients so backward writes fresh,
+        scaled ones, unless scaled ones are still accumulating (apex's delay_unscale)."""
+        self._stage_at_entry = self.stage
+        if self.stage is not Stage.SCALED and not delay_unscale:
+            self.prepare()
+        self.stage = Stage.SCALED
+
+    def abort_block(self):
+        """The block raised: put the stashed gradients back, as if it never started."""
+        self.abort()
+        self.stage = self._stage_at_entry
+
+    def unscale_block(self, scaler):
+        """The block exited without delay_unscale: unscale the new gradients into ``.grad``."""
+        self.post(scaler)
+        self.stage = Stage.UNSCALED
+
+    def skip_next_step(self, loss_id: int, new_scale: float):
+        """The gradients of the block that just exited overflowed: the next step is skipped."""
+        self.overflow = (loss_id, new_scale)
 
     # -- plain gradients ------------------------------------------------------------------
     def _params(self):
@@ -117,6 +155,9 @@ class OptimizerState:
     def load_extra_state(self, extra: dict):
         pass
 
+    def after_model_cast(self):
+        """``initialize`` has cast the model (no-op without master weights)."""
+
     def zero_grad(self, orig, set_to_none=True):
         return orig(set_to_none=set_to_none)
 
@@ -165,14 +206,15 @@ class OptimizerState:
         self.session = None
 
     def _step(self, orig_step, closure):
-        if self.skip_next is not None:
-            loss_id, new_scale = self.skip_next
-            self.skip_next = None
+        if self.overflow is not None:
+            loss_id, new_scale = self.overflow
+            self.overflow = None
             if closure is not None:
                 raise RuntimeError("amplint.amp does not support optimizer.step(closure).")
             self.engine.log(f"Gradient overflow.  Skipping step, loss scaler {loss_id} "
                             f"reducing loss scale to {new_scale}")
             self.on_skip()
+            self.stage = Stage.STEPPED
             return None
         if closure is not None and self.has_masters:
             raise RuntimeError("amplint.amp does not support optimizer.step(closure) with fp32 "
@@ -184,6 +226,7 @@ class OptimizerState:
         else:
             ret = orig_step() if closure is None else orig_step(closure)
         self.after_step()
+        self.stage = Stage.STEPPED
         return ret
 
     # -- checkpoint hooks -------------------------------------------------------------------
@@ -196,12 +239,8 @@ class OptimizerState:
         state_dict = dict(state_dict)
         self._pending_extra = {k: state_dict.pop(k) for k in (_MASTERS_KEY,) if k in state_dict}
         amp_state = state_dict.pop(_AMP_KEY, None)
-        eng = self.engine
-        # The checkpoint carries loss-scaler state that differs from the live scalers: unless
-        # amp.load_state_dict restores it (before or after this call), scale_loss refuses to run.
-        if (amp_state and self.session is eng.session and not eng.amp_restored
-                and dict(amp_state) != dict(eng.state_dict())):
-            eng.pending_amp_restore = amp_state
+        if amp_state and self.session is self.engine.session:
+            self.engine.expect_amp_restore(amp_state)
         return state_dict
 
     def _load_post_hook(self, optimizer):
@@ -239,6 +278,9 @@ class MasterState(OptimizerState):
 
     def mark_synced(self):
         self.synced = [p._version for p in self.model_params]
+
+    def after_model_cast(self):
+        self.mark_synced()  # casting bumped the model parameters' versions
 
     def _plain_params(self):
         return self.fp32_params

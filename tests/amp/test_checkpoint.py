@@ -131,3 +131,84 @@ def test_state_dict_and_load_before_initialize():
         amp.state_dict()
     with pytest.raises(RuntimeError, match="before amp.initialize"):
         amp.load_state_dict({"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}})
+
+
+def _fresh(level, **kw):
+    model, opt = _build(0)
+    return amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
+
+
+@pytest.mark.parametrize("saved_level,saved_kw,level,kw", [
+    ("O1", {}, "O3", {}),                                        # dynamic into static
+    ("O3", {}, "O1", {}),                                        # static into dynamic
+    ("O2", {}, "O1", {"half_dtype": torch.bfloat16}),            # fp16 dynamic into bf16 static
+])
+def test_a_state_of_the_other_scaler_kind_is_refused(saved_level, saved_kw, level, kw):
+    _fresh(saved_level, **saved_kw)
+    saved = amp.state_dict()
+    amp.reset()
+    _fresh(level, **kw)
+    before = amp.state_dict()
+    with pytest.raises(RuntimeError, match=r"'loss_scaler0' was saved by a (dynamic|static) loss "
+                                           r"scaler.*this run \(opt_level O[13].*Fix: initialize"):
+        amp.load_state_dict(saved)
+    assert amp.state_dict() == before
+
+
+def test_apex_format_states_load_and_a_dynamic_one_is_refused_by_a_static_run():
+    _fresh("O1")
+    amp.load_state_dict({"loss_scaler0": {"loss_scale": 1024.0, "unskipped": 7}})   # apex's format
+    assert amp.state_dict()["loss_scaler0"] == {"loss_scale": 1024.0, "unskipped": 7, "dynamic": True}
+    amp.reset()
+    model, opt = _fresh("O3")
+    with pytest.raises(RuntimeError, match="static loss scale of 1.0"):
+        amp.load_state_dict({"loss_scaler0": {"loss_scale": 65536.0, "unskipped": 0}})
+    amp.load_state_dict({"loss_scaler0": {"loss_scale": 1.0, "unskipped": 12}})       # same kind
+    _train(model, opt, range(1))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("entry,reason", [
+    ({"loss_scale": 1.0, "unskipped": 2000}, r"unskipped=2000 is outside \[0, 2000\)"),
+    ({"loss_scale": 1.0, "unskipped": -1}, r"unskipped=-1 is outside"),
+    ({"loss_scale": 1.0, "unskipped": 1.9}, r"unskipped=1.9 is not an integer"),
+    ({"loss_scale": 1.0, "unskipped": True}, r"unskipped=True is not an integer"),
+    ({"loss_scale": True, "unskipped": 0}, r"loss_scale=True is not a number"),
+    ({"loss_scale": "1.0", "unskipped": 0}, r"loss_scale='1.0' is not a number"),
+    ({"loss_scale": 1e300, "unskipped": 0}, r"loss_scale=1e\+300 is not a finite number"),
+    ({"loss_scale": 5e-324, "unskipped": 0}, r"loss_scale=5e-324 is not a finite number"),
+    ({"loss_scale": 2.9e-39, "unskipped": 0}, r"loss_scale=2.9e-39 is not a finite number"),
+    ({"loss_scale": float("nan"), "unskipped": 0}, r"loss_scale=nan is not a finite number"),
+    ({"loss_scale": float("inf"), "unskipped": 0}, r"loss_scale=inf is not a finite number"),
+    ({"loss_scale": 0.0, "unskipped": 0}, r"loss_scale=0.0 is not a finite number"),
+    ({"loss_scale": 2.0 ** -20, "unskipped": 0}, r"outside this run's \[min_loss_scale, max_loss_scale\]"),
+    ({"loss_scale": 2.0 ** 25, "unskipped": 0}, r"outside this run's \[min_loss_scale, max_loss_scale\]"),
+    ({"loss_scale": 1.0, "unskipped": 0, "dynamic": "yes"}, r"dynamic='yes' is not True or False"),
+    ({"loss_scale": 1.0, "unskipped": 0, "growth": 2}, r"unexpected field\(s\) \['growth'\]"),
+])
+def test_out_of_range_or_mistyped_fields_are_refused(entry, reason):
+    _fresh("O1")
+    with pytest.raises(RuntimeError, match=reason):
+        amp.load_state_dict({"loss_scaler0": entry})
+    assert amp.loss_scale() == 65536.0
+
+
+def test_a_bad_entry_among_several_loads_none():
+    _fresh("O1", num_losses=2)
+    with pytest.raises(RuntimeError, match="loss_scaler1"):
+        amp.load_state_dict({"loss_scaler0": {"loss_scale": 8.0, "unskipped": 3},
+                             "loss_scaler1": {"loss_scale": 8.0, "unskipped": 5000}})
+    assert amp.loss_scale(0) == 65536.0 and amp.loss_scale(1) == 65536.0
+
+
+def test_the_last_legal_unskipped_still_grows_and_a_larger_count_can_never_freeze_growth():
+    # The adversarial report's state (unskipped=2000) left the scale at 1.0 forever because
+    # growth tested `== 2000`; it is refused now, and growth tests `>=` besides.
+    model, opt = _fresh("O1")
+    amp.load_state_dict({"loss_scaler0": {"loss_scale": 1.0, "unskipped": 1999}})
+    _train(model, opt, range(1))
+    assert amp.state_dict()["loss_scaler0"]["loss_scale"] == 2.0
+    from amplint.amp._frontend import ENGINE
+    ENGINE.scalers[0].unskipped = 2500
+    _train(model, opt, range(1, 2))
+    assert amp.loss_scale() == 4.0
