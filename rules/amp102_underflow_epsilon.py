@@ -5,8 +5,8 @@ import ast
 import math
 from typing import Optional
 
-from amplint.analysis.constants import dtype_branch, fp32_evidence
-from amplint.numerics import FORMATS, fmt
+from amplint.analysis.constants import fp32_evidence
+from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 #: functions / methods for which an argument of the form `x + eps` is a stabiliser
@@ -341,7 +341,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                    severity=Severity.ERROR if zero else Severity.WARNING)
 
     def _runs_in_half(self, ctx, node, operand) -> bool:
-        if dtype_branch(ctx, node) is False:
+        if ctx.branch_runs_in_half(node) is False:
             return False
         if ctx.settings.opt_level != "O3":
             cls = ctx.enclosing_class(node)
@@ -353,13 +353,14 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     # --- x + eps in a stabilising position --------------------------------------------
 
-    def begin_file(self, ctx) -> None:
-        self._eps_fmt = self._format(ctx)
+    def begin_file(self, ctx) -> Optional[Format]:
+        """The file's state: the target's format (None: nothing to do in this file)."""
+        return self._format(ctx)
 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         if not isinstance(node.op, ast.Add):
             return
-        fmt_ = self._eps_fmt
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         for side, other in ((node.right, node.left), (node.left, node.right)):
@@ -420,7 +421,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
     def _norm_argument(self, node, cls, ctx):
         """``MyLayerNorm(d, eps=1e-12)`` where ``MyLayerNorm`` is a hand-written norm of
         this file: a module whose ``forward`` divides, takes a root or a log."""
-        fmt_ = self._eps_fmt
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         for kw in node.keywords:
@@ -439,7 +440,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                          f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision")
 
     def _clamp(self, node, name, ctx):
-        fmt_ = self._eps_fmt
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         qn = ctx.qualname(node.func)
@@ -467,7 +468,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         qn = ctx.qualname(node.func)
         if qn is None or not (qn.startswith("torch.optim.") or qn.startswith("apex.optimizers.") or qn.startswith("amplint.")):
             return
-        fmt_ = self._format(ctx)
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         where = "at O3 the optimizer state is half (no fp32 master weights), so eps vanishes from the update's denominator"

@@ -9,11 +9,11 @@ from amplint.analysis.constants import (
     SOFTMAX_ATTRS,
     feeds_softmax,
     may_hold_inf,
-    finfo_text,
     mask_kind,
     origin_has_default,
     tensor_name,
 )
+from amplint.fixes import finfo_text
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 
@@ -192,12 +192,13 @@ parameter default, the use is not rewritten (a caller may pass another value).
         ),
     ]
 
-    def begin_file(self, ctx) -> None:
-        # -inf is spelled with "inf" (float("-inf"), math.inf, np.NINF...) or comes from a config
-        self._active = may_hold_inf(ctx.source)
+    def begin_file(self, ctx) -> bool:
+        """The file's state: whether it can hold -inf at all -- spelled with "inf"
+        (float("-inf"), math.inf, np.NINF...) or from a config."""
+        return may_hold_inf(ctx.source)
 
     def _is_neg_inf(self, ctx, expr):
-        if expr is None or not self._active:
+        if expr is None or not ctx.state(self):
             return None
         if not isinstance(expr, (ast.Call, ast.UnaryOp, ast.Name, ast.Attribute)):
             return None
@@ -265,7 +266,7 @@ parameter default, the use is not rewritten (a caller may pass another value).
         self._check(ctx, node, value, mask, target, produced)
 
     def visit_Assign(self, node: ast.Assign, ctx) -> None:
-        if not self._active or len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
+        if not ctx.state(self) or len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
             return
         if self._is_neg_inf(ctx, node.value) is None:
             return

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import math
-import os
 import re
 from typing import Optional
 
+from amplint.analysis.calls import argument
+from amplint.analysis.config_dims import layer_size_uses, unaligned_definitions
 from amplint.analysis.dims import (
     CHECKPOINT_MARKERS,
     GEMM_FUNCTIONS,
+    LAYER_MARKERS,
     LAYERS,
+    MIN_SIZE,
+    SMALL_HEAD,
+    VOCAB_NAME_PARTS,
     Root,
-    argument,
     as_size,
     data_named,
     find_root,
@@ -24,24 +29,37 @@ from amplint.analysis.dims import (
     next_multiple,
     parameter_shape,
 )
-from amplint.evaluate import config_fields, is_config_class
 from amplint.numerics import FORMATS
 from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 
-#: output widths below this are heads (classes, regression targets): too narrow for the
-#: alignment to matter, and a hidden width that small is caught as the next layer's input
-SMALL_HEAD = 64
-#: sizes below this are input features, latent codes, pixel rows, tiny toy widths: the
-#: data's, not the design's, and too small for the alignment to cost measurable time
-MIN_SIZE = 32
-#: an embedding's row count is a GEMM size only for a vocabulary (tied to the output layer)
-VOCAB_NAME_PARTS = ("vocab", "token", "word", "char")
 #: the variable / field a provenance note names: "`x` is defined here", "default of
 #: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
 _NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
 _PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 _GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
-_LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
+
+
+@dataclasses.dataclass
+class _File:
+    """AMP201's state for one file: layer calls are remembered during the walk and
+    reported in ``end_file``, once the file's head splits and GEMM weights are known."""
+
+    alignment: int
+    floor: int
+    #: the file loads a pretrained checkpoint: padding a config-bound size breaks loading
+    checkpoint: bool
+    #: (layer call, label, its unaligned sizes)
+    pending: list[tuple[ast.AST, str, list[_Size]]] = dataclasses.field(default_factory=list)
+    #: (nn.Parameter call, self attribute, class name, shape)
+    params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = dataclasses.field(default_factory=list)
+    #: (class name, self attribute) of parameters a GEMM reads
+    gemm_attrs: set[tuple[Optional[str], str]] = dataclasses.field(default_factory=set)
+    #: root key -> head counts the width is split by
+    divisors: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(set))
+    splits: list[ast.BinOp] = dataclasses.field(default_factory=list)
+    matmuls: list[ast.BinOp] = dataclasses.field(default_factory=list)
+    #: literal values also written elsewhere in the file (no fix for them)
+    scattered: set = dataclasses.field(default_factory=set)
 
 
 class _Size:
@@ -121,7 +139,7 @@ class UnalignedDimension(Rule):
     summary = "Layer size not a multiple of 8 (16 for fp8/int8): Tensor Core GEMMs fall back to slow kernels"
     severity = Severity.WARNING
     fix_applicability = "unsafe"
-    markers = _LAYER_MARKERS + ("Config", "dataclass")
+    markers = LAYER_MARKERS + ("Config", "dataclass")
     #: a file can only use another file's config field through a config-like name
     collect_markers = ("config", "cfg", "hparams", "params.", "args.", "opt.", "hp.", "conf.")
     docs = """
@@ -454,20 +472,17 @@ class GPTConfig:
 
     # --- per file state ----------------------------------------------------------------
 
-    def begin_file(self, ctx) -> None:
-        self._alignment = ctx.settings.effective_alignment()
-        self._floor = FORMATS[ctx.settings.target].alignment
-        self._checkpoint = any(m in ctx.source for m in CHECKPOINT_MARKERS)
-        self._pending: list[tuple[ast.AST, str, list[_Size]]] = []
-        self._params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = []
-        self._gemm_attrs: set[tuple[Optional[str], str]] = set()
-        self._divisors: dict = collections.defaultdict(set)
-        self._splits: list[ast.BinOp] = []
-        self._matmuls: list[ast.BinOp] = []
+    def begin_file(self, ctx) -> _File:
+        return _File(
+            alignment=ctx.settings.effective_alignment(),
+            floor=FORMATS[ctx.settings.target].alignment,
+            checkpoint=any(m in ctx.source for m in CHECKPOINT_MARKERS),
+        )
 
     # --- visitors ----------------------------------------------------------------------
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
+        st = ctx.state(self)
         name = layer_name(node)
         if name is not None:
             if is_torch_layer(ctx, node, name):
@@ -486,67 +501,72 @@ class GPTConfig:
                     if i < len(node.args):
                         used = _self_attr(node.args[i])
                         if used:
-                            self._gemm_attrs.add((cls.name if cls else None, used))
+                            st.gemm_attrs.add((cls.name if cls else None, used))
 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        st = ctx.state(self)
         # only remembered here; looked at in end_file when there is something to report
         op = node.op
         if isinstance(op, (ast.FloorDiv, ast.Mod)):
             if not isinstance(node.left, ast.Constant):
-                self._splits.append(node)
+                st.splits.append(node)
         elif isinstance(op, ast.MatMult):
-            self._matmuls.append(node)
+            st.matmuls.append(node)
 
     def _collect_splits(self, ctx) -> None:
         """Divisors the model relies on: ``width // heads``, ``width % heads``."""
-        splits, self._splits = self._splits, []
+        st = ctx.state(self)
+        splits, st.splits = st.splits, []
         for node in splits:
             root = find_root(ctx, node.left)
             if root is not None and root.kind == "literal":
                 divisor = ctx.evaluate(node.right)
-                self._add_divisor(root, as_size(divisor.value) if divisor else None)
+                self._add_divisor(st, root, as_size(divisor.value) if divisor else None)
 
     def _collect_matmuls(self, ctx) -> None:
-        for node in self._matmuls:
+        st = ctx.state(self)
+        for node in st.matmuls:
             cls = ctx.enclosing_class(node)
             for side in (node.left, node.right):
                 used = _self_attr(side)
                 if used:
-                    self._gemm_attrs.add((cls.name if cls else None, used))
+                    st.gemm_attrs.add((cls.name if cls else None, used))
 
-    def _add_divisor(self, root: Root, divisor: Optional[int]) -> None:
+    def _add_divisor(self, st: _File, root: Root, divisor: Optional[int]) -> None:
         if not divisor or divisor < 2:
             return
         value = root.mult * root.node.value
         if value % divisor == 0:  # a split the model relies on (heads); keep it exact
-            self._divisors[root.key].add(divisor // math.gcd(divisor, root.mult))
+            st.divisors[root.key].add(divisor // math.gcd(divisor, root.mult))
 
     def _layer(self, call: ast.Call, name: str, ctx) -> None:
+        st = ctx.state(self)
         dims, heads, groups = LAYERS[name]
         if groups is not None:
-            g = argument(call, *groups)
+            g = argument(call, groups[1], groups[0])
             if g is not None:
                 gv = ctx.evaluate(g)
                 if gv is None or gv.value != 1:
                     return
         if heads is not None:
-            h, first = argument(call, *heads), argument(call, dims[0].index, dims[0].keyword)
+            h, first = argument(call, heads[1], heads[0]), argument(call, dims[0].keyword, dims[0].index)
             if h is not None and first is not None:
                 root = find_root(ctx, first)
                 hv = ctx.evaluate(h)
                 if root is not None and root.kind == "literal" and hv is not None:
-                    self._add_divisor(root, as_size(hv.value))
+                    self._add_divisor(st, root, as_size(hv.value))
         sizes = []
         for dim in dims:
-            expr = argument(call, dim.index, dim.keyword)
+            expr = argument(call, dim.keyword, dim.index)
             if expr is not None:
                 size = self._unaligned(expr, ctx, dim.keyword, dim.role)
                 if size is not None:
                     sizes.append(size)
         if sizes:
-            self._pending.append((call, f"`nn.{name}`", sizes))
+            st.pending.append((call, f"`nn.{name}`", sizes))
 
     def _parameter(self, call: ast.Call, ctx) -> None:
+        st = ctx.state(self)
         shape = parameter_shape(ctx, call)
         if shape is None:
             return
@@ -558,14 +578,15 @@ class GPTConfig:
         if attr is None:
             return
         cls = ctx.enclosing_class(call)
-        self._params.append((call, attr, cls.name if cls else None, shape))
+        st.params.append((call, attr, cls.name if cls else None, shape))
 
     def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[_Size]:
+        st = ctx.state(self)
         value = ctx.evaluate(expr)
         if value is None:
             return None
         size = as_size(value.value)
-        if size is None or size % self._alignment == 0 or size < max(self._floor, MIN_SIZE):
+        if size is None or size % st.alignment == 0 or size < max(st.floor, MIN_SIZE):
             return None
         if role == "out" and size < SMALL_HEAD:
             return None  # a head (classes, targets); a hidden width shows up as the next layer's input
@@ -587,39 +608,41 @@ class GPTConfig:
     # --- reporting ---------------------------------------------------------------------
 
     def end_file(self, ctx) -> None:
-        if self._params:
+        st = ctx.state(self)
+        if st.params:
             self._collect_matmuls(ctx)
-        for call, attr, cls, shape in self._params:
-            if (cls, attr) not in self._gemm_attrs and "weight" not in attr.lower():
+        for call, attr, cls, shape in st.params:
+            if (cls, attr) not in st.gemm_attrs and "weight" not in attr.lower():
                 continue
             sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
             if sizes:
-                self._pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
-        if self._pending:
+                st.pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
+        if st.pending:
             self._collect_splits(ctx)
         fixed_keys: set = set()
-        self._scattered = self._scattered_literals(ctx)
-        for call, label, sizes in self._pending:
+        st.scattered = self._scattered_literals(ctx)
+        for call, label, sizes in st.pending:
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
             self._report_config_definitions(ctx, fixed_keys)
 
-    def _split_note(self, divisors) -> str:
-        divisors = sorted(d for d in divisors if self._alignment % d)
+    def _split_note(self, st: _File, divisors) -> str:
+        divisors = sorted(d for d in divisors if st.alignment % d)
         if not divisors:
             return ""
         return f" (also a multiple of {', '.join(map(str, divisors))}: the width is split into heads)"
 
-    def _padded(self, root: Root, extra_divisors=()) -> int:
-        step = lcm(self._alignment, *self._divisors.get(root.key, ()), *extra_divisors)
+    def _padded(self, st: _File, root: Root, extra_divisors=()) -> int:
+        step = lcm(st.alignment, *st.divisors.get(root.key, ()), *extra_divisors)
         return next_multiple(root.node.value, step)
 
     def _scattered_literals(self, ctx) -> set:
         """Numbers written as bare literals in flagged layer calls that the file also
         writes somewhere else (``torch.zeros(b, 51)`` next to ``nn.LSTMCell(51, 51)``, or
         an unflagged layer): padding only the flagged literals would break the model."""
+        st = ctx.state(self)
         flagged: dict = collections.defaultdict(set)
-        for _, _, sizes in self._pending:
+        for _, _, sizes in st.pending:
             for s in sizes:
                 root = s.root
                 if root is not None and root.kind == "literal" and not root.names:
@@ -631,14 +654,15 @@ class GPTConfig:
         return scattered
 
     def _report_use(self, ctx, call, label, sizes: list[_Size], fixed_keys: set) -> None:
-        alignment = self._alignment
+        st = ctx.state(self)
+        alignment = st.alignment
         related: list[Related] = []
         for s in sizes:
             for r in s.origin:
                 if r not in related:
                     related.append(r)
         message = f"{label} {_sizes_text(sizes, alignment)}"
-        checkpoint = self._checkpoint and any(s.root is None or s.root.via_config for s in sizes)
+        checkpoint = st.checkpoint and any(s.root is None or s.root.via_config for s in sizes)
         if checkpoint:
             message += (
                 "; bound to a pretrained checkpoint (this file loads one): padding here breaks loading, "
@@ -649,16 +673,16 @@ class GPTConfig:
         edits, notes, elsewhere = {}, [], []
         for s in sizes:
             root = s.root
-            if root is not None and root.kind == "literal" and not root.names and root.node.value in self._scattered:
+            if root is not None and root.kind == "literal" and not root.names and root.node.value in st.scattered:
                 elsewhere.append(
                     f"{root.node.value} is also written elsewhere in this file: name it once and pad the name"
                 )
             elif root is not None and root.kind == "literal":
                 if root.key not in edits:
-                    new = self._padded(root)
+                    new = self._padded(st, root)
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
-                    notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(self._divisors.get(root.key, ())))
+                    notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(st, st.divisors.get(root.key, ())))
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
                 elsewhere.append(
@@ -673,135 +697,27 @@ class GPTConfig:
             fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(dict.fromkeys(notes)) + " (changes the architecture)")
         ctx.report(self, call, message, fix=fix, related=related)
 
+
     # --- sizes defined here, used as layer sizes in another file -----------------------
 
     @classmethod
     def collect(cls, ctx):
-        """Config fields this file uses as layer sizes (and head splits of them), for the
-        file that defines the config."""
-        source = ctx.source
-        if not any(m in source for m in _LAYER_MARKERS):
-            return None
-        checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
-        uses, divisors, splits = [], [], []
-        for node in ctx.nodes("Call") + ctx.nodes("BinOp"):  # collected by the engine's walk
-            if isinstance(node, ast.Call):
-                name = layer_name(node)
-                if name is None or not is_torch_layer(ctx, node, name):
-                    continue
-                dims, heads, _ = LAYERS[name]
-                for dim in dims:
-                    expr = argument(node, dim.index, dim.keyword)
-                    if not isinstance(expr, (ast.Attribute, ast.Name, ast.BinOp)):
-                        continue
-                    root = find_root(ctx, expr)
-                    if root is not None and root.kind == "config":
-                        uses.append({
-                            "field": root.field, "cls": root.cls, "mult": root.mult, "names": list(root.names),
-                            "line": node.lineno, "column": ctx.char_col(node.lineno, node.col_offset) + 1,
-                            "layer": f"nn.{name}", "arg": dim.keyword, "role": dim.role, "checkpoint": checkpoint,
-                        })
-                if heads is not None:
-                    first, h = argument(node, dims[0].index, dims[0].keyword), argument(node, *heads)
-                    if first is not None and h is not None:
-                        splits.append((first, h))
-            elif (
-                isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))
-                and isinstance(node.left, (ast.Attribute, ast.Name))
-            ):
-                splits.append((node.left, node.right))
-        if not uses:
-            return None
-        for left, right in splits:
-            divisors.extend(cls._divisor_fact(ctx, left, right))
-        return {"uses": uses, "divisors": divisors}
-
-    @staticmethod
-    def _divisor_fact(ctx, left, right) -> list:
-        root = find_root(ctx, left)
-        if root is None or root.kind != "config":
-            return []
-        fact = {"field": root.field, "cls": root.cls, "mult": root.mult}
-        divisor = find_root(ctx, right)
-        if divisor is not None and divisor.kind == "config" and divisor.mult == 1:
-            return [{**fact, "div_field": divisor.field}]
-        value = ctx.evaluate(right)
-        size = as_size(value.value) if value is not None else None
-        return [{**fact, "value": size}] if size else []
-
-    @staticmethod
-    def _resolves_here(ctx, path: str, use: dict) -> bool:
-        """Whether the use in ``path`` reads this file's definition: this file is the only
-        one defining that field (of that class), or the use sits in this file's folder."""
-        definers = {d.path for d in ctx.project.config_defaults(use["field"], use["cls"])}
-        if definers <= {ctx.path}:
-            return True
-        return os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(ctx.path))
+        return layer_size_uses(ctx)
 
     def _report_config_definitions(self, ctx, fixed_keys: set) -> None:
-        local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
-        if not local:
-            return
-        by_field: dict = {}  # (class, field) -> [(path, use)]
-        divisor_facts = []
-        for path, data in ctx.project.facts(self.code):
-            if path == ctx.path:
-                continue
-            divisor_facts.extend(data.get("divisors", ()))
-            for use in data.get("uses", ()):
-                owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
-                if len(owners) == 1 and owners[0] in local and self._resolves_here(ctx, path, use):
-                    by_field.setdefault((owners[0], use["field"]), []).append((path, use))
-        if by_field:
+        st = ctx.state(self)
+        found = unaligned_definitions(ctx, self.code, st.alignment, st.floor, fixed_keys)
+        if found:
             self._collect_splits(ctx)
-        for (cname, field), uses in by_field.items():
-            entry = config_fields(local[cname]).get(field)
-            if entry is None:
-                continue
-            default = entry[1]
-            root = find_root(ctx, default)
-            value = ctx.evaluate(default)
-            if root is None or root.kind != "literal" or value is None or as_size(value.value) != root.mult * root.node.value:
-                continue
-            if root.key in fixed_keys:
-                continue
-            base = root.mult * root.node.value
-            bad = []
-            for path, use in uses:
-                size = base * use["mult"]
-                if size % self._alignment == 0 or size < max(self._floor, MIN_SIZE) or data_named(use["names"] + [field]):
-                    continue
-                if use.get("role") == "vocab" and not any(
-                    part in n.lower() for n in use["names"] + [field] for part in VOCAB_NAME_PARTS
-                ):
-                    continue
-                if use.get("role") == "out" and size < SMALL_HEAD:
-                    continue
-                if use["checkpoint"]:
-                    bad = []  # the use site reports it as checkpoint-bound
-                    break
-                bad.append((path, use, size))
-            if not bad:
-                continue
-            extra = set()
-            for fact in divisor_facts:
-                if fact["field"] != field or fact["cls"] not in (None, cname):
-                    continue
-                d = fact.get("value")
-                if d is None and fact.get("div_field"):
-                    dv = ctx.evaluator.config_default(fact["div_field"], cname)
-                    d = as_size(dv.value) if dv is not None else None
-                if d and d > 1 and (base * fact["mult"]) % d == 0:
-                    extra.add(d // math.gcd(d, fact["mult"]))
-            new = self._padded(root, extra)
-            path, use, size = bad[0]
-            where = ", ".join(f"`{u['layer']}` {u['arg']} in {p}:{u['line']}" for p, u, _ in bad[:3])
+        for d in found:
+            new = self._padded(st, d.root, d.divisors)
+            where = ", ".join(f"`{u['layer']}` {u['arg']} in {p}:{u['line']}" for p, u, _ in d.uses[:3])
             message = (
-                f"`{cname}.{field}` = {base} is a layer size ({where}), not a multiple of {self._alignment}: "
-                f"pad to {next_multiple(base, self._alignment)} ({_why(ctx.settings, self._alignment)})"
+                f"`{d.cls}.{d.field}` = {d.base} is a layer size ({where}), not a multiple of {st.alignment}: "
+                f"pad to {next_multiple(d.base, st.alignment)} ({_why(ctx.settings, st.alignment)})"
             )
-            related = [Related(p, u["line"], u["column"], f"used as {u['arg']} of `{u['layer']}` here") for p, u, _ in bad]
-            fix = Fix([Edit.replace(root.node, str(new))], "unsafe",
-                      f"Pad `{field}` {root.node.value} -> {new}{self._split_note(extra | self._divisors.get(root.key, set()))} (changes the architecture)")
-            fixed_keys.add(root.key)
-            ctx.report(self, default, message, fix=fix, related=related)
+            related = [Related(p, u["line"], u["column"], f"used as {u['arg']} of `{u['layer']}` here") for p, u, _ in d.uses]
+            note = self._split_note(st, d.divisors | st.divisors.get(d.root.key, set()))
+            fix = Fix([Edit.replace(d.root.node, str(new))], "unsafe",
+                      f"Pad `{d.field}` {d.root.node.value} -> {new}{note} (changes the architecture)")
+            ctx.report(self, d.default, message, fix=fix, related=related)

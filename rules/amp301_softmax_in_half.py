@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import ast
 
-from amplint.analysis import reductions as R
+from amplint import fixes
+from amplint.analysis import calls, reductions
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _NAMES = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
@@ -282,21 +283,21 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        resolved = R.forward_call(ctx, node, _NAMES)
+        resolved = reductions.forward_call(ctx, node, _NAMES)
         if resolved is None:
             return
         attr, qualname, operand, is_method = resolved
         func = node.func
         if qualname not in _FUNCTIONS:
             return
-        dtype = R.dtype_kind(ctx, R.argument(node, "dtype", -1))
-        if dtype in ("fp32", "unknown") or R.is_fp32(ctx, operand):
+        dtype = reductions.dtype_kind(ctx, calls.argument(node, "dtype", -1))
+        if dtype in ("fp32", "unknown") or reductions.is_fp32(ctx, operand):
             return
-        severity = R.severity_for(ctx.settings, qualname)
+        severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return
         shown = f".{attr}()" if is_method else ctx.segment(func)
-        note = R.policy_note(ctx.settings, qualname, severity)
+        note = reductions.policy_note(ctx.settings, qualname, severity)
         if dtype == "low":
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)
@@ -307,7 +308,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             why = "probabilities below 6e-8 are stored as 0"
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         fix = None
-        if operand is not None and not R.has_double_star(node):
+        if operand is not None and not calls.has_double_star(node):
             fix = None
             if ctx.settings.fix_style == "module":
                 fix = self._module_fix(ctx, node, attr, operand, is_method)
@@ -323,17 +324,17 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
 
     @staticmethod
     def _functional_fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
-        source = R.dtype_source(ctx, operand)
+        source = reductions.dtype_source(ctx, operand)
         if source is None:
             return None
-        torch = R.torch_alias(ctx)
+        torch = calls.torch_alias(ctx)
         if attr != "gumbel_softmax" and torch is not None:
-            edits = [R.add_keyword_edit(ctx, node, f"dtype={torch}.float32")]
+            edits = [fixes.add_keyword(node, f"dtype={torch}.float32")]
             how = f"pass `dtype={torch}.float32`"
         else:
-            edits = R.upcast_operand_edits(operand)
+            edits = fixes.upcast(operand)
             how = "upcast the operand with `.float()`"
-        edits += R.cast_back_edits(ctx, node, source)
+        edits += reductions.cast_back_edits(ctx, node, source)
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast back to `{ctx.segment(source)}.dtype`")
 
     @staticmethod
@@ -369,7 +370,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         dim = _literal_int(dim_node)
         if dim is None:
             return False
-        nn = R.nn_alias(ctx)
+        nn = calls.nn_alias(ctx)
         if nn is None:
             return None
         assigned = _self_assignments(cls, (init_self, self_name))
@@ -388,7 +389,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             if len(values) == 1 and isinstance(values[0], ast.Call) and ctx.qualname(values[0].func) == wanted:
                 existing = values[0]
                 existing_dim = existing.args[0] if existing.args else (
-                    R.keyword(existing, "dim").value if R.keyword(existing, "dim") else None)
+                    calls.keyword(existing, "dim").value if calls.keyword(existing, "dim") else None)
                 if _literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
                     name = candidate  # reuse the layer
                     break

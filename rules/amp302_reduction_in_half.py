@@ -4,7 +4,8 @@ from __future__ import annotations
 import ast
 import re
 
-from amplint.analysis import reductions as R
+from amplint import fixes
+from amplint.analysis import calls, reductions
 from amplint.rule import Fix, Invalid, Rule, Severity, Valid
 
 #: ops whose API takes ``dtype=`` (accumulate and return in that dtype)
@@ -261,7 +262,7 @@ half matmul under `model.half()`.
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        resolved = R.forward_call(ctx, node, _NAMES)
+        resolved = reductions.forward_call(ctx, node, _NAMES)
         if resolved is None:
             return
         attr, qualname, operand, is_method = resolved
@@ -269,9 +270,9 @@ half matmul under `model.half()`.
         if not any(qualname == prefix + attr for prefix in _MODULES) or operand is None:
             return
         if attr in _DTYPE_OPS or attr == "mean":
-            if R.dtype_kind(ctx, R.argument(node, "dtype", -1)) in ("fp32", "unknown"):
+            if reductions.dtype_kind(ctx, calls.argument(node, "dtype", -1)) in ("fp32", "unknown"):
                 return
-        if R.is_fp32(ctx, operand):
+        if reductions.is_fp32(ctx, operand):
             return
         if attr in ("sum", "nansum", "cumsum", "prod", "cumprod") and (
             _integer_like(ctx, operand) or _integer_consumer(ctx, node)
@@ -281,13 +282,13 @@ half matmul under `model.half()`.
             return
         exponent = None
         if attr == "pow":
-            value = ctx.evaluate(R.argument(node, "exponent", 0 if is_method else 1) or ast.Constant(None))
+            value = ctx.evaluate(calls.argument(node, "exponent", 0 if is_method else 1) or ast.Constant(None))
             if value is None or value.value <= 1:
                 return
             exponent = value.value
-        if attr in ("exp", "sum") and R.in_handwritten(ctx, node):
+        if attr in ("exp", "sum") and reductions.in_handwritten(ctx, node):
             return
-        if attr == "exp" and R.max_subtracted(ctx, operand):
+        if attr == "exp" and reductions.max_subtracted(ctx, operand):
             return
         shown = f".{attr}()" if is_method else ctx.segment(func)
         if attr == "mean":
@@ -300,30 +301,30 @@ half matmul under `model.half()`.
                 severity=Severity.INFO,
             )
             return
-        severity = R.severity_for(ctx.settings, qualname)
+        severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return
         why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
-        note = R.policy_note(ctx.settings, qualname, severity)
+        note = reductions.policy_note(ctx.settings, qualname, severity)
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)
 
     @staticmethod
     def _fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
-        if R.has_double_star(node):
+        if calls.has_double_star(node):
             return None
-        point = R.bounding_point(ctx, node)
+        point = reductions.bounding_point(ctx, node)
         if point is None:
             return None
-        source = R.dtype_source(ctx, operand)
+        source = reductions.dtype_source(ctx, operand)
         if source is None:
             return None
-        torch = R.torch_alias(ctx)
+        torch = calls.torch_alias(ctx)
         if attr in _DTYPE_OPS and torch is not None:
-            edits = [R.add_keyword_edit(ctx, node, f"dtype={torch}.float32")]
+            edits = [fixes.add_keyword(node, f"dtype={torch}.float32")]
             how = f"`dtype={torch}.float32`"
         else:
-            edits = R.upcast_operand_edits(operand)
+            edits = fixes.upcast(operand)
             how = "`.float()` on the operand"
-        edits += R.cast_back_edits(ctx, point, source)
+        edits += reductions.cast_back_edits(ctx, point, source)
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast the bounded result back to `{ctx.segment(source)}.dtype`")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from amplint.analysis import reductions as R
+from amplint.analysis import calls, reductions
 from amplint.rule import Edit, Fix, Invalid, Position, Rule, Severity, Valid
 
 
@@ -20,7 +20,7 @@ def _int_text(ctx, node) -> str | None:
 def _stable_operand(ctx, operand):
     """``x`` when ``operand`` is ``x - <row max>`` (softmax is shift-invariant), else None."""
     if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Sub):
-        if R.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), operand.right)):
+        if reductions.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), operand.right)):
             return operand.left
     return None
 
@@ -181,15 +181,15 @@ only served the hand-written form are removed. No fix for a softmax over the who
         right = node.right
         if not isinstance(right, (ast.Call, ast.Name)):
             return
-        found = R.match_handwritten(ctx, node)
+        found = reductions.match_handwritten(ctx, node)
         if found is None or not ctx.in_forward(node):
             return
-        severity = R.severity_for(ctx.settings, "torch.exp")
+        severity = reductions.severity_for(ctx.settings, "torch.exp")
         if severity is None:
             return
-        note = R.policy_note(ctx.settings, "torch.exp", severity)
+        note = reductions.policy_note(ctx.settings, "torch.exp", severity)
         what = "softmax" if found.kind == "softmax" else "log-softmax"
-        if R.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), found.operand)) or _stable_operand(ctx, found.operand):
+        if reductions.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), found.operand)) or _stable_operand(ctx, found.operand):
             severity = Severity.INFO  # the row maximum is subtracted: no overflow, only slower
             message = (
                 f"hand-written {what} (maximum subtracted, so no overflow): three kernels where the fused "
@@ -206,13 +206,13 @@ only served the hand-written form are removed. No fix for a softmax over the who
     def _fix(ctx, node, found):
         call = found.sum_call
         method = ctx.qualname(call.func) is None
-        dim = R.argument(call, "dim", 0 if method else 1)
-        keepdim = R.argument(call, "keepdim", 1 if method else 2) or R.argument(call, "keepdims", -1)
+        dim = calls.argument(call, "dim", 0 if method else 1)
+        keepdim = calls.argument(call, "keepdim", 1 if method else 2) or calls.argument(call, "keepdims", -1)
         if not (isinstance(keepdim, ast.Constant) and keepdim.value is True):
             return None
         dim_text = _int_text(ctx, dim)
-        torch = R.torch_alias(ctx)
-        source = R.dtype_source(ctx, _stable_operand(ctx, found.operand) or found.operand)
+        torch = calls.torch_alias(ctx)
+        source = reductions.dtype_source(ctx, _stable_operand(ctx, found.operand) or found.operand)
         if dim_text is None or torch is None or source is None or "\n" in dim_text:
             return None
         func = ctx.enclosing_function(node)
@@ -220,11 +220,11 @@ only served the hand-written form are removed. No fix for a softmax over the who
         operand_names = {n.id for n in ast.walk(found.operand) if isinstance(n, ast.Name)}
         statements = {id(stmt): (name, stmt) for name, stmt in found.bindings}
         for _, stmt in statements.values():
-            if any(R.assignments_between(ctx, n, func, stmt.lineno, node.lineno) for n in operand_names):
+            if any(reductions.assignments_between(ctx, n, func, stmt.lineno, node.lineno) for n in operand_names):
                 return None
         operand = _stable_operand(ctx, found.operand) or found.operand
         text = f"{torch}.{found.kind}({ctx.segment(operand)}, dim={dim_text}, dtype={torch}.float32)"
-        if not R.already_cast_back(ctx, node):
+        if not reductions.already_cast_back(ctx, node):
             text += f".to({ctx.segment(source)}.dtype)"
         edits = [Edit.replace(node, text)]
         # drop helper assignments nothing else reads
