@@ -283,22 +283,15 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        resolved = reductions.forward_call(ctx, node, _NAMES)
-        if resolved is None:
+        call = reductions.half_call(ctx, node, _NAMES, _FUNCTIONS)
+        if call is None:
             return
-        attr, qualname, operand, is_method = resolved
-        func = node.func
-        if qualname not in _FUNCTIONS:
-            return
-        dtype = reductions.dtype_kind(ctx, calls.argument(node, "dtype", -1))
-        if dtype in ("fp32", "unknown") or reductions.is_fp32(ctx, operand):
-            return
+        attr, qualname, operand, is_method, shown = call.attr, call.qualname, call.operand, call.is_method, call.shown
         severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return
-        shown = f".{attr}()" if is_method else ctx.segment(func)
         note = reductions.policy_note(ctx.settings, qualname, severity)
-        if dtype == "low":
+        if call.dtype == "low":
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)
             return

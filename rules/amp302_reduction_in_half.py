@@ -14,6 +14,7 @@ _DTYPE_OPS = frozenset({"sum", "nansum", "cumsum", "cumprod", "prod", "norm", "v
 _UPCAST_OPS = frozenset({"var", "exp", "pow"})
 _NAMES = _DTYPE_OPS | _UPCAST_OPS | {"mean"}
 _MODULES = ("torch.", "torch.Tensor.", "torch.linalg.")
+_QUALNAMES = frozenset(module + name for module in _MODULES for name in _NAMES)
 
 _WHY = {
     "sum": "a sum above 65504 is inf in fp16 (100,000 fp16 ones sum to inf)",
@@ -262,18 +263,10 @@ half matmul under `model.half()`.
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        resolved = reductions.forward_call(ctx, node, _NAMES)
-        if resolved is None:
+        call = reductions.half_call(ctx, node, _NAMES, _QUALNAMES)
+        if call is None or call.operand is None:
             return
-        attr, qualname, operand, is_method = resolved
-        func = node.func
-        if not any(qualname == prefix + attr for prefix in _MODULES) or operand is None:
-            return
-        if attr in _DTYPE_OPS or attr == "mean":
-            if reductions.dtype_kind(ctx, calls.argument(node, "dtype", -1)) in ("fp32", "unknown"):
-                return
-        if reductions.is_fp32(ctx, operand):
-            return
+        attr, qualname, operand, is_method, shown = call.attr, call.qualname, call.operand, call.is_method, call.shown
         if attr in ("sum", "nansum", "cumsum", "prod", "cumprod") and (
             _integer_like(ctx, operand) or _integer_consumer(ctx, node)
         ):
@@ -290,7 +283,6 @@ half matmul under `model.half()`.
             return
         if attr == "exp" and reductions.max_subtracted(ctx, operand):
             return
-        shown = f".{attr}()" if is_method else ctx.segment(func)
         if attr == "mean":
             if ctx.settings.opt_level == "O0":
                 return

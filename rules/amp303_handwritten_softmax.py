@@ -207,7 +207,7 @@ only served the hand-written form are removed. No fix for a softmax over the who
         call = found.sum_call
         method = ctx.qualname(call.func) is None
         dim = calls.argument(call, "dim", 0 if method else 1)
-        keepdim = calls.argument(call, "keepdim", 1 if method else 2) or calls.argument(call, "keepdims", -1)
+        keepdim = calls.argument(call, "keepdim", 1 if method else 2) or calls.argument(call, "keepdims")
         if not (isinstance(keepdim, ast.Constant) and keepdim.value is True):
             return None
         dim_text = _int_text(ctx, dim)

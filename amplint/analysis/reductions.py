@@ -18,11 +18,12 @@ Everything here works on the ``ast`` the engine already parsed and on the shared
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Iterable, Optional
 
 from amplint.amp import policy
 from amplint import fixes
-from amplint.analysis.calls import keyword
+from amplint.analysis.calls import argument, keyword
 from amplint.rule import Edit, Severity
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
@@ -100,6 +101,36 @@ def policy_note(settings, qualname: str, severity: Severity) -> str:
 
 
 # --- calls ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class HalfCall:
+    """A call to a precision-sensitive op in ``forward`` that may run in half."""
+
+    attr: str  # the called name: ``softmax``, ``sum``
+    qualname: str  # ``torch.nn.functional.softmax``, ``torch.Tensor.sum``
+    operand: Optional[ast.AST]  # the tensor it works on (None: not visible)
+    is_method: bool  # ``x.sum()`` rather than ``torch.sum(x)``
+    #: :func:`dtype_kind` of its ``dtype=`` argument: None (absent) or ``"low"``
+    dtype: Optional[str]
+    shown: str  # how a message names it: ``.sum()``, ``F.softmax``
+
+
+def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[HalfCall]:
+    """The opening AMP301 and AMP302 share: ``call`` is one of ``qualnames`` (called
+    by a name in ``names``) in a module's ``forward``, passes no fp32 (or unknown)
+    ``dtype=``, and its operand is not already fp32.  None otherwise."""
+    resolved = forward_call(ctx, call, names)
+    if resolved is None:
+        return None
+    attr, qualname, operand, is_method = resolved
+    if qualname not in qualnames:
+        return None
+    dtype = dtype_kind(ctx, argument(call, "dtype"))
+    if dtype in ("fp32", "unknown") or is_fp32(ctx, operand):
+        return None
+    shown = f".{attr}()" if is_method else ctx.segment(call.func)
+    return HalfCall(attr, qualname, operand, is_method, dtype, shown)
+
 
 def forward_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, str, Optional[ast.AST], bool]]:
     """``(name, qualname, operand, is_method)`` for a call to one of ``names`` that runs in
