@@ -6,7 +6,6 @@ third-party rule authors can call it from their own tests.
 """
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from typing import Optional
 
@@ -21,9 +20,20 @@ def _settings(overrides: dict) -> Settings:
     return Settings(**values)
 
 
+def example_code(text: str) -> str:
+    """The code an embedded example stands for.  Examples are written as indented
+    triple-quoted strings whose opening quotes end their line and whose closing quotes
+    sit on a line of their own, so the first line break is dropped and the rest
+    dedented.  A string that does not open with a line break (a file without a
+    final newline, say) is only dedented."""
+    if text.startswith("\n"):
+        text = text[1:]
+    return textwrap.dedent(text)
+
+
 def run_example(rule, code: str, settings: Optional[dict] = None, fix: bool = False):
     """Lint (and with ``fix``, fix with unsafe fixes allowed) ``code`` with only ``rule``."""
-    code = textwrap.dedent(code)
+    code = example_code(code)
     s = _settings(settings or {})
     if fix:
         return fix_text("<example>", code, s, [rule], ProjectIndex(), unsafe=True)
@@ -72,7 +82,7 @@ def check_rule_examples(rule) -> list[str]:
         new_text, _, _, fix_errors = run_example(rule, example.code, example.settings, fix=True)
         if fix_errors:
             failures.append(f"{where}: fixing failed: {fix_errors[0]}")
-        expected = textwrap.dedent(example.expected_fix)
+        expected = example_code(example.expected_fix)
         if new_text != expected:
             failures.append(f"{where}: fixed code differs.\n--- expected\n{expected}\n--- got\n{new_text}")
         again, count, _, _ = run_example(rule, new_text, example.settings, fix=True)

@@ -106,193 +106,396 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
 """
 
     VALID = [
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e4)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -65500)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, float('-inf'))\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"target": "bf16"}),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"opt_level": "O0"}),
-        Valid(
-            "import torch\n"
-            "def f(x, m):\n"
-            "    if x.dtype == torch.float16:\n"
-            "        return x.masked_fill(m, -1e4)\n"
-            "    else:\n"
-            "        return x.masked_fill(m, -1e30)\n"
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e4)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -65500)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, torch.finfo(x.dtype).min)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, float('-inf'))
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e9)
+            """, settings={"target": "bf16"}),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e9)
+            """, settings={"opt_level": "O0"}),
+        Valid("""
+            import torch
+            def f(x, m):
+                if x.dtype == torch.float16:
+                    return x.masked_fill(m, -1e4)
+                else:
+                    return x.masked_fill(m, -1e30)
+            """
         ),
-        Valid(
-            "import torch\n"
-            "def f(x, m):\n"
-            "    fill = -1e4 if x.dtype in (torch.float16, torch.bfloat16) else -1e9\n"
-            "    return x.masked_fill(m, fill)\n"
+        Valid("""
+            import torch
+            def f(x, m):
+                fill = -1e4 if x.dtype in (torch.float16, torch.bfloat16) else -1e9
+                return x.masked_fill(m, fill)
+            """
         ),
-        Valid("import torch\ndef f(x, m):\n    v = -1e4 if x.dtype == torch.half else -1e9\n    return x\n"),
-        Valid("import torch\ndef f(n):\n    return torch.full((n,), -1e9)\n"),
-        Valid("import torch\ndef f(n):\n    return torch.full((n,), -1e9, dtype=torch.float32)\n"),
-        Valid("import torch\nbest = 1e9\ndef f():\n    return 4 * 1e9\n"),
-        Valid("import numpy as np\nimport torch\ndef f(m, x):\n    return np.where(m, x, -1e9)\n"),
-        Valid("import torch\nimport time\nclass M(torch.nn.Module):\n    def forward(self, x):\n        t = time.time() * 1e9\n        return x / 1e9\n"),
-        Valid("import torch\ndef f(x):\n    return x.clamp(min=-1e4, max=1e4)\n"),
-        Valid("import torch\ndef f(n):\n    beam_scores = torch.zeros((n, 4), dtype=torch.float)\n    beam_scores[:, 1:] = -1e9\n    return beam_scores.softmax(-1)\n"),
-        Valid("import torch\ndef f(x, m):\n    s = x.float()\n    return s.masked_fill(m, -1e9).softmax(-1)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.float().masked_fill(m, -1e9).softmax(-1).type_as(x)\n"),
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, s, m):\n        return s + (1.0 - m.to(torch.float32)) * -1e9\n"),
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, m, s):\n        return s + torch.where(m > 0, 0.0, -1e10)\n"),
+        Valid("""
+            import torch
+            def f(x, m):
+                v = -1e4 if x.dtype == torch.half else -1e9
+                return x
+            """),
+        Valid("""
+            import torch
+            def f(n):
+                return torch.full((n,), -1e9)
+            """),
+        Valid("""
+            import torch
+            def f(n):
+                return torch.full((n,), -1e9, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch
+            best = 1e9
+            def f():
+                return 4 * 1e9
+            """),
+        Valid("""
+            import numpy as np
+            import torch
+            def f(m, x):
+                return np.where(m, x, -1e9)
+            """),
+        Valid("""
+            import torch
+            import time
+            class M(torch.nn.Module):
+                def forward(self, x):
+                    t = time.time() * 1e9
+                    return x / 1e9
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                return x.clamp(min=-1e4, max=1e4)
+            """),
+        Valid("""
+            import torch
+            def f(n):
+                beam_scores = torch.zeros((n, 4), dtype=torch.float)
+                beam_scores[:, 1:] = -1e9
+                return beam_scores.softmax(-1)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                s = x.float()
+                return s.masked_fill(m, -1e9).softmax(-1)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.float().masked_fill(m, -1e9).softmax(-1).type_as(x)
+            """),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, s, m):
+                    return s + (1.0 - m.to(torch.float32)) * -1e9
+            """),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, m, s):
+                    return s + torch.where(m > 0, 0.0, -1e10)
+            """),
         # integer offsets are token / index arithmetic, not tensor values in half
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, codes):\n        return codes.flatten() + 128256\n"),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, codes):
+                    return codes.flatten() + 128256
+            """),
         # DETR's masks_to_boxes: the coordinates are fp32 (arange(dtype=torch.float)) whatever the masks are
-        Valid(
-            "import torch\n"
-            "def masks_to_boxes(masks, h, w):\n"
-            "    y = torch.arange(0, h, dtype=torch.float)\n"
-            "    x = torch.arange(0, w, dtype=torch.float)\n"
-            "    y, x = torch.meshgrid(y, x)\n"
-            "    x_mask = masks * x.unsqueeze(0)\n"
-            "    return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]\n"
+        Valid("""
+            import torch
+            def masks_to_boxes(masks, h, w):
+                y = torch.arange(0, h, dtype=torch.float)
+                x = torch.arange(0, w, dtype=torch.float)
+                y, x = torch.meshgrid(y, x)
+                x_mask = masks * x.unsqueeze(0)
+                return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]
+            """
         ),
     ]
     INVALID = [
-        Invalid(
-            "import torch\n"
-            "def attend(scores, mask):\n"
-            "    scores = scores.masked_fill(mask == 0, -1e9)\n"
-            "    return torch.softmax(scores, dim=-1)\n",
+        Invalid("""
+            import torch
+            def attend(scores, mask):
+                scores = scores.masked_fill(mask == 0, -1e9)
+                return torch.softmax(scores, dim=-1)
+            """,
             line=3,
             message="`-1e9` exceeds float16's largest value (65504)",
-            expected_fix="import torch\n"
-            "def attend(scores, mask):\n"
-            "    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n"
-            "    return torch.softmax(scores, dim=-1)\n",
+            expected_fix="""
+                import torch
+                def attend(scores, mask):
+                    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+                    return torch.softmax(scores, dim=-1)
+                """,
         ),
-        Invalid(
-            "import torch.nn.functional as F\nimport torch as th\n"
-            "def attend(s, m):\n"
-            "    return F.softmax(s.masked_fill_(m, value=-1e10), -1)\n",
-            expected_fix="import torch.nn.functional as F\nimport torch as th\n"
-            "def attend(s, m):\n"
-            "    return F.softmax(s.masked_fill_(m, value=th.finfo(s.dtype).min), -1)\n",
+        Invalid("""
+            import torch.nn.functional as F
+            import torch as th
+            def attend(s, m):
+                return F.softmax(s.masked_fill_(m, value=-1e10), -1)
+            """,
+            expected_fix="""
+                import torch.nn.functional as F
+                import torch as th
+                def attend(s, m):
+                    return F.softmax(s.masked_fill_(m, value=th.finfo(s.dtype).min), -1)
+                """,
         ),
-        Invalid(
-            "import torch\nNEG_INF = -1e9\n"
-            "def f(x, m):\n"
-            "    return x.masked_fill(m, NEG_INF).softmax(-1)\n",
+        Invalid("""
+            import torch
+            NEG_INF = -1e9
+            def f(x, m):
+                return x.masked_fill(m, NEG_INF).softmax(-1)
+            """,
             line=4,
             message="NEG_INF",
-            expected_fix="import torch\nNEG_INF = -1e9\n"
-            "def f(x, m):\n"
-            "    return x.masked_fill(m, torch.finfo(x.dtype).min).softmax(-1)\n",
+            expected_fix="""
+                import torch
+                NEG_INF = -1e9
+                def f(x, m):
+                    return x.masked_fill(m, torch.finfo(x.dtype).min).softmax(-1)
+                """,
         ),
         # reached through a default argument: finding, but no fix (a caller may pass another value)
-        Invalid(
-            "import torch\n"
-            "def attention(q, k, v, mask, mask_value=-1e9):\n"
-            "    s = (q @ k.T).masked_fill(mask, mask_value)\n"
-            "    return s.softmax(-1) @ v\n",
+        Invalid("""
+            import torch
+            def attention(q, k, v, mask, mask_value=-1e9):
+                s = (q @ k.T).masked_fill(mask, mask_value)
+                return s.softmax(-1) @ v
+            """,
             line=3,
             message="mask_value",
             expected_fix=None,
         ),
         # self.attr from an __init__ default
-        Invalid(
-            "import torch\n"
-            "class Attn(torch.nn.Module):\n"
-            "    def __init__(self, fill=-1e9):\n"
-            "        super().__init__()\n"
-            "        self.fill = fill\n"
-            "    def forward(self, s, m):\n"
-            "        return s.masked_fill(m, self.fill).softmax(-1)\n",
+        Invalid("""
+            import torch
+            class Attn(torch.nn.Module):
+                def __init__(self, fill=-1e9):
+                    super().__init__()
+                    self.fill = fill
+                def forward(self, s, m):
+                    return s.masked_fill(m, self.fill).softmax(-1)
+            """,
             line=7,
             expected_fix=None,
         ),
         # a config-class default used as config.attr
-        Invalid(
-            "import torch\nfrom dataclasses import dataclass\n"
-            "@dataclass\nclass ModelConfig:\n    mask_value: float = -1e9\n"
-            "class Attn(torch.nn.Module):\n"
-            "    def __init__(self, config: ModelConfig):\n"
-            "        super().__init__()\n"
-            "        self.config = config\n"
-            "    def forward(self, s, m):\n"
-            "        return s.masked_fill(m, self.config.mask_value).softmax(-1)\n",
+        Invalid("""
+            import torch
+            from dataclasses import dataclass
+            @dataclass
+            class ModelConfig:
+                mask_value: float = -1e9
+            class Attn(torch.nn.Module):
+                def __init__(self, config: ModelConfig):
+                    super().__init__()
+                    self.config = config
+                def forward(self, s, m):
+                    return s.masked_fill(m, self.config.mask_value).softmax(-1)
+            """,
             line=11,
             message="self.config.mask_value",
             expected_fix=None,
         ),
         # not feeding a softmax: unsafe, still fixed with --unsafe-fixes
-        Invalid(
-            "import torch\ndef f(x, m):\n    x.masked_fill_(m, -1e9)\n    return x.sum()\n",
-            expected_fix="import torch\ndef f(x, m):\n    x.masked_fill_(m, torch.finfo(x.dtype).min)\n    return x.sum()\n",
+        Invalid("""
+            import torch
+            def f(x, m):
+                x.masked_fill_(m, -1e9)
+                return x.sum()
+            """,
+            expected_fix="""
+                import torch
+                def f(x, m):
+                    x.masked_fill_(m, torch.finfo(x.dtype).min)
+                    return x.sum()
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(x, m):\n    return torch.where(m, x, -1e9).softmax(-1)\n",
-            expected_fix="import torch\ndef f(x, m):\n    return torch.where(m, x, torch.finfo(x.dtype).min).softmax(-1)\n",
+        Invalid("""
+            import torch
+            def f(x, m):
+                return torch.where(m, x, -1e9).softmax(-1)
+            """,
+            expected_fix="""
+                import torch
+                def f(x, m):
+                    return torch.where(m, x, torch.finfo(x.dtype).min).softmax(-1)
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(x, m):\n    x[m] = -1e9\n    return torch.softmax(x, -1)\n",
-            expected_fix="import torch\ndef f(x, m):\n    x[m] = torch.finfo(x.dtype).min\n    return torch.softmax(x, -1)\n",
+        Invalid("""
+            import torch
+            def f(x, m):
+                x[m] = -1e9
+                return torch.softmax(x, -1)
+            """,
+            expected_fix="""
+                import torch
+                def f(x, m):
+                    x[m] = torch.finfo(x.dtype).min
+                    return torch.softmax(x, -1)
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(x):\n    return torch.full(x.shape, -1e9, dtype=x.dtype)\n",
-            expected_fix="import torch\ndef f(x):\n    return torch.full(x.shape, torch.finfo(x.dtype).min, dtype=x.dtype)\n",
+        Invalid("""
+            import torch
+            def f(x):
+                return torch.full(x.shape, -1e9, dtype=x.dtype)
+            """,
+            expected_fix="""
+                import torch
+                def f(x):
+                    return torch.full(x.shape, torch.finfo(x.dtype).min, dtype=x.dtype)
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(x):\n    return torch.full_like(x, 1e5)\n",
+        Invalid("""
+            import torch
+            def f(x):
+                return torch.full_like(x, 1e5)
+            """,
             message="65504",
-            expected_fix="import torch\ndef f(x):\n    return torch.full_like(x, torch.finfo(x.dtype).max)\n",
+            expected_fix="""
+                import torch
+                def f(x):
+                    return torch.full_like(x, torch.finfo(x.dtype).max)
+                """,
         ),
-        Invalid("import torch\ndef f(x):\n    return x.fill_(-1e9)\n",
-                expected_fix="import torch\ndef f(x):\n    return x.fill_(torch.finfo(x.dtype).min)\n"),
-        Invalid("import torch\ndef f(x):\n    return x.clamp(max=1e10)\n",
-                expected_fix="import torch\ndef f(x):\n    return x.clamp(max=torch.finfo(x.dtype).max)\n"),
-        Invalid("import torch\ndef f(x):\n    return torch.clamp(x, -1e10, 1e4)\n",
-                expected_fix="import torch\ndef f(x):\n    return torch.clamp(x, torch.finfo(x.dtype).min, 1e4)\n"),
+        Invalid("""
+            import torch
+            def f(x):
+                return x.fill_(-1e9)
+            """,
+                expected_fix="""
+                    import torch
+                    def f(x):
+                        return x.fill_(torch.finfo(x.dtype).min)
+                    """),
+        Invalid("""
+            import torch
+            def f(x):
+                return x.clamp(max=1e10)
+            """,
+                expected_fix="""
+                    import torch
+                    def f(x):
+                        return x.clamp(max=torch.finfo(x.dtype).max)
+                    """),
+        Invalid("""
+            import torch
+            def f(x):
+                return torch.clamp(x, -1e10, 1e4)
+            """,
+                expected_fix="""
+                    import torch
+                    def f(x):
+                        return torch.clamp(x, torch.finfo(x.dtype).min, 1e4)
+                    """),
         # additive masks: unsafe
-        Invalid(
-            "import torch\n"
-            "class Enc(torch.nn.Module):\n"
-            "    def forward(self, scores, mask):\n"
-            "        mask = mask.to(dtype=scores.dtype)\n"
-            "        ext = (1.0 - mask) * -1e9\n"
-            "        return scores + ext\n",
+        Invalid("""
+            import torch
+            class Enc(torch.nn.Module):
+                def forward(self, scores, mask):
+                    mask = mask.to(dtype=scores.dtype)
+                    ext = (1.0 - mask) * -1e9
+                    return scores + ext
+            """,
             line=5,
-            expected_fix="import torch\n"
-            "class Enc(torch.nn.Module):\n"
-            "    def forward(self, scores, mask):\n"
-            "        mask = mask.to(dtype=scores.dtype)\n"
-            "        ext = (1.0 - mask) * torch.finfo(mask.dtype).min\n"
-            "        return scores + ext\n",
+            expected_fix="""
+                import torch
+                class Enc(torch.nn.Module):
+                    def forward(self, scores, mask):
+                        mask = mask.to(dtype=scores.dtype)
+                        ext = (1.0 - mask) * torch.finfo(mask.dtype).min
+                        return scores + ext
+                """,
         ),
         # additive mask of an integer mask: the tensor cannot be named honestly -> no fix
-        Invalid(
-            "import torch\n"
-            "class Enc(torch.nn.Module):\n"
-            "    def forward(self, scores, mask):\n"
-            "        return scores + (1 - mask) * -1e9\n",
+        Invalid("""
+            import torch
+            class Enc(torch.nn.Module):
+                def forward(self, scores, mask):
+                    return scores + (1 - mask) * -1e9
+            """,
             expected_fix=None,
         ),
-        Invalid(
-            "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x -= 1e9\n        return x\n",
-            expected_fix="import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x -= torch.finfo(x.dtype).max\n        return x\n",
+        Invalid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, x):
+                    x -= 1e9
+                    return x
+            """,
+            expected_fix="""
+                import torch
+                class M(torch.nn.Module):
+                    def forward(self, x):
+                        x -= torch.finfo(x.dtype).max
+                        return x
+                """,
         ),
         # fp8 target: 448
-        Invalid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e4)\n", settings={"target": "fp8"}, message="448",
-                expected_fix="import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
+        Invalid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e4)
+            """, settings={"target": "fp8"}, message="448",
+                expected_fix="""
+                    import torch
+                    def f(x, m):
+                        return x.masked_fill(m, torch.finfo(x.dtype).min)
+                    """),
         # a dtype check that keeps fp32-only code apart; the half branch still counts
-        Invalid(
-            "import torch\n"
-            "def f(x, m):\n"
-            "    if x.dtype != torch.float32:\n"
-            "        x = x.masked_fill(m, -1e9)\n"
-            "    return x\n",
+        Invalid("""
+            import torch
+            def f(x, m):
+                if x.dtype != torch.float32:
+                    x = x.masked_fill(m, -1e9)
+                return x
+            """,
             line=4,
-            expected_fix="import torch\n"
-            "def f(x, m):\n"
-            "    if x.dtype != torch.float32:\n"
-            "        x = x.masked_fill(m, torch.finfo(x.dtype).min)\n"
-            "    return x\n",
+            expected_fix="""
+                import torch
+                def f(x, m):
+                    if x.dtype != torch.float32:
+                        x = x.masked_fill(m, torch.finfo(x.dtype).min)
+                    return x
+                """,
         ),
         # no torch import: no fix
-        Invalid("from torch import where\ndef f(x, m):\n    return where(m, x, -1e9)\n", expected_fix=None),
+        Invalid("""
+            from torch import where
+            def f(x, m):
+                return where(m, x, -1e9)
+            """, expected_fix=None),
     ]
 
     def begin_file(self, ctx) -> Optional[Format]:

@@ -150,144 +150,316 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     VALID = [
         # a bare clip() of unknown origin is not torch's
-        Valid("import torch\nx = clip(value=1, min_val=16)\n"),
+        Valid("""
+            import torch
+            x = clip(value=1, min_val=16)
+            """),
         # the norm computes in fp32 (Qwen2/Llama RMSNorm): its eps is added in fp32
-        Valid(
-            "import torch\nimport torch.nn as nn\n\n"
-            "class RMSNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-6):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n\n"
-            "    def forward(self, x):\n"
-            "        h = x.to(torch.float32)\n"
-            "        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)\n\n"
-            "class Block(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.norm = RMSNorm(64, eps=1e-6)\n"
+        Valid("""
+            import torch
+            import torch.nn as nn
+
+            class RMSNorm(nn.Module):
+                def __init__(self, d, eps=1e-6):
+                    super().__init__()
+                    self.eps = eps
+
+                def forward(self, x):
+                    h = x.to(torch.float32)
+                    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.norm = RMSNorm(64, eps=1e-6)
+            """
         ),
-        Valid("import torch\nimport torch.nn as nn\nln = nn.LayerNorm(8, eps=1e-12)\n"),
-        Valid("import torch\nimport torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self, d, eps=1e-4):\n        super().__init__()\n        self.norm = nn.LayerNorm(d, eps=eps)\n    def forward(self, x):\n        return self.norm(x)\nb = Block(8, eps=1e-12)\n"),
-        Valid("import torch\nimport torch.nn.functional as F\ndef f(x):\n    return F.normalize(x, eps=1e-12)\n"),
-        Valid("import torch\ndef f(x):\n    return x / (x.norm() + 1e-4)\n"),
-        Valid("import torch\ndef f(x):\n    return torch.log(x + 1e-8)\n", settings={"target": "bf16"}),
-        Valid("import torch\ndef f(x):\n    return torch.log(x.exp() + 1e-8)\n", settings={"opt_level": "O0"}),
-        Valid("import numpy as np\nimport torch\ndef f(p):\n    return np.log(p + 1e-10)\n"),
-        Valid("import torch\ndef f(x):\n    x = x.float()\n    var = x.pow(2).mean(-1)\n    return x * torch.rsqrt(var + 1e-6)\n"),
-        Valid("import torch\ndef f(h, eps=1e-6):\n    h = h.to(torch.float32)\n    v = h.pow(2).mean(-1)\n    return h * torch.rsqrt(v + eps)\n"),
-        Valid("import torch\nopt = torch.optim.Adam([], lr=1e-3, eps=1e-8)\n"),
-        Valid("import torch\nclass Kron(torch.optim.Optimizer):\n    def step(self):\n        for p in self.params:\n            p.grad.div_(p.grad.square().mean().sqrt() + 1e-8)\n"),
-        Valid("import torch\ndef f(x):\n    if x.dtype == torch.float32:\n        return torch.log(x + 1e-10)\n    return torch.log(x + 1e-4)\n"),
-        Valid("import torch\ndef f(x):\n    return x + 1e-8\n"),
-        Valid("import torch\ndef f(lr):\n    return lr / (1 + 1e-8)\n"),
-        Valid("import torch\ndef warmup(step, total):\n    return step / (total + 1e-8)\n"),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            ln = nn.LayerNorm(8, eps=1e-12)
+            """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            class Block(nn.Module):
+                def __init__(self, d, eps=1e-4):
+                    super().__init__()
+                    self.norm = nn.LayerNorm(d, eps=eps)
+                def forward(self, x):
+                    return self.norm(x)
+            b = Block(8, eps=1e-12)
+            """),
+        Valid("""
+            import torch
+            import torch.nn.functional as F
+            def f(x):
+                return F.normalize(x, eps=1e-12)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                return x / (x.norm() + 1e-4)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                return torch.log(x + 1e-8)
+            """, settings={"target": "bf16"}),
+        Valid("""
+            import torch
+            def f(x):
+                return torch.log(x.exp() + 1e-8)
+            """, settings={"opt_level": "O0"}),
+        Valid("""
+            import numpy as np
+            import torch
+            def f(p):
+                return np.log(p + 1e-10)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                x = x.float()
+                var = x.pow(2).mean(-1)
+                return x * torch.rsqrt(var + 1e-6)
+            """),
+        Valid("""
+            import torch
+            def f(h, eps=1e-6):
+                h = h.to(torch.float32)
+                v = h.pow(2).mean(-1)
+                return h * torch.rsqrt(v + eps)
+            """),
+        Valid("""
+            import torch
+            opt = torch.optim.Adam([], lr=1e-3, eps=1e-8)
+            """),
+        Valid("""
+            import torch
+            class Kron(torch.optim.Optimizer):
+                def step(self):
+                    for p in self.params:
+                        p.grad.div_(p.grad.square().mean().sqrt() + 1e-8)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                if x.dtype == torch.float32:
+                    return torch.log(x + 1e-10)
+                return torch.log(x + 1e-4)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                return x + 1e-8
+            """),
+        Valid("""
+            import torch
+            def f(lr):
+                return lr / (1 + 1e-8)
+            """),
+        Valid("""
+            import torch
+            def warmup(step, total):
+                return step / (total + 1e-8)
+            """),
     ]
     INVALID = [
-        Invalid(
-            "import torch\ndef f(x):\n    return x / (x.norm(dim=-1, keepdim=True) + 1e-8)\n",
+        Invalid("""
+            import torch
+            def f(x):
+                return x / (x.norm(dim=-1, keepdim=True) + 1e-8)
+            """,
             line=3, severity="error", message="becomes 0",
-            expected_fix="import torch\ndef f(x):\n    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)\n",
+            expected_fix="""
+                import torch
+                def f(x):
+                    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)
+                """,
         ),
-        Invalid(
-            "import torch\ndef nll(p):\n    return -torch.log(p + 1e-10).mean()\n",
-            expected_fix="import torch\ndef nll(p):\n    return -torch.log(p + 1e-4).mean()\n",
+        Invalid("""
+            import torch
+            def nll(p):
+                return -torch.log(p + 1e-10).mean()
+            """,
+            expected_fix="""
+                import torch
+                def nll(p):
+                    return -torch.log(p + 1e-4).mean()
+                """,
         ),
-        Invalid(
-            "import torch\nimport torch.nn as nn\n"
-            "class LayerNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-6):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        u = x.mean(-1, keepdim=True)\n"
-            "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
-            "        return (x - u) / torch.sqrt(s + self.eps)\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            class LayerNorm(nn.Module):
+                def __init__(self, d, eps=1e-6):
+                    super().__init__()
+                    self.eps = eps
+                def forward(self, x):
+                    u = x.mean(-1, keepdim=True)
+                    s = (x - u).pow(2).mean(-1, keepdim=True)
+                    return (x - u) / torch.sqrt(s + self.eps)
+            """,
             line=10, severity="warning", message="subnormal",
-            expected_fix="import torch\nimport torch.nn as nn\n"
-            "class LayerNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-4):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        u = x.mean(-1, keepdim=True)\n"
-            "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
-            "        return (x - u) / torch.sqrt(s + self.eps)\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                class LayerNorm(nn.Module):
+                    def __init__(self, d, eps=1e-4):
+                        super().__init__()
+                        self.eps = eps
+                    def forward(self, x):
+                        u = x.mean(-1, keepdim=True)
+                        s = (x - u).pow(2).mean(-1, keepdim=True)
+                        return (x - u) / torch.sqrt(s + self.eps)
+                """,
         ),
         # the softmax runs in fp32, but is cast back before the log
-        Invalid(
-            "import torch\nimport torch.nn.functional as F\n"
-            "def f(logits):\n"
-            "    p = F.softmax(logits.float(), -1).type_as(logits)\n"
-            "    return torch.log(p + 1e-8)\n",
+        Invalid("""
+            import torch
+            import torch.nn.functional as F
+            def f(logits):
+                p = F.softmax(logits.float(), -1).type_as(logits)
+                return torch.log(p + 1e-8)
+            """,
             line=5,
-            expected_fix="import torch\nimport torch.nn.functional as F\n"
-            "def f(logits):\n"
-            "    p = F.softmax(logits.float(), -1).type_as(logits)\n"
-            "    return torch.log(p + 1e-4)\n",
+            expected_fix="""
+                import torch
+                import torch.nn.functional as F
+                def f(logits):
+                    p = F.softmax(logits.float(), -1).type_as(logits)
+                    return torch.log(p + 1e-4)
+                """,
         ),
-        Invalid(
-            "import torch\nEPS = 1e-12\ndef f(v):\n    return (v + EPS).rsqrt()\n",
+        Invalid("""
+            import torch
+            EPS = 1e-12
+            def f(v):
+                return (v + EPS).rsqrt()
+            """,
             line=4,
-            expected_fix="import torch\nEPS = 1e-4\ndef f(v):\n    return (v + EPS).rsqrt()\n",
+            expected_fix="""
+                import torch
+                EPS = 1e-4
+                def f(v):
+                    return (v + EPS).rsqrt()
+                """,
         ),
-        Invalid(
-            "import torch\nclass N(torch.nn.Module):\n    def forward(self, v):\n        return 1 / (v + 1e-9) ** 0.5\n",
-            expected_fix="import torch\nclass N(torch.nn.Module):\n    def forward(self, v):\n        return 1 / (v + 1e-4) ** 0.5\n",
+        Invalid("""
+            import torch
+            class N(torch.nn.Module):
+                def forward(self, v):
+                    return 1 / (v + 1e-9) ** 0.5
+            """,
+            expected_fix="""
+                import torch
+                class N(torch.nn.Module):
+                    def forward(self, v):
+                        return 1 / (v + 1e-4) ** 0.5
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-12))\n",
-            expected_fix="import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-4))\n",
+        Invalid("""
+            import torch
+            def f(p):
+                return torch.log(p.clamp(min=1e-12))
+            """,
+            expected_fix="""
+                import torch
+                def f(p):
+                    return torch.log(p.clamp(min=1e-4))
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(p):\n    return torch.clamp(p, 1e-12, 1.0)\n",
-            expected_fix="import torch\ndef f(p):\n    return torch.clamp(p, 1e-4, 1.0)\n",
+        Invalid("""
+            import torch
+            def f(p):
+                return torch.clamp(p, 1e-12, 1.0)
+            """,
+            expected_fix="""
+                import torch
+                def f(p):
+                    return torch.clamp(p, 1e-4, 1.0)
+                """,
         ),
-        Invalid(
-            "import torch\nopt = torch.optim.AdamW([], lr=1e-3)\n",
+        Invalid("""
+            import torch
+            opt = torch.optim.AdamW([], lr=1e-3)
+            """,
             settings={"opt_level": "O3"}, message="O3",
-            expected_fix="import torch\nopt = torch.optim.AdamW([], lr=1e-3, eps=1e-4)\n",
+            expected_fix="""
+                import torch
+                opt = torch.optim.AdamW([], lr=1e-3, eps=1e-4)
+                """,
         ),
-        Invalid(
-            "import torch\nfrom torch.optim import Adam\nopt = Adam([], eps=1e-8)\n",
+        Invalid("""
+            import torch
+            from torch.optim import Adam
+            opt = Adam([], eps=1e-8)
+            """,
             settings={"opt_level": "O3"},
-            expected_fix="import torch\nfrom torch.optim import Adam\nopt = Adam([], eps=1e-4)\n",
+            expected_fix="""
+                import torch
+                from torch.optim import Adam
+                opt = Adam([], eps=1e-4)
+                """,
         ),
-        Invalid(
-            "import torch\ndef f(x):\n    return x / (x.abs().sum() + 1e-3)\n",
+        Invalid("""
+            import torch
+            def f(x):
+                return x / (x.abs().sum() + 1e-3)
+            """,
             settings={"target": "fp8"}, message="float8",
-            expected_fix="import torch\ndef f(x):\n    return x / (x.abs().sum() + 2e-2)\n",
+            expected_fix="""
+                import torch
+                def f(x):
+                    return x / (x.abs().sum() + 2e-2)
+                """,
         ),
         # an argument to a hand-written norm of this file
-        Invalid(
-            "import torch\nimport torch.nn as nn\n"
-            "class RMSNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-4):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)\n"
-            "norm = RMSNorm(64, eps=1e-12)\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            class RMSNorm(nn.Module):
+                def __init__(self, d, eps=1e-4):
+                    super().__init__()
+                    self.eps = eps
+                def forward(self, x):
+                    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            norm = RMSNorm(64, eps=1e-12)
+            """,
             line=9, severity="error",
-            expected_fix="import torch\nimport torch.nn as nn\n"
-            "class RMSNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-4):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)\n"
-            "norm = RMSNorm(64, eps=1e-4)\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                class RMSNorm(nn.Module):
+                    def __init__(self, d, eps=1e-4):
+                        super().__init__()
+                        self.eps = eps
+                    def forward(self, x):
+                        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+                norm = RMSNorm(64, eps=1e-4)
+                """,
         ),
         # a config default in this file: the finding names it, no fix at the use
-        Invalid(
-            "import torch\nfrom dataclasses import dataclass\n"
-            "@dataclass\nclass NormConfig:\n    eps: float = 1e-12\n"
-            "def f(x, config: NormConfig):\n"
-            "    return x / (x.std(-1) + config.eps)\n",
+        Invalid("""
+            import torch
+            from dataclasses import dataclass
+            @dataclass
+            class NormConfig:
+                eps: float = 1e-12
+            def f(x, config: NormConfig):
+                return x / (x.std(-1) + config.eps)
+            """,
             line=7,
-            expected_fix="import torch\nfrom dataclasses import dataclass\n"
-            "@dataclass\nclass NormConfig:\n    eps: float = 1e-4\n"
-            "def f(x, config: NormConfig):\n"
-            "    return x / (x.std(-1) + config.eps)\n",
+            expected_fix="""
+                import torch
+                from dataclasses import dataclass
+                @dataclass
+                class NormConfig:
+                    eps: float = 1e-4
+                def f(x, config: NormConfig):
+                    return x / (x.std(-1) + config.eps)
+                """,
         ),
     ]
 

@@ -268,205 +268,280 @@ class GPTConfig:
 """
 
     VALID = [
-        Valid("import torch.nn as nn\nfc = nn.Linear(768, 3072)\n"),
+        Valid("""
+            import torch.nn as nn
+            fc = nn.Linear(768, 3072)
+            """),
         # data-bound: RGB stem, binary head, class count through a name
-        Valid("import torch.nn as nn\nstem = nn.Conv2d(3, 64, kernel_size=7)\nhead = nn.Linear(512, 2)\n"),
-        Valid(
-            "import torch.nn as nn\n"
-            "class Net(nn.Module):\n"
-            "    def __init__(self, num_classes=10):\n"
-            "        super().__init__()\n"
-            "        self.fc = nn.Linear(512, num_classes)\n"
+        Valid("""
+            import torch.nn as nn
+            stem = nn.Conv2d(3, 64, kernel_size=7)
+            head = nn.Linear(512, 2)
+            """),
+        Valid("""
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, num_classes=10):
+                    super().__init__()
+                    self.fc = nn.Linear(512, num_classes)
+            """
         ),
-        Valid("import torch.nn as nn\nD = 768\nmlp = nn.Linear(D, 4 * D)\n"),
+        Valid("""
+            import torch.nn as nn
+            D = 768
+            mlp = nn.Linear(D, 4 * D)
+            """),
         # a relative-position bias table and a ViT patch embedding (3 colour channels)
-        Valid(
-            "import torch.nn as nn\n"
-            "def make(window_size=7, heads=8, patch_size=14, dim=768, p=14, in_chans=3):\n"
-            "    bias = nn.Embedding((2 * window_size - 1) ** 2, heads)\n"
-            "    patches = nn.Linear(patch_size * patch_size * 3, dim)\n"
-            "    pixels = nn.Linear(p * p * in_chans, dim)\n"
-            "    return bias, patches, pixels\n"
+        Valid("""
+            import torch.nn as nn
+            def make(window_size=7, heads=8, patch_size=14, dim=768, p=14, in_chans=3):
+                bias = nn.Embedding((2 * window_size - 1) ** 2, heads)
+                patches = nn.Linear(patch_size * patch_size * 3, dim)
+                pixels = nn.Linear(p * p * in_chans, dim)
+                return bias, patches, pixels
+            """
         ),
         # not computable
-        Valid("import torch.nn as nn\ndef make(n):\n    return nn.Linear(n, 100 * n)\n"),
+        Valid("""
+            import torch.nn as nn
+            def make(n):
+                return nn.Linear(n, 100 * n)
+            """),
         # not torch
-        Valid("from mylib import Linear\nfc = Linear(771, 30522)\n"),
+        Valid("""
+            from mylib import Linear
+            fc = Linear(771, 30522)
+            """),
         # depthwise convolution (groups != 1) is not a Tensor Core GEMM
-        Valid("import torch.nn as nn\nc = nn.Conv2d(100, 100, 3, groups=100)\n"),
-        Valid("import torch.nn as nn\nfc = nn.Linear(768, 50304)\n", settings={"alignment": 64}),
+        Valid("""
+            import torch.nn as nn
+            c = nn.Conv2d(100, 100, 3, groups=100)
+            """),
+        Valid("""
+            import torch.nn as nn
+            fc = nn.Linear(768, 50304)
+            """, settings={"alignment": 64}),
         # bias (1-D) and 3-D parameters are not GEMM weights
-        Valid(
-            "import torch, torch.nn as nn\n"
-            "class M(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.bias = nn.Parameter(torch.zeros(771))\n"
-            "        self.pos = nn.Parameter(torch.zeros(1, 197, 768))\n"
+        Valid("""
+            import torch, torch.nn as nn
+            class M(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.bias = nn.Parameter(torch.zeros(771))
+                    self.pos = nn.Parameter(torch.zeros(1, 197, 768))
+            """
         ),
     ]
     INVALID = [
-        Invalid(
-            "import torch.nn as nn\nlm_head = nn.Linear(768, 50257)\n",
+        Invalid("""
+            import torch.nn as nn
+            lm_head = nn.Linear(768, 50257)
+            """,
             line=2,
             message="out_features is 50257, not a multiple of 8: pad to 50264",
-            expected_fix="import torch.nn as nn\nlm_head = nn.Linear(768, 50264)\n",
+            expected_fix="""
+                import torch.nn as nn
+                lm_head = nn.Linear(768, 50264)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\nlm_head = nn.Linear(768, 50257)\n",
+        Invalid("""
+            import torch.nn as nn
+            lm_head = nn.Linear(768, 50257)
+            """,
             message="pad to 50304",
             settings={"alignment": 64},
-            expected_fix="import torch.nn as nn\nlm_head = nn.Linear(768, 50304)\n",
+            expected_fix="""
+                import torch.nn as nn
+                lm_head = nn.Linear(768, 50304)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\nfc = nn.Linear(in_features=771, out_features=1000)\n",
+        Invalid("""
+            import torch.nn as nn
+            fc = nn.Linear(in_features=771, out_features=1000)
+            """,
             message="in_features is 771",
-            expected_fix="import torch.nn as nn\nfc = nn.Linear(in_features=776, out_features=1000)\n",
+            expected_fix="""
+                import torch.nn as nn
+                fc = nn.Linear(in_features=776, out_features=1000)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\nfc = nn.Linear(1000, 1000)\n",
+        Invalid("""
+            import torch.nn as nn
+            fc = nn.Linear(1000, 1000)
+            """,
             message="multiples of 16",
             settings={"target": "fp8"},
-            expected_fix="import torch.nn as nn\nfc = nn.Linear(1008, 1008)\n",
+            expected_fix="""
+                import torch.nn as nn
+                fc = nn.Linear(1008, 1008)
+                """,
         ),
         # a hidden width defined once, used as out of one layer and in of the next
-        Invalid(
-            "import torch.nn as nn\n"
-            "HIDDEN = 650\n"
-            "net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))\n",
+        Invalid("""
+            import torch.nn as nn
+            HIDDEN = 650
+            net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))
+            """,
             line=3,
             count=2,
-            expected_fix="import torch.nn as nn\n"
-            "HIDDEN = 656\n"
-            "net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))\n",
+            expected_fix="""
+                import torch.nn as nn
+                HIDDEN = 656
+                net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))
+                """,
         ),
         # dataclass config default, `4 * n_embd`, and the head constraint n_embd % n_head
-        Invalid(
-            "from dataclasses import dataclass\n"
-            "import torch.nn as nn\n"
-            "@dataclass\n"
-            "class Config:\n"
-            "    n_embd: int = 771\n"
-            "    n_head: int = 3\n"
-            "class MLP(nn.Module):\n"
-            "    def __init__(self, config):\n"
-            "        super().__init__()\n"
-            "        assert config.n_embd % config.n_head == 0\n"
-            "        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)\n",
+        Invalid("""
+            from dataclasses import dataclass
+            import torch.nn as nn
+            @dataclass
+            class Config:
+                n_embd: int = 771
+                n_head: int = 3
+            class MLP(nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    assert config.n_embd % config.n_head == 0
+                    self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+            """,
             line=11,
             message="in_features 771 (pad to 776), out_features 3084 (pad to 3088)",
-            expected_fix="from dataclasses import dataclass\n"
-            "import torch.nn as nn\n"
-            "@dataclass\n"
-            "class Config:\n"
-            "    n_embd: int = 792\n"
-            "    n_head: int = 3\n"
-            "class MLP(nn.Module):\n"
-            "    def __init__(self, config):\n"
-            "        super().__init__()\n"
-            "        assert config.n_embd % config.n_head == 0\n"
-            "        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)\n",
+            expected_fix="""
+                from dataclasses import dataclass
+                import torch.nn as nn
+                @dataclass
+                class Config:
+                    n_embd: int = 792
+                    n_head: int = 3
+                class MLP(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        assert config.n_embd % config.n_head == 0
+                        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\n"
-            "class Attn(nn.Module):\n"
-            "    def __init__(self, d_model=770, heads=10):\n"
-            "        super().__init__()\n"
-            "        self.attn = nn.MultiheadAttention(d_model, heads)\n",
+        Invalid("""
+            import torch.nn as nn
+            class Attn(nn.Module):
+                def __init__(self, d_model=770, heads=10):
+                    super().__init__()
+                    self.attn = nn.MultiheadAttention(d_model, heads)
+            """,
             message="embed_dim is 770",
-            expected_fix="import torch.nn as nn\n"
-            "class Attn(nn.Module):\n"
-            "    def __init__(self, d_model=800, heads=10):\n"
-            "        super().__init__()\n"
-            "        self.attn = nn.MultiheadAttention(d_model, heads)\n",
+            expected_fix="""
+                import torch.nn as nn
+                class Attn(nn.Module):
+                    def __init__(self, d_model=800, heads=10):
+                        super().__init__()
+                        self.attn = nn.MultiheadAttention(d_model, heads)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\n"
-            "class LM(nn.Module):\n"
-            "    def __init__(self, ntoken=10000, nhid=650):\n"
-            "        super().__init__()\n"
-            "        self.nhid = nhid\n"
-            "        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)\n",
+        Invalid("""
+            import torch.nn as nn
+            class LM(nn.Module):
+                def __init__(self, ntoken=10000, nhid=650):
+                    super().__init__()
+                    self.nhid = nhid
+                    self.rnn = nn.LSTM(self.nhid, self.nhid, 2)
+            """,
             message="input_size 650 (pad to 656), hidden_size 650",
-            expected_fix="import torch.nn as nn\n"
-            "class LM(nn.Module):\n"
-            "    def __init__(self, ntoken=10000, nhid=656):\n"
-            "        super().__init__()\n"
-            "        self.nhid = nhid\n"
-            "        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)\n",
+            expected_fix="""
+                import torch.nn as nn
+                class LM(nn.Module):
+                    def __init__(self, ntoken=10000, nhid=656):
+                        super().__init__()
+                        self.nhid = nhid
+                        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)
+                """,
         ),
         # F.linear weight
-        Invalid(
-            "import torch, torch.nn as nn, torch.nn.functional as F\n"
-            "class Proj(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.w = nn.Parameter(torch.empty(1000, 771))\n"
-            "    def forward(self, x):\n"
-            "        return F.linear(x, self.w)\n",
+        Invalid("""
+            import torch, torch.nn as nn, torch.nn.functional as F
+            class Proj(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.w = nn.Parameter(torch.empty(1000, 771))
+                def forward(self, x):
+                    return F.linear(x, self.w)
+            """,
             line=5,
             message="dim 1 is 771",
-            expected_fix="import torch, torch.nn as nn, torch.nn.functional as F\n"
-            "class Proj(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.w = nn.Parameter(torch.empty(1000, 776))\n"
-            "    def forward(self, x):\n"
-            "        return F.linear(x, self.w)\n",
+            expected_fix="""
+                import torch, torch.nn as nn, torch.nn.functional as F
+                class Proj(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.w = nn.Parameter(torch.empty(1000, 776))
+                    def forward(self, x):
+                        return F.linear(x, self.w)
+                """,
         ),
         # the hidden width is also written in forward: padding the layers alone would break the model
-        Invalid(
-            "import torch, torch.nn as nn\n"
-            "class Seq(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.cell = nn.LSTMCell(1, 51)\n"
-            "    def forward(self, x):\n"
-            "        h = torch.zeros(x.size(0), 51)\n"
-            "        return self.cell(x, (h, h))\n",
+        Invalid("""
+            import torch, torch.nn as nn
+            class Seq(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cell = nn.LSTMCell(1, 51)
+                def forward(self, x):
+                    h = torch.zeros(x.size(0), 51)
+                    return self.cell(x, (h, h))
+            """,
             line=5,
             message="51 is also written elsewhere in this file",
             expected_fix=None,
         ),
         # an MLP's `4 * width` input and a fusion of three `hidden` vectors are design sizes
-        Invalid(
-            "import torch.nn as nn\n"
-            "def mlp(width=769, hidden=100):\n"
-            "    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)\n",
+        Invalid("""
+            import torch.nn as nn
+            def mlp(width=769, hidden=100):
+                return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)
+            """,
             count=2,
             message="in_features 3076 (pad to 3080), out_features 769 (pad to 776)",
-            expected_fix="import torch.nn as nn\n"
-            "def mlp(width=776, hidden=104):\n"
-            "    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)\n",
+            expected_fix="""
+                import torch.nn as nn
+                def mlp(width=776, hidden=104):
+                    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)
+                """,
         ),
         # arithmetic that padding one name cannot align: reported, no fix
-        Invalid(
-            "import torch.nn as nn\nN = 196\nproj = nn.Linear(N + 1, 768)\n",
+        Invalid("""
+            import torch.nn as nn
+            N = 196
+            proj = nn.Linear(N + 1, 768)
+            """,
             message="197",
             expected_fix=None,
         ),
         # a checkpoint fixes the size: info, no fix
-        Invalid(
-            "import torch.nn as nn\n"
-            "class GPT2Config:\n"
-            "    def __init__(self, vocab_size=50257):\n"
-            "        self.vocab_size = vocab_size\n"
-            "class GPT2(nn.Module):\n"
-            "    def __init__(self, config):\n"
-            "        super().__init__()\n"
-            "        self.wte = nn.Embedding(config.vocab_size, 768)\n"
-            "    @classmethod\n"
-            "    def from_pretrained(cls, path):\n"
-            "        return cls(GPT2Config())\n",
+        Invalid("""
+            import torch.nn as nn
+            class GPT2Config:
+                def __init__(self, vocab_size=50257):
+                    self.vocab_size = vocab_size
+            class GPT2(nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    self.wte = nn.Embedding(config.vocab_size, 768)
+                @classmethod
+                def from_pretrained(cls, path):
+                    return cls(GPT2Config())
+            """,
             line=8,
             severity="info",
             message="pretrained checkpoint",
             expected_fix=None,
         ),
-        Invalid(
-            "from torch.nn import ConvTranspose2d\nup = ConvTranspose2d(in_channels=250, out_channels=125, kernel_size=2)\n",
+        Invalid("""
+            from torch.nn import ConvTranspose2d
+            up = ConvTranspose2d(in_channels=250, out_channels=125, kernel_size=2)
+            """,
             count=1,
-            expected_fix="from torch.nn import ConvTranspose2d\nup = ConvTranspose2d(in_channels=256, out_channels=128, kernel_size=2)\n",
+            expected_fix="""
+                from torch.nn import ConvTranspose2d
+                up = ConvTranspose2d(in_channels=256, out_channels=128, kernel_size=2)
+                """,
         ),
     ]
 

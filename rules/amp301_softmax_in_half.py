@@ -124,137 +124,259 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
 
     VALID = [
         # already fp32
-        Valid("import torch\nimport torch.nn.functional as F\nclass A(torch.nn.Module):\n"
-              "    def forward(self, x):\n        return F.softmax(x, dim=-1, dtype=torch.float32)\n"),
-        Valid("import torch.nn as nn\nimport torch.nn.functional as F\nclass A(nn.Module):\n"
-              "    def forward(self, x):\n        return F.softmax(x.float(), dim=-1)\n"),
-        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-              "        x = x.to(torch.float32)\n        return x.softmax(-1)\n"),
-        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return torch.log_softmax(x.type(torch.float32), 1)\n"),
+        Valid("""
+            import torch
+            import torch.nn.functional as F
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return F.softmax(x, dim=-1, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class A(nn.Module):
+                def forward(self, x):
+                    return F.softmax(x.float(), dim=-1)
+            """),
+        Valid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    x = x.to(torch.float32)
+                    return x.softmax(-1)
+            """),
+        Valid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.log_softmax(x.type(torch.float32), 1)
+            """),
         # not model code
-        Valid("import torch.nn.functional as F\ndef probs(x):\n    return F.softmax(x, dim=-1)\n"),
-        Valid("import torch.nn.functional as F\nclass A:\n    def forward(self, x):\n        return F.softmax(x, dim=-1)\n"),
+        Valid("""
+            import torch.nn.functional as F
+            def probs(x):
+                return F.softmax(x, dim=-1)
+            """),
+        Valid("""
+            import torch.nn.functional as F
+            class A:
+                def forward(self, x):
+                    return F.softmax(x, dim=-1)
+            """),
         # the stable log-sum-exp is not a softmax
-        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return torch.logsumexp(x, -1)\n"),
+        Valid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.logsumexp(x, -1)
+            """),
         # a module's own method, numpy
-        Valid("import torch\nimport numpy as np\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return self.softmax(x) + np.softmax(x)\n"),
+        Valid("""
+            import torch
+            import numpy as np
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return self.softmax(x) + np.softmax(x)
+            """),
         # pure fp32 training
-        Valid(
-            "import torch.nn.functional as F\nimport torch.nn as nn\nclass A(nn.Module):\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=-1)\n",
+        Valid("""
+            import torch.nn.functional as F
+            import torch.nn as nn
+            class A(nn.Module):
+                def forward(self, x):
+                    return F.softmax(x, dim=-1)
+            """,
             settings={"opt_level": "O0"},
         ),
         # a dtype we cannot see
-        Valid("import torch.nn as nn\nimport torch.nn.functional as F\nclass A(nn.Module):\n"
-              "    def forward(self, x, dt):\n        return F.softmax(x, dim=-1, dtype=dt)\n"),
+        Valid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class A(nn.Module):
+                def forward(self, x, dt):
+                    return F.softmax(x, dim=-1, dtype=dt)
+            """),
     ]
 
     INVALID = [
-        Invalid(
-            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def forward(self, q, k, v):\n"
-            "        scores = q @ k.transpose(-2, -1)\n"
-            "        attn = F.softmax(scores, dim=-1)  # probabilities\n"
-            "        return attn @ v\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def forward(self, q, k, v):
+                    scores = q @ k.transpose(-2, -1)
+                    attn = F.softmax(scores, dim=-1)  # probabilities
+                    return attn @ v
+            """,
             line=8,
             severity="info",
             message="6e-8",
-            expected_fix="import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def forward(self, q, k, v):\n"
-            "        scores = q @ k.transpose(-2, -1)\n"
-            "        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probabilities\n"
-            "        return attn @ v\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                import torch.nn.functional as F
+
+                class Attention(nn.Module):
+                    def forward(self, q, k, v):
+                        scores = q @ k.transpose(-2, -1)
+                        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probabilities
+                        return attn @ v
+                """,
         ),
         # O2: a warning; method form; operand with a constant scale
-        Invalid(
-            "import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return (x / self.t).log_softmax(-1)\n"
-            "    def __init__(self):\n        super().__init__()\n        self.t = 2.0\n",
+        Invalid("""
+            import torch
+
+            class Head(torch.nn.Module):
+                def forward(self, x):
+                    return (x / self.t).log_softmax(-1)
+                def __init__(self):
+                    super().__init__()
+                    self.t = 2.0
+            """,
             severity="warning",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return (x / self.t).log_softmax(-1, dtype=torch.float32).to(x.dtype)\n"
-            "    def __init__(self):\n        super().__init__()\n        self.t = 2.0\n",
+            expected_fix="""
+                import torch
+
+                class Head(torch.nn.Module):
+                    def forward(self, x):
+                        return (x / self.t).log_softmax(-1, dtype=torch.float32).to(x.dtype)
+                    def __init__(self):
+                        super().__init__()
+                        self.t = 2.0
+                """,
         ),
         # torch.autocast on CPU keeps softmax in half: a warning even at O1
-        Invalid(
-            "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, 1)\n",
+        Invalid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.softmax(x, 1)
+            """,
             severity="warning",
             settings={"engine": "torch", "device": "cpu"},
-            expected_fix="import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return torch.softmax(x, 1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+                class A(torch.nn.Module):
+                    def forward(self, x):
+                        return torch.softmax(x, 1, dtype=torch.float32).to(x.dtype)
+                """,
         ),
         # reached from forward through a helper function; gumbel_softmax takes no dtype
-        Invalid(
-            "import torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "def route(logits):\n    return F.gumbel_softmax(logits, tau=0.5)\n\n"
-            "class Router(nn.Module):\n    def forward(self, x):\n        return route(x)\n",
+        Invalid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            def route(logits):
+                return F.gumbel_softmax(logits, tau=0.5)
+
+            class Router(nn.Module):
+                def forward(self, x):
+                    return route(x)
+            """,
             line=5,
             severity="info",
-            expected_fix="import torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "def route(logits):\n    return F.gumbel_softmax(logits.float(), tau=0.5).to(logits.dtype)\n\n"
-            "class Router(nn.Module):\n    def forward(self, x):\n        return route(x)\n",
+            expected_fix="""
+                import torch.nn as nn
+                import torch.nn.functional as F
+
+                def route(logits):
+                    return F.gumbel_softmax(logits.float(), tau=0.5).to(logits.dtype)
+
+                class Router(nn.Module):
+                    def forward(self, x):
+                        return route(x)
+                """,
         ),
         # an explicit half dtype is still half; no fix offered for it
-        Invalid(
-            "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return torch.softmax(x, -1, dtype=torch.half)\n",
+        Invalid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.softmax(x, -1, dtype=torch.half)
+            """,
             expected_fix=None,
         ),
         # module style: a layer in __init__, called in forward; existing alias `nn`
-        Invalid(
-            "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def __init__(self, d):\n"
-            "        super().__init__()  # base init\n"
-            "        self.proj = nn.Linear(d, d)\n\n"
-            "    def forward(self, x):\n"
-            "        s = self.proj(x) @ x.transpose(-2, -1)\n"
-            "        return F.softmax(s, dim=-1) @ x\n",
+        Invalid("""
+            import torch
+            from torch import nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, d):
+                    super().__init__()  # base init
+                    self.proj = nn.Linear(d, d)
+
+                def forward(self, x):
+                    s = self.proj(x) @ x.transpose(-2, -1)
+                    return F.softmax(s, dim=-1) @ x
+            """,
             settings={"fix_style": "module"},
-            expected_fix="import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def __init__(self, d):\n"
-            "        super().__init__()  # base init\n"
-            "        self.softmax = nn.Softmax(dim=-1)\n"
-            "        self.proj = nn.Linear(d, d)\n\n"
-            "    def forward(self, x):\n"
-            "        s = self.proj(x) @ x.transpose(-2, -1)\n"
-            "        return self.softmax(s) @ x\n",
+            expected_fix="""
+                import torch
+                from torch import nn
+                import torch.nn.functional as F
+
+                class Attention(nn.Module):
+                    def __init__(self, d):
+                        super().__init__()  # base init
+                        self.softmax = nn.Softmax(dim=-1)
+                        self.proj = nn.Linear(d, d)
+
+                    def forward(self, x):
+                        s = self.proj(x) @ x.transpose(-2, -1)
+                        return self.softmax(s) @ x
+                """,
         ),
         # module style: name clash, a second call with the same dim reuses the layer,
         # `torch.nn` spelled out when `nn` is not imported
-        Invalid(
-            "import torch\n\nclass M(torch.nn.Module):\n"
-            "    def __init__(self):\n"
-            "        torch.nn.Module.__init__(self)\n"
-            "        self.softmax = torch.nn.Identity()\n\n"
-            "    def forward(self, x, y):\n"
-            "        return x.log_softmax(1) + torch.log_softmax(y, dim=1) + torch.softmax(y, 1)\n",
+        Invalid("""
+            import torch
+
+            class M(torch.nn.Module):
+                def __init__(self):
+                    torch.nn.Module.__init__(self)
+                    self.softmax = torch.nn.Identity()
+
+                def forward(self, x, y):
+                    return x.log_softmax(1) + torch.log_softmax(y, dim=1) + torch.softmax(y, 1)
+            """,
             count=3,
             settings={"fix_style": "module"},
-            expected_fix="import torch\n\nclass M(torch.nn.Module):\n"
-            "    def __init__(self):\n"
-            "        torch.nn.Module.__init__(self)\n"
-            "        self.softmax_1 = torch.nn.Softmax(dim=1)\n"
-            "        self.log_softmax = torch.nn.LogSoftmax(dim=1)\n"
-            "        self.softmax = torch.nn.Identity()\n\n"
-            "    def forward(self, x, y):\n"
-            "        return self.log_softmax(x) + self.log_softmax(y) + self.softmax_1(y)\n",
+            expected_fix="""
+                import torch
+
+                class M(torch.nn.Module):
+                    def __init__(self):
+                        torch.nn.Module.__init__(self)
+                        self.softmax_1 = torch.nn.Softmax(dim=1)
+                        self.log_softmax = torch.nn.LogSoftmax(dim=1)
+                        self.softmax = torch.nn.Identity()
+
+                    def forward(self, x, y):
+                        return self.log_softmax(x) + self.log_softmax(y) + self.softmax_1(y)
+                """,
         ),
         # module style: a one-line __init__ -> the functional fix
-        Invalid(
-            "import torch\nclass M(torch.nn.Module):\n    def __init__(self): super().__init__()\n"
-            "    def forward(self, x):\n        return x.softmax(1)\n",
+        Invalid("""
+            import torch
+            class M(torch.nn.Module):
+                def __init__(self): super().__init__()
+                def forward(self, x):
+                    return x.softmax(1)
+            """,
             settings={"fix_style": "module"},
-            expected_fix="import torch\nclass M(torch.nn.Module):\n    def __init__(self): super().__init__()\n"
-            "    def forward(self, x):\n        return x.softmax(1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+                class M(torch.nn.Module):
+                    def __init__(self): super().__init__()
+                    def forward(self, x):
+                        return x.softmax(1, dtype=torch.float32).to(x.dtype)
+                """,
         ),
         # module style: super().__init__() on the last line of the file
         Invalid(
@@ -265,20 +387,39 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             "    def __init__(self):\n        super(M, self).__init__()\n        self.softmax = nn.Softmax(dim=1)",
         ),
         # module style: a dim that is not a literal -> no fix
-        Invalid(
-            "import torch.nn as nn\nimport torch.nn.functional as F\n\nclass M(nn.Module):\n"
-            "    def __init__(self, dim):\n        super().__init__()\n        self.dim = dim\n\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=self.dim)\n",
+        Invalid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class M(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.dim = dim
+
+                def forward(self, x):
+                    return F.softmax(x, dim=self.dim)
+            """,
             settings={"fix_style": "module"},
             expected_fix=None,
         ),
         # module style without a base initialiser call: the functional fix instead
-        Invalid(
-            "import torch\nimport torch.nn.functional as F\n\nclass M(torch.nn.Module):\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=-1)\n",
+        Invalid("""
+            import torch
+            import torch.nn.functional as F
+
+            class M(torch.nn.Module):
+                def forward(self, x):
+                    return F.softmax(x, dim=-1)
+            """,
             settings={"fix_style": "module"},
-            expected_fix="import torch\nimport torch.nn.functional as F\n\nclass M(torch.nn.Module):\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+                import torch.nn.functional as F
+
+                class M(torch.nn.Module):
+                    def forward(self, x):
+                        return F.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)
+                """,
         ),
     ]
 

@@ -79,97 +79,164 @@ only served the hand-written form are removed. No fix for a softmax over the who
 """
 
     VALID = [
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x - torch.logsumexp(x, dim=-1, keepdim=True)\n"),
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x, y):\n"
-              "        return torch.exp(x) / torch.exp(y).sum(-1, keepdim=True)\n"),
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return torch.softmax(x, -1, dtype=torch.float32)\n"),
-        Valid("import torch\ndef softmax(x):\n    return x.exp() / x.exp().sum(-1, keepdim=True)\n"),
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x.exp() / x.exp().sum(-1, keepdim=True)\n", settings={"opt_level": "O0"}),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return x - torch.logsumexp(x, dim=-1, keepdim=True)
+            """),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x, y):
+                    return torch.exp(x) / torch.exp(y).sum(-1, keepdim=True)
+            """),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return torch.softmax(x, -1, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch
+            def softmax(x):
+                return x.exp() / x.exp().sum(-1, keepdim=True)
+            """),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return x.exp() / x.exp().sum(-1, keepdim=True)
+            """, settings={"opt_level": "O0"}),
     ]
 
     INVALID = [
-        Invalid(
-            "import torch\nimport torch.nn as nn\n\nclass Head(nn.Module):\n"
-            "    def forward(self, scores):\n"
-            "        return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)  # probs\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+
+            class Head(nn.Module):
+                def forward(self, scores):
+                    return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)  # probs
+            """,
             line=6,
             severity="info",
             message="11.09",
-            expected_fix="import torch\nimport torch.nn as nn\n\nclass Head(nn.Module):\n"
-            "    def forward(self, scores):\n"
-            "        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probs\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+
+                class Head(nn.Module):
+                    def forward(self, scores):
+                        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probs
+                """,
         ),
         # through names, method form, O2: the helper names go away
-        Invalid(
-            "import torch as th\n\nclass Head(th.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        e = x.exp()\n"
-            "        z = e.sum(1, keepdim=True)\n"
-            "        p = e / z\n"
-            "        return p\n",
+        Invalid("""
+            import torch as th
+
+            class Head(th.nn.Module):
+                def forward(self, x):
+                    e = x.exp()
+                    z = e.sum(1, keepdim=True)
+                    p = e / z
+                    return p
+            """,
             line=7,
             severity="warning",
             settings={"opt_level": "O2"},
-            expected_fix="import torch as th\n\nclass Head(th.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        p = th.softmax(x, dim=1, dtype=th.float32).to(x.dtype)\n"
-            "        return p\n",
+            expected_fix="""
+                import torch as th
+
+                class Head(th.nn.Module):
+                    def forward(self, x):
+                        p = th.softmax(x, dim=1, dtype=th.float32).to(x.dtype)
+                        return p
+                """,
         ),
         # an exp still used elsewhere stays
-        Invalid(
-            "import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        e = torch.exp(x)\n"
-            "        return e / torch.sum(e, -1, True), e\n",
-            expected_fix="import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        e = torch.exp(x)\n"
-            "        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype), e\n",
+        Invalid("""
+            import torch
+
+            class Head(torch.nn.Module):
+                def forward(self, x):
+                    e = torch.exp(x)
+                    return e / torch.sum(e, -1, True), e
+            """,
+            expected_fix="""
+                import torch
+
+                class Head(torch.nn.Module):
+                    def forward(self, x):
+                        e = torch.exp(x)
+                        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype), e
+                """,
         ),
         # log-softmax by hand, CPU autocast: a warning
-        Invalid(
-            "import torch\n\nclass LM(torch.nn.Module):\n"
-            "    def forward(self, logits):\n"
-            "        return logits - logits.exp().sum(-1, keepdim=True).log()\n",
+        Invalid("""
+            import torch
+
+            class LM(torch.nn.Module):
+                def forward(self, logits):
+                    return logits - logits.exp().sum(-1, keepdim=True).log()
+            """,
             severity="warning",
             message="log-softmax",
             settings={"engine": "torch", "device": "cpu"},
-            expected_fix="import torch\n\nclass LM(torch.nn.Module):\n"
-            "    def forward(self, logits):\n"
-            "        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class LM(torch.nn.Module):
+                    def forward(self, logits):
+                        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
+                """,
         ),
         # the max-subtracted form does not overflow: info, and the fused kernel on `x`
-        Invalid(
-            "import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        z = x - x.max(dim=-1, keepdim=True).values\n"
-            "        return z.exp() / z.exp().sum(-1, keepdims=True)\n",
+        Invalid("""
+            import torch
+
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    z = x - x.max(dim=-1, keepdim=True).values
+                    return z.exp() / z.exp().sum(-1, keepdims=True)
+            """,
             severity="info",
             message="no overflow",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        z = x - x.max(dim=-1, keepdim=True).values\n"
-            "        return torch.softmax(z, dim=-1, dtype=torch.float32).to(z.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class H(torch.nn.Module):
+                    def forward(self, x):
+                        z = x - x.max(dim=-1, keepdim=True).values
+                        return torch.softmax(z, dim=-1, dtype=torch.float32).to(z.dtype)
+                """,
         ),
-        Invalid(
-            "import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return torch.exp(x - x.amax(-1, keepdim=True)) / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdims=True)\n",
+        Invalid("""
+            import torch
+
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return torch.exp(x - x.amax(-1, keepdim=True)) / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdims=True)
+            """,
             severity="info",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class H(torch.nn.Module):
+                    def forward(self, x):
+                        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)
+                """,
         ),
         # softmax over the whole tensor: reported, no fix
-        Invalid(
-            "import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return x.exp() / x.exp().sum()\n",
+        Invalid("""
+            import torch
+
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return x.exp() / x.exp().sum()
+            """,
             expected_fix=None,
         ),
     ]

@@ -143,177 +143,373 @@ with torch.autocast("cuda", enabled=False):
 
     VALID = [
         # registered in the same file
-        Valid("import torch\nfrom torch import nn\nfrom amplint import amp\n"
-              "amp.register_half_function(torch, 'einsum')\n"
-              "class M(nn.Module):\n    def forward(self, a, b):\n        return torch.einsum('ij,jk->ik', a, b)\n"),
+        Valid("""
+            import torch
+            from torch import nn
+            from amplint import amp
+            amp.register_half_function(torch, 'einsum')
+            class M(nn.Module):
+                def forward(self, a, b):
+                    return torch.einsum('ij,jk->ik', a, b)
+            """),
         # not model code
-        Valid("import torch\ndef helper(a, b):\n    return torch.einsum('ij,jk->ik', a, b)\n"),
+        Valid("""
+            import torch
+            def helper(a, b):
+                return torch.einsum('ij,jk->ik', a, b)
+            """),
         # torch.autocast runs einsum in half
-        Valid("import torch\nfrom torch import nn\n"
-              "class M(nn.Module):\n    def forward(self, a, b):\n        return torch.einsum('ij,jk->ik', a, b)\n",
+        Valid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, a, b):
+                    return torch.einsum('ij,jk->ik', a, b)
+            """,
               settings={"engine": "torch"}),
         # CPU autocast runs linalg.inv in fp32
-        Valid("import torch\nfrom torch import nn\n"
-              "class M(nn.Module):\n    def forward(self, c):\n        return torch.linalg.inv(c)\n",
+        Valid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, c):
+                    return torch.linalg.inv(c)
+            """,
               settings={"engine": "torch", "device": "cpu"}),
         # explicitly fp32 argument
-        Valid("import torch\nfrom torch import nn\n"
-              "class M(nn.Module):\n    def forward(self, c):\n        return torch.linalg.inv(c.float())\n"),
+        Valid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, c):
+                    return torch.linalg.inv(c.float())
+            """),
         # autocast disabled around it
-        Valid("import torch\nfrom torch import nn\n"
-              "class M(nn.Module):\n    def forward(self, c):\n"
-              "        with torch.autocast('cuda', enabled=False):\n            return torch.linalg.inv(c)\n",
+        Valid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, c):
+                    with torch.autocast('cuda', enabled=False):
+                        return torch.linalg.inv(c)
+            """,
               settings={"engine": "torch"}),
         # covered by the policy (linalg.norm is fp32, linalg.matmul half)
-        Valid("import torch\nfrom torch import nn\n"
-              "class M(nn.Module):\n    def forward(self, c):\n        return torch.linalg.norm(torch.linalg.matmul(c, c))\n"),
+        Valid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, c):
+                    return torch.linalg.norm(torch.linalg.matmul(c, c))
+            """),
         # a decorated helper casts its inputs
-        Valid("import torch\nfrom torch import nn\nfrom amplint import amp\n"
-              "@amp.half_function\ndef mix(a, b):\n    return torch.einsum('ij,jk->ik', a, b)\n"
-              "class M(nn.Module):\n    def forward(self, a, b):\n        return mix(a, b)\n"),
+        Valid("""
+            import torch
+            from torch import nn
+            from amplint import amp
+            @amp.half_function
+            def mix(a, b):
+                return torch.einsum('ij,jk->ik', a, b)
+            class M(nn.Module):
+                def forward(self, a, b):
+                    return mix(a, b)
+            """),
         # custom Function with custom_fwd, torch policy
-        Valid("import torch\nfrom torch import nn\n"
-              "class F(torch.autograd.Function):\n    @staticmethod\n"
-              "    @torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)\n"
-              "    def forward(ctx, x):\n        return x * 2\n"
-              "    @staticmethod\n    @torch.amp.custom_bwd(device_type='cuda')\n"
-              "    def backward(ctx, g):\n        return g * 2\n"
-              "class M(nn.Module):\n    def forward(self, x):\n        return F.apply(x)\n",
+        Valid("""
+            import torch
+            from torch import nn
+            class F(torch.autograd.Function):
+                @staticmethod
+                @torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)
+                def forward(ctx, x):
+                    return x * 2
+                @staticmethod
+                @torch.amp.custom_bwd(device_type='cuda')
+                def backward(ctx, g):
+                    return g * 2
+            class M(nn.Module):
+                def forward(self, x):
+                    return F.apply(x)
+            """,
               settings={"engine": "torch"}),
         # built once in __init__ (before amp.initialize), in fp32
-        Valid("import torch\nfrom torch import nn\n"
-              "class Pos(nn.Module):\n    def __init__(self, n=8):\n        super().__init__()\n"
-              "        self.register_buffer('table', self.build(n))\n"
-              "    def build(self, n):\n        t = torch.arange(n, dtype=torch.float32)\n"
-              "        return torch.outer(t, t)\n"
-              "    def forward(self, x):\n        return x + self.table\n"),
+        Valid("""
+            import torch
+            from torch import nn
+            class Pos(nn.Module):
+                def __init__(self, n=8):
+                    super().__init__()
+                    self.register_buffer('table', self.build(n))
+                def build(self, n):
+                    t = torch.arange(n, dtype=torch.float32)
+                    return torch.outer(t, t)
+                def forward(self, x):
+                    return x + self.table
+            """),
         # autocast sees aten ops however they are called; relu is on no amplint list either
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a, b):\n"
-              "        return torch.ops.aten.bmm.default(a, b)\n", settings={"engine": "torch"}),
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a):\n"
-              "        return torch.ops.aten.relu(a)\n"),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, a, b):
+                    return torch.ops.aten.bmm.default(a, b)
+            """, settings={"engine": "torch"}),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, a):
+                    return torch.ops.aten.relu(a)
+            """),
         # O0 is fp32; at O2/O3 the model is half, so einsum already runs in half
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a, c):\n"
-              "        return torch.einsum('ij,jk->ik', a, a), torch.linalg.inv(c)\n", settings={"opt_level": "O0"}),
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, a):\n"
-              "        return torch.einsum('ij,jk->ik', a, a)\n", settings={"opt_level": "O2"}),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, a, c):
+                    return torch.einsum('ij,jk->ik', a, a), torch.linalg.inv(c)
+            """, settings={"opt_level": "O0"}),
+        Valid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, a):
+                    return torch.einsum('ij,jk->ik', a, a)
+            """, settings={"opt_level": "O2"}),
         # a local variable named like an op is not an op
-        Valid("import torch\nfrom torch import nn\n"
-              "class M(nn.Module):\n    def forward(self, x, einsum):\n        return einsum(x)\n"),
+        Valid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, x, einsum):
+                    return einsum(x)
+            """),
     ]
     INVALID = [
-        Invalid(
-            "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n"
-            "    def forward(self, a, b):\n        return torch.einsum('ibnd,jbnd->bnij', (a, b))\n",
+        Invalid("""
+            import torch
+            from torch import nn
+
+
+            class M(nn.Module):
+                def forward(self, a, b):
+                    return torch.einsum('ibnd,jbnd->bnij', (a, b))
+            """,
             line=7, count=1, message="einsum", severity="warning",
-            expected_fix="import torch\nfrom torch import nn\nfrom amplint import amp\n"
-                         "amp.register_half_function(torch, \"einsum\")\n\n\nclass M(nn.Module):\n"
-                         "    def forward(self, a, b):\n        return torch.einsum('ibnd,jbnd->bnij', (a, b))\n",
+            expected_fix="""
+                import torch
+                from torch import nn
+                from amplint import amp
+                amp.register_half_function(torch, "einsum")
+
+
+                class M(nn.Module):
+                    def forward(self, a, b):
+                        return torch.einsum('ibnd,jbnd->bnij', (a, b))
+                """,
         ),
         # two ops, two calls each: one registration per op, in order of first use
-        Invalid(
-            "import torch\nimport torch.nn as nn  # model\nclass M(nn.Module):\n    def forward(self, a, b, c):\n"
-            "        x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)\n"
-            "        return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn  # model
+            class M(nn.Module):
+                def forward(self, a, b, c):
+                    x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)
+                    return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x
+            """,
             line=5, count=4, message="no fp16", severity="error",
-            expected_fix="import torch\nimport torch.nn as nn  # model\nfrom amplint import amp\n"
-                         "amp.register_float_function(torch.linalg, \"inv\")\n"
-                         "amp.register_half_function(torch, \"einsum\")\n"
-                         "class M(nn.Module):\n    def forward(self, a, b, c):\n"
-                         "        x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)\n"
-                         "        return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn  # model
+                from amplint import amp
+                amp.register_float_function(torch.linalg, "inv")
+                amp.register_half_function(torch, "einsum")
+                class M(nn.Module):
+                    def forward(self, a, b, c):
+                        x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)
+                        return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x
+                """,
         ),
         # from torch import einsum: register on this module
-        Invalid(
-            "from torch import nn, einsum\nclass M(nn.Module):\n    def forward(self, a, b):\n"
-            "        return einsum('ij,jk->ik', a, b)\n",
+        Invalid("""
+            from torch import nn, einsum
+            class M(nn.Module):
+                def forward(self, a, b):
+                    return einsum('ij,jk->ik', a, b)
+            """,
             line=4, message="sys.modules[__name__]",
-            expected_fix="from torch import nn, einsum\nimport sys\nfrom amplint import amp\n"
-                         "amp.register_half_function(sys.modules[__name__], \"einsum\")\n"
-                         "class M(nn.Module):\n    def forward(self, a, b):\n"
-                         "        return einsum('ij,jk->ik', a, b)\n",
+            expected_fix="""
+                from torch import nn, einsum
+                import sys
+                from amplint import amp
+                amp.register_half_function(sys.modules[__name__], "einsum")
+                class M(nn.Module):
+                    def forward(self, a, b):
+                        return einsum('ij,jk->ik', a, b)
+                """,
         ),
         # `amp` is torch.amp here: import the engine under another name
-        Invalid(
-            "import torch\nfrom torch import amp, nn\nclass M(nn.Module):\n    def forward(self, c):\n"
-            "        return c.inverse()\n",
+        Invalid("""
+            import torch
+            from torch import amp, nn
+            class M(nn.Module):
+                def forward(self, c):
+                    return c.inverse()
+            """,
             message="inverse",
-            expected_fix="import torch\nfrom torch import amp, nn\nfrom amplint import amp as amplint_amp\n"
-                         "amplint_amp.register_float_function(torch.Tensor, \"inverse\")\n"
-                         "class M(nn.Module):\n    def forward(self, c):\n        return c.inverse()\n",
+            expected_fix="""
+                import torch
+                from torch import amp, nn
+                from amplint import amp as amplint_amp
+                amplint_amp.register_float_function(torch.Tensor, "inverse")
+                class M(nn.Module):
+                    def forward(self, c):
+                        return c.inverse()
+                """,
         ),
         # torch policy on CUDA: linalg has no fix, the message shows the wrap
-        Invalid(
-            "import torch\nfrom torch import nn\nclass M(nn.Module):\n    def forward(self, x):\n"
-            "        return torch.fft.rfft(x, dim=-1)\n",
+        Invalid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, x):
+                    return torch.fft.rfft(x, dim=-1)
+            """,
             line=5, message="torch.autocast(\"cuda\", enabled=False)", severity="warning",
             expected_fix=None, settings={"engine": "torch"},
         ),
         # registered as tensordot elsewhere does not cover einsum; tensordot is promote in amplint's O1
-        Invalid(
-            "import torch\nfrom torch import nn\nfrom amplint import amp\namp.register_half_function(torch, 'einsum')\n"
-            "class M(nn.Module):\n    def forward(self, a, b):\n        return torch.tensordot(a, b, dims=1)\n",
+        Invalid("""
+            import torch
+            from torch import nn
+            from amplint import amp
+            amp.register_half_function(torch, 'einsum')
+            class M(nn.Module):
+                def forward(self, a, b):
+                    return torch.tensordot(a, b, dims=1)
+            """,
             line=7, count=1,
-            expected_fix="import torch\nfrom torch import nn\nfrom amplint import amp\n"
-                         "amp.register_half_function(torch, 'einsum')\n"
-                         "amp.register_half_function(torch, \"tensordot\")\n"
-                         "class M(nn.Module):\n    def forward(self, a, b):\n        return torch.tensordot(a, b, dims=1)\n",
+            expected_fix="""
+                import torch
+                from torch import nn
+                from amplint import amp
+                amp.register_half_function(torch, 'einsum')
+                amp.register_half_function(torch, "tensordot")
+                class M(nn.Module):
+                    def forward(self, a, b):
+                        return torch.tensordot(a, b, dims=1)
+                """,
         ),
         # custom autograd Function (torch policy): custom_fwd / custom_bwd, unsafe
-        Invalid(
-            "import torch\nfrom torch import nn\n\n\nclass Scale(torch.autograd.Function):\n"
-            "    @staticmethod\n    def forward(ctx, x):\n        return x * 2\n\n"
-            "    @staticmethod\n    def backward(ctx, g):\n        return g * 2\n\n\n"
-            "class M(nn.Module):\n    def forward(self, x):\n        return Scale.apply(x)\n",
+        Invalid("""
+            import torch
+            from torch import nn
+
+
+            class Scale(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * 2
+
+                @staticmethod
+                def backward(ctx, g):
+                    return g * 2
+
+
+            class M(nn.Module):
+                def forward(self, x):
+                    return Scale.apply(x)
+            """,
             line=17, message="custom_fwd", settings={"engine": "torch"},
-            expected_fix="import torch\nfrom torch import nn\n\n\nclass Scale(torch.autograd.Function):\n"
-                         "    @staticmethod\n"
-                         "    @torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=torch.float32)\n"
-                         "    def forward(ctx, x):\n        return x * 2\n\n"
-                         "    @staticmethod\n    @torch.amp.custom_bwd(device_type=\"cuda\")\n"
-                         "    def backward(ctx, g):\n        return g * 2\n\n\n"
-                         "class M(nn.Module):\n    def forward(self, x):\n        return Scale.apply(x)\n",
+            expected_fix="""
+                import torch
+                from torch import nn
+
+
+                class Scale(torch.autograd.Function):
+                    @staticmethod
+                    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+                    def forward(ctx, x):
+                        return x * 2
+
+                    @staticmethod
+                    @torch.amp.custom_bwd(device_type="cuda")
+                    def backward(ctx, g):
+                        return g * 2
+
+
+                class M(nn.Module):
+                    def forward(self, x):
+                        return Scale.apply(x)
+                """,
         ),
         # custom autograd Function (amplint policy): also @amp.float_function (custom_fwd is autocast-only)
-        Invalid(
-            "import torch\nfrom torch import nn\nfrom torch.autograd import Function\n"
-            "class Scale(Function):\n    @staticmethod\n    def forward(ctx, x):\n        return x * 2\n"
-            "    @staticmethod\n    def backward(ctx, g):\n        return g * 2\n"
-            "class M(nn.Module):\n    def forward(self, x):\n        return Scale.apply(x)\n",
+        Invalid("""
+            import torch
+            from torch import nn
+            from torch.autograd import Function
+            class Scale(Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * 2
+                @staticmethod
+                def backward(ctx, g):
+                    return g * 2
+            class M(nn.Module):
+                def forward(self, x):
+                    return Scale.apply(x)
+            """,
             line=13, settings={"device": "cpu"},
-            expected_fix="import torch\nfrom torch import nn\nfrom torch.autograd import Function\n"
-                         "from amplint import amp\n"
-                         "class Scale(Function):\n    @staticmethod\n"
-                         "    @torch.amp.custom_fwd(device_type=\"cpu\", cast_inputs=torch.float32)\n"
-                         "    @amp.float_function\n"
-                         "    def forward(ctx, x):\n        return x * 2\n"
-                         "    @staticmethod\n    @torch.amp.custom_bwd(device_type=\"cpu\")\n"
-                         "    def backward(ctx, g):\n        return g * 2\n"
-                         "class M(nn.Module):\n    def forward(self, x):\n        return Scale.apply(x)\n",
+            expected_fix="""
+                import torch
+                from torch import nn
+                from torch.autograd import Function
+                from amplint import amp
+                class Scale(Function):
+                    @staticmethod
+                    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+                    @amp.float_function
+                    def forward(ctx, x):
+                        return x * 2
+                    @staticmethod
+                    @torch.amp.custom_bwd(device_type="cpu")
+                    def backward(ctx, g):
+                        return g * 2
+                class M(nn.Module):
+                    def forward(self, x):
+                        return Scale.apply(x)
+                """,
         ),
         # compiled extension and torch.ops custom op: reported, no fix
-        Invalid(
-            "import torch\nimport fused_dense_cuda\nclass M(torch.nn.Module):\n    def forward(self, x, w):\n"
-            "        y = fused_dense_cuda.forward(x, w)\n        return torch.ops.mylib.gelu_fast(y)\n",
+        Invalid("""
+            import torch
+            import fused_dense_cuda
+            class M(torch.nn.Module):
+                def forward(self, x, w):
+                    y = fused_dense_cuda.forward(x, w)
+                    return torch.ops.mylib.gelu_fast(y)
+            """,
             line=5, count=2, message="compiled extension", expected_fix=None,
         ),
     ]
 
     INVALID = INVALID + [
         # O2: registrations do nothing (no patching); the message shows the fp32 call
-        Invalid(
-            "import torch\nclass M(torch.nn.Module):\n    def forward(self, a, c):\n"
-            "        return torch.einsum('ij,jk->ik', a, a), torch.linalg.solve(a @ c, c, left=True)\n",
+        Invalid("""
+            import torch
+            class M(torch.nn.Module):
+                def forward(self, a, c):
+                    return torch.einsum('ij,jk->ik', a, a), torch.linalg.solve(a @ c, c, left=True)
+            """,
             line=4, count=1, message="torch.linalg.solve((a @ c).float(), c, left=True)", expected_fix=None,
             settings={"opt_level": "O2"},
         ),
         # an extension built at import with cpp_extension.load, and an aten overload that
         # bypasses the engine's patched torch.bmm
-        Invalid(
-            "import torch\nfrom torch.utils.cpp_extension import load\n"
-            "ext = load(name='fused', sources=['fused.cpp'])\n"
-            "class M(torch.nn.Module):\n    def forward(self, a, b):\n"
-            "        return ext.fused_mm(a, torch.ops.aten.bmm.default(a, b))\n",
+        Invalid("""
+            import torch
+            from torch.utils.cpp_extension import load
+            ext = load(name='fused', sources=['fused.cpp'])
+            class M(torch.nn.Module):
+                def forward(self, a, b):
+                    return ext.fused_mm(a, torch.ops.aten.bmm.default(a, b))
+            """,
             line=6, count=2, expected_fix=None,
         ),
     ]

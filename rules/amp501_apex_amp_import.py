@@ -49,37 +49,64 @@ model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
 """
 
     VALID = [
-        Valid("from amplint import amp\n"),
-        Valid("from apex.normalization import FusedLayerNorm\n"),
-        Valid("import apex\nnorm = apex.normalization.FusedLayerNorm(8)\n"),
-        Valid("import torch\nscaler = torch.amp.GradScaler('cuda')\n"),
+        Valid("""
+            from amplint import amp
+            """),
+        Valid("""
+            from apex.normalization import FusedLayerNorm
+            """),
+        Valid("""
+            import apex
+            norm = apex.normalization.FusedLayerNorm(8)
+            """),
+        Valid("""
+            import torch
+            scaler = torch.amp.GradScaler('cuda')
+            """),
     ]
     INVALID = [
-        Invalid(
-            "from apex import amp\nmodel, opt = amp.initialize(model, opt)\n",
+        Invalid("""
+            from apex import amp
+            model, opt = amp.initialize(model, opt)
+            """,
             line=1,
             message="apex.amp",
-            expected_fix="from amplint import amp\nmodel, opt = amp.initialize(model, opt)\n",
+            expected_fix="""
+                from amplint import amp
+                model, opt = amp.initialize(model, opt)
+                """,
         ),
-        Invalid(
-            "import apex.amp as amp  # legacy\n",
-            expected_fix="from amplint import amp  # legacy\n",
+        Invalid("""
+            import apex.amp as amp  # legacy
+            """,
+            expected_fix="""
+                from amplint import amp  # legacy
+                """,
         ),
-        Invalid(
-            "import apex.amp as mp\n",
-            expected_fix="import amplint.amp as mp\n",
+        Invalid("""
+            import apex.amp as mp
+            """,
+            expected_fix="""
+                import amplint.amp as mp
+                """,
         ),
-        Invalid(
-            "from apex.amp import scale_loss, initialize as init\n",
-            expected_fix="from amplint.amp import scale_loss, initialize as init\n",
+        Invalid("""
+            from apex.amp import scale_loss, initialize as init
+            """,
+            expected_fix="""
+                from amplint.amp import scale_loss, initialize as init
+                """,
         ),
-        Invalid(
-            "from apex import amp, optimizers\n",
+        Invalid("""
+            from apex import amp, optimizers
+            """,
             message="apex.amp",
             expected_fix=None,
         ),
-        Invalid(
-            "import apex\nmodel, opt = apex.amp.initialize(model, opt)\n",
+        Invalid("""
+            import apex
+            model, opt = apex.amp.initialize(model, opt)
+            """,
             line=2,
             expected_fix=None,
         ),
