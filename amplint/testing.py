@@ -89,3 +89,63 @@ def check_rule_examples(rule) -> list[str]:
         if again != new_text:
             failures.append(f"{where}: fix is not idempotent; a second run changed:\n{again}")
     return failures
+
+
+#: the sections of every rule's ``docs``, in this order (Ruff's shape); "Fix safety"
+#: only for a rule that fixes
+DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety")
+
+
+def doc_sections(docs: str) -> dict[str, str]:
+    """``## Heading`` -> the text under it, in order."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in docs.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+    return sections
+
+
+def first_code_block(text: str) -> Optional[str]:
+    """The first fenced ````python`` block of a docs section."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.strip() == "```python":
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+            return "".join(lines[i + 1:end]) if end is not None else None
+    return None
+
+
+def check_rule_docs(rule) -> list[str]:
+    """The docs have exactly the sections of :data:`DOC_SECTIONS`, in order; the
+    first code block under "Example" triggers the rule and the first under "Use
+    instead" does not (each must be a whole module: imports included)."""
+    failures: list[str] = []
+    sections = doc_sections(rule.docs)
+    wanted = list(DOC_SECTIONS if rule.fix_applicability is not None else DOC_SECTIONS[:-1])
+    if list(sections) != wanted:
+        failures.append(f"{rule.code} docs: sections {list(sections)}, expected {wanted}")
+    if rule.fix_applicability is not None and "Fix safety" in sections:
+        word = f"`{rule.fix_applicability.value}`"
+        if word not in sections["Fix safety"]:
+            failures.append(f"{rule.code} docs: \"Fix safety\" does not say the fix is {word}")
+    for section, should_fire in (("Example", True), ("Use instead", False)):
+        code = first_code_block(sections.get(section, ""))
+        if code is None:
+            failures.append(f"{rule.code} docs: no ```python block under {section!r}")
+            continue
+        try:
+            findings, _, errors = run_example(rule, code)
+        except SourceError as exc:
+            failures.append(f"{rule.code} docs {section}: does not parse: {exc}")
+            continue
+        failures += [f"{rule.code} docs {section}: {e}" for e in errors]
+        fired = [f for f in findings if f.code == rule.code]
+        if should_fire and not fired:
+            failures.append(f"{rule.code} docs: the {section} code does not trigger the rule")
+        if not should_fire and fired:
+            failures.append(f"{rule.code} docs: the {section} code triggers the rule: {fired[0].line}: {fired[0].message}")
+    return failures

@@ -77,17 +77,25 @@ Measured on fp16 tensors (CPU and CUDA; `fp16-facts.md`):
 
 ## Example
 ```python
-scores = scores.masked_fill(mask == 0, -1e9)
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, mask):
+    scores = scores.masked_fill(mask == 0, -1e9)
+    return scores.softmax(dim=-1)
 ```
 
 ## Use instead
 ```python
-scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, mask):
+    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1)
 ```
 
-## Fix applicability
+## Fix safety
 The fix writes `torch.finfo(<tensor>.dtype).min` (`.max` for positive constants), naming
 the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_full` /
 `clamp`, the other branch of `torch.where`, the subscripted tensor, the `dtype=` of

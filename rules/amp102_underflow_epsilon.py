@@ -122,22 +122,38 @@ on a constant row gives 0, not inf: the fused kernel adds eps in fp32. Adam's
 
 ## Example
 ```python
+import torch
+from torch import nn
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-8):
-        ...
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
     def forward(self, x):
-        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 ```
 
 ## Use instead
 ```python
+import torch
+from torch import nn
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-4):
-        ...
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 ```
 or compute the statistics in fp32 (`x.float()`, then cast the result back).
 
-## Fix applicability
+## Fix safety
 The fix raises the literal to the smallest "round" normal number of the target
 (fp16: `1e-4`, fp8 e4m3: `0.02`), where the literal is written in this file (a default
 argument, a module constant, the use itself); with none (an optimizer default) it adds

@@ -71,17 +71,25 @@ NaN; with -1e4, -65504 or `finfo.min` it is uniform (`fp16-facts.md`).
 
 ## Example
 ```python
-scores = scores.masked_fill(key_padding_mask, float("-inf"))
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, key_padding_mask):
+    scores = scores.masked_fill(key_padding_mask, float("-inf"))
+    return scores.softmax(dim=-1)
 ```
 
 ## Use instead
 ```python
-scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, key_padding_mask):
+    scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1)
 ```
 
-## Fix applicability
+## Fix safety
 `unsafe`: it changes fp32 results (a fully masked row becomes uniform instead of NaN,
 which is the point, but it is a behaviour change). The fix needs a nameable tensor (the
 receiver of `masked_fill`, the other branch of `where`, the subscripted tensor) and a

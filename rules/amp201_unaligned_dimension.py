@@ -215,7 +215,47 @@ median of 20-30 steps, the GPT-2 rows over three runs; H200, torch 2.11):
 The single GEMMs: 8192x770x3080 takes 0.239 ms, the larger 8192x800x3200 0.076 ms;
 8192x650x2600 0.194 ms against 8192x656x2624 0.058 ms.
 
-## The fix (unsafe)
+## Example
+```python
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    n_embd: int = 768
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+```
+
+## Use instead
+```python
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50304  # 50257 padded to a multiple of 64
+    n_embd: int = 768
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+```
+
+## Fix safety
 The fix pads the number where it is written (the literal, the constant, the default
 or the config field), so that every layer using it -- a hidden width is one layer's
 `out_features` and the next one's `in_features`, `4 * n_embd` of the MLP -- stays
@@ -243,28 +283,6 @@ It is `unsafe` because it changes the architecture: saved checkpoints no longer 
 
 For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
 `model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=8)`.
-
-## Example
-```python
-@dataclass
-class GPTConfig:
-    vocab_size: int = 50257
-    n_embd: int = 768
-
-class GPT(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-```
-
-## Use instead
-```python
-@dataclass
-class GPTConfig:
-    vocab_size: int = 50304  # 50257 padded to a multiple of 64
-    n_embd: int = 768
-```
 """
 
     VALID = [

@@ -91,6 +91,11 @@ upcast (`docs/fp16-facts.md`).
 
 ## Example
 ```python
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
 class Attention(nn.Module):
     def forward(self, q, k, v):
         scores = q @ k.transpose(-2, -1)
@@ -103,7 +108,16 @@ class Attention(nn.Module):
 result back to the operand's dtype, so the next half matmul still gets half (an fp32
 softmax meeting a half matmul would be a new crash under `model.half()`):
 ```python
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-2, -1)
         attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+        return attn @ v
 ```
 `fix-style = "module"` (the seed's advice: define softmax as a layer in `__init__`, so
 the engine's O2 can keep it in fp32 with `keep_fp32_modules`):
@@ -115,6 +129,8 @@ the engine's O2 can keep it in fp32 with `keep_fp32_modules`):
     def forward(self, q, k, v):
         attn = self.softmax(scores)
 ```
+
+## Fix safety
 Both fixes are `safe`: in fp32 they compute exactly what the original did. The module fix
 needs a literal `dim` and an `__init__` that calls the base initialiser; where it cannot
 be written (a helper function outside a class, no `__init__`, `F.gumbel_softmax`), the

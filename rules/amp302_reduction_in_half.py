@@ -126,6 +126,10 @@ CPU autocast keeps all of them in fp16, and under pure-half training (apex O2/O3
 
 ## Example
 ```python
+import torch
+from torch import nn
+
+
 class Pool(nn.Module):
     def forward(self, x):
         return x / x.norm(dim=-1, keepdim=True)
@@ -135,8 +139,16 @@ class Pool(nn.Module):
 Accumulate in fp32 and cast back where the value is bounded again (the normalising
 division), so the rest of a half model still sees half:
 ```python
+import torch
+from torch import nn
+
+
+class Pool(nn.Module):
+    def forward(self, x):
         return (x / x.norm(dim=-1, keepdim=True, dtype=torch.float32)).to(x.dtype)
 ```
+
+## Fix safety
 The fix is `safe` (in fp32 it computes exactly what the original did). It passes
 `dtype=torch.float32` where the API takes it (`sum`, `cumsum`, `prod`, `norm`...) and
 upcasts the operand with `.float()` where it does not (`var`, `exp`, `pow`). It is offered

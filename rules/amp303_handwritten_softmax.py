@@ -62,6 +62,10 @@ with a policy that runs `exp` in fp32 the finding is `info`.
 
 ## Example
 ```python
+import torch
+from torch import nn
+
+
 class Head(nn.Module):
     def forward(self, scores):
         return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)
@@ -69,8 +73,16 @@ class Head(nn.Module):
 
 ## Use instead
 ```python
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def forward(self, scores):
         return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
 ```
+
+## Fix safety
 The fix is `safe` where the dimension is known (a literal or constant `dim` with
 `keepdim=True`): the fused softmax computes the same function, in fp32, and the result is
 cast back to the operand's dtype so a half model keeps running. Intermediate names that

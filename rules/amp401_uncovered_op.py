@@ -103,11 +103,6 @@ no list runs in whatever dtype reaches it:
   `torch.amp.custom_fwd` only acts when `torch.autocast` is on; `amplint.amp`'s O1 patches
   functions instead, so under the `amplint` policy the fix adds `@amp.float_function` too.
 
-The registration fix is `safe`: it only changes what happens under the engine's O1 (fp32 runs are
-unchanged). Registrations must run before `amp.initialize`; the fix puts them right after the
-file's imports, which run when the model is imported. The custom-Function fix is `unsafe`: it
-changes the dtypes the forward computes in.
-
 ## Example
 ```python
 import torch
@@ -139,6 +134,12 @@ With `engine = "torch"` (autocast), einsum is already fp16; wrap the fp32-only o
 with torch.autocast("cuda", enabled=False):
     inv = torch.linalg.inv(cov.float())
 ```
+
+## Fix safety
+The registration fix is `safe`: it only changes what happens under the engine's O1 (fp32 runs are
+unchanged). Registrations must run before `amp.initialize`; the fix puts them right after the
+file's imports, which run when the model is imported. The custom-Function fix is `unsafe`: it
+changes the dtypes the forward computes in.
 """
 
     VALID = [

@@ -30,9 +30,6 @@ changes what is trained.
 line is enough: `initialize`, `scale_loss`, `state_dict` / `load_state_dict`,
 `master_params`, the `register_*_function` calls and decorators keep their meaning.
 
-The fix is `safe`: at O0 (fp32) the behaviour is identical, and the replaced import no
-longer exists in apex, so there is no working behaviour to preserve.
-
 ## Example
 ```python
 from apex import amp
@@ -46,6 +43,12 @@ from amplint import amp
 
 model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
 ```
+
+## Fix safety
+The fix is `safe`: at O0 (fp32) the behaviour is identical, and the replaced import no
+longer exists in apex, so there is no working behaviour to preserve.
+It is offered only where the import can be rewritten alone: not for `from apex import amp,
+optimizers` (apex's other modules stay) or a bare `import apex.amp` used as `apex.amp.x`.
 """
 
     VALID = [
