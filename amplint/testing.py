@@ -7,12 +7,13 @@ third-party rule authors can call it from their own tests.
 from __future__ import annotations
 
 import textwrap
-from typing import Optional
+from typing import Iterable, Optional, Union
 
 from .config import Settings
 from .engine import fix_text, lint_text
 from .files import SourceError
 from .project import ProjectIndex
+from .rule import Invalid, Valid
 
 
 def _settings(overrides: dict) -> Settings:
@@ -41,8 +42,18 @@ def run_example(rule, code: str, settings: Optional[dict] = None, fix: bool = Fa
 
 
 def check_rule_examples(rule) -> list[str]:
+    """Run the rule's embedded ``VALID`` / ``INVALID`` examples (failure messages; empty:
+    all pass)."""
+    return check_examples(rule, rule.valid_examples(), rule.invalid_examples())
+
+
+def check_examples(rule, valid: Iterable[Union[Valid, str]], invalid: Iterable[Union[Invalid, str]]) -> list[str]:
+    """Check ``rule`` on examples kept outside it (a test file's regression cases),
+    exactly as on its embedded ones."""
+    valid = [v if isinstance(v, Valid) else Valid(v) for v in valid]
+    invalid = [v if isinstance(v, Invalid) else Invalid(v) for v in invalid]
     failures: list[str] = []
-    for i, example in enumerate(rule.valid_examples()):
+    for i, example in enumerate(valid):
         try:
             findings, _, errors = run_example(rule, example.code, example.settings)
         except SourceError as exc:
@@ -52,7 +63,7 @@ def check_rule_examples(rule) -> list[str]:
             failures.append(f"{rule.code} VALID[{i}]: {errors[0]}")
         if findings:
             failures.append(f"{rule.code} VALID[{i}]: expected no finding, got {[f'{f.line}: {f.message}' for f in findings]}")
-    for i, example in enumerate(rule.invalid_examples()):
+    for i, example in enumerate(invalid):
         where = f"{rule.code} INVALID[{i}]"
         try:
             findings, _, errors = run_example(rule, example.code, example.settings)

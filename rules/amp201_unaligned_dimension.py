@@ -1,74 +1,18 @@
 """AMP201 unaligned-dimension: a Tensor Core layer size that is not a multiple of 8
-(16 for fp8/int8, or the configured ``alignment``)."""
+(16 for fp8/int8, or the configured ``alignment``).
+
+Finding the sizes is :mod:`amplint.analysis.layer_sizes` (this file) and
+:mod:`amplint.analysis.config_dims` (sizes defined in another file); this file holds the
+rule's docs, examples, messages and fixes."""
 from __future__ import annotations
 
 import ast
-import collections
-import dataclasses
-import math
-import re
-from typing import Optional
 
-from amplint.analysis.calls import argument
 from amplint.analysis.config_dims import layer_size_uses, unaligned_definitions
-from amplint.analysis.dims import (
-    CHECKPOINT_MARKERS,
-    GEMM_FUNCTIONS,
-    LAYER_MARKERS,
-    LAYERS,
-    MIN_SIZE,
-    SMALL_HEAD,
-    VOCAB_NAME_PARTS,
-    Root,
-    as_size,
-    data_named,
-    find_root,
-    is_torch_layer,
-    layer_name,
-    lcm,
-    next_multiple,
-    parameter_shape,
-)
+from amplint.analysis.dims import CHECKPOINT_MARKERS, LAYER_MARKERS, next_multiple
+from amplint.analysis.layer_sizes import LayerSurvey, UnalignedSize
 from amplint.numerics import FORMATS
 from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
-
-#: the variable / field a provenance note names: "`x` is defined here", "default of
-#: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
-_NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
-_PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
-_GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
-
-
-@dataclasses.dataclass
-class _File:
-    """AMP201's state for one file: layer calls are remembered during the walk and
-    reported in ``end_file``, once the file's head splits and GEMM weights are known."""
-
-    alignment: int
-    floor: int
-    #: the file loads a pretrained checkpoint: padding a config-bound size breaks loading
-    checkpoint: bool
-    #: (layer call, label, its unaligned sizes)
-    pending: list[tuple[ast.AST, str, list[_Size]]] = dataclasses.field(default_factory=list)
-    #: (nn.Parameter call, self attribute, class name, shape)
-    params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = dataclasses.field(default_factory=list)
-    #: (class name, self attribute) of parameters a GEMM reads
-    gemm_attrs: set[tuple[Optional[str], str]] = dataclasses.field(default_factory=set)
-    #: root key -> head counts the width is split by
-    divisors: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(set))
-    splits: list[ast.BinOp] = dataclasses.field(default_factory=list)
-    matmuls: list[ast.BinOp] = dataclasses.field(default_factory=list)
-    #: literal values also written elsewhere in the file (no fix for them)
-    scattered: set = dataclasses.field(default_factory=set)
-
-
-class _Size:
-    """One unaligned size of one layer call."""
-
-    __slots__ = ("label", "size", "root", "origin")
-
-    def __init__(self, label: str, size: int, root: Optional[Root], origin):
-        self.label, self.size, self.root, self.origin = label, size, root, origin
 
 
 def _why(settings, alignment: int) -> str:
@@ -82,55 +26,12 @@ def _why(settings, alignment: int) -> str:
     )
 
 
-def _sizes_text(sizes: list[_Size], alignment: int) -> str:
+def _sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:
     if len(sizes) == 1:
         s = sizes[0]
         return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
     parts = ", ".join(f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})" for s in sizes)
     return f"sizes not multiples of {alignment}: {parts}"
-
-
-def _names_in(expr: ast.AST) -> list[str]:
-    out = []
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name):
-            out.append(node.id)
-        elif isinstance(node, ast.Attribute):
-            out.append(node.attr)
-    return out
-
-
-def _pixels_in(expr: ast.AST) -> bool:
-    """``patch_size * patch_size * 3`` / ``p * p * channels``: the pixels of a patch."""
-    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult)):
-        return False
-    stack, names, channels = [expr], [], False
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            stack += [node.left, node.right]
-        elif isinstance(node, ast.Constant) and node.value in (1, 3):
-            channels = True
-        elif isinstance(node, (ast.Name, ast.Attribute)):
-            name = (node.id if isinstance(node, ast.Name) else node.attr).lower()
-            names.append(name)
-            channels = channels or "chan" in name
-    patch = any("patch" in n for n in names) or len(names) != len(set(names))
-    return patch and channels
-
-
-def _self_attr(expr: ast.AST) -> Optional[str]:
-    """``self.w`` / ``self.w.t()`` / ``self.w.T`` / ``self.w.transpose(0, 1)`` -> "w"."""
-    while True:
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("t", "transpose", "to", "half", "float"):
-            expr = expr.func.value
-        elif isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT"):
-            expr = expr.value
-        else:
-            break
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-        return expr.attr
-    return None
 
 
 class UnalignedDimension(Rule):
@@ -472,281 +373,40 @@ For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
                         self.rnn = nn.LSTM(self.nhid, self.nhid, 2)
                 """,
         ),
-        # F.linear weight
-        Invalid("""
-            import torch, torch.nn as nn, torch.nn.functional as F
-            class Proj(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.w = nn.Parameter(torch.empty(1000, 771))
-                def forward(self, x):
-                    return F.linear(x, self.w)
-            """,
-            line=5,
-            message="dim 1 is 771",
-            expected_fix="""
-                import torch, torch.nn as nn, torch.nn.functional as F
-                class Proj(nn.Module):
-                    def __init__(self):
-                        super().__init__()
-                        self.w = nn.Parameter(torch.empty(1000, 776))
-                    def forward(self, x):
-                        return F.linear(x, self.w)
-                """,
-        ),
-        # the hidden width is also written in forward: padding the layers alone would break the model
-        Invalid("""
-            import torch, torch.nn as nn
-            class Seq(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.cell = nn.LSTMCell(1, 51)
-                def forward(self, x):
-                    h = torch.zeros(x.size(0), 51)
-                    return self.cell(x, (h, h))
-            """,
-            line=5,
-            message="51 is also written elsewhere in this file",
-            expected_fix=None,
-        ),
-        # an MLP's `4 * width` input and a fusion of three `hidden` vectors are design sizes
-        Invalid("""
-            import torch.nn as nn
-            def mlp(width=769, hidden=100):
-                return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)
-            """,
-            count=2,
-            message="in_features 3076 (pad to 3080), out_features 769 (pad to 776)",
-            expected_fix="""
-                import torch.nn as nn
-                def mlp(width=776, hidden=104):
-                    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)
-                """,
-        ),
-        # arithmetic that padding one name cannot align: reported, no fix
-        Invalid("""
-            import torch.nn as nn
-            N = 196
-            proj = nn.Linear(N + 1, 768)
-            """,
-            message="197",
-            expected_fix=None,
-        ),
-        # a checkpoint fixes the size: info, no fix
-        Invalid("""
-            import torch.nn as nn
-            class GPT2Config:
-                def __init__(self, vocab_size=50257):
-                    self.vocab_size = vocab_size
-            class GPT2(nn.Module):
-                def __init__(self, config):
-                    super().__init__()
-                    self.wte = nn.Embedding(config.vocab_size, 768)
-                @classmethod
-                def from_pretrained(cls, path):
-                    return cls(GPT2Config())
-            """,
-            line=8,
-            severity="info",
-            message="pretrained checkpoint",
-            expected_fix=None,
-        ),
-        Invalid("""
-            from torch.nn import ConvTranspose2d
-            up = ConvTranspose2d(in_channels=250, out_channels=125, kernel_size=2)
-            """,
-            count=1,
-            expected_fix="""
-                from torch.nn import ConvTranspose2d
-                up = ConvTranspose2d(in_channels=256, out_channels=128, kernel_size=2)
-                """,
-        ),
     ]
 
-    # --- per file state ----------------------------------------------------------------
+    # --- per file --------------------------------------------------------------------
 
-    def begin_file(self, ctx) -> _File:
-        return _File(
+    def begin_file(self, ctx) -> LayerSurvey:
+        return LayerSurvey(
             alignment=ctx.settings.effective_alignment(),
             floor=FORMATS[ctx.settings.target].alignment,
             checkpoint=any(m in ctx.source for m in CHECKPOINT_MARKERS),
         )
 
-    # --- visitors ----------------------------------------------------------------------
-
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        st = ctx.state(self)
-        name = layer_name(node)
-        if name is not None:
-            if is_torch_layer(ctx, node, name):
-                self._layer(node, name, ctx)
-            return
-        func = node.func
-        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if attr == "Parameter":
-            if ctx.qualname(func) in _PARAMETER_QUALNAMES:
-                self._parameter(node, ctx)
-        elif attr in _GEMM_ATTRS:
-            indexes = GEMM_FUNCTIONS.get(ctx.qualname(func) or "")
-            if indexes:
-                cls = ctx.enclosing_class(node)
-                for i in indexes:
-                    if i < len(node.args):
-                        used = _self_attr(node.args[i])
-                        if used:
-                            st.gemm_attrs.add((cls.name if cls else None, used))
+        ctx.state(self).add_call(node, ctx)
 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
-        st = ctx.state(self)
-        # only remembered here; looked at in end_file when there is something to report
-        op = node.op
-        if isinstance(op, (ast.FloorDiv, ast.Mod)):
-            if not isinstance(node.left, ast.Constant):
-                st.splits.append(node)
-        elif isinstance(op, ast.MatMult):
-            st.matmuls.append(node)
-
-    def _collect_splits(self, ctx) -> None:
-        """Divisors the model relies on: ``width // heads``, ``width % heads``."""
-        st = ctx.state(self)
-        splits, st.splits = st.splits, []
-        for node in splits:
-            root = find_root(ctx, node.left)
-            if root is not None and root.kind == "literal":
-                divisor = ctx.evaluate(node.right)
-                self._add_divisor(st, root, as_size(divisor.value) if divisor else None)
-
-    def _collect_matmuls(self, ctx) -> None:
-        st = ctx.state(self)
-        for node in st.matmuls:
-            cls = ctx.enclosing_class(node)
-            for side in (node.left, node.right):
-                used = _self_attr(side)
-                if used:
-                    st.gemm_attrs.add((cls.name if cls else None, used))
-
-    def _add_divisor(self, st: _File, root: Root, divisor: Optional[int]) -> None:
-        if not divisor or divisor < 2:
-            return
-        value = root.mult * root.node.value
-        if value % divisor == 0:  # a split the model relies on (heads); keep it exact
-            st.divisors[root.key].add(divisor // math.gcd(divisor, root.mult))
-
-    def _layer(self, call: ast.Call, name: str, ctx) -> None:
-        st = ctx.state(self)
-        dims, heads, groups = LAYERS[name]
-        if groups is not None:
-            g = argument(call, groups[1], groups[0])
-            if g is not None:
-                gv = ctx.evaluate(g)
-                if gv is None or gv.value != 1:
-                    return
-        if heads is not None:
-            h, first = argument(call, heads[1], heads[0]), argument(call, dims[0].keyword, dims[0].index)
-            if h is not None and first is not None:
-                root = find_root(ctx, first)
-                hv = ctx.evaluate(h)
-                if root is not None and root.kind == "literal" and hv is not None:
-                    self._add_divisor(st, root, as_size(hv.value))
-        sizes = []
-        for dim in dims:
-            expr = argument(call, dim.keyword, dim.index)
-            if expr is not None:
-                size = self._unaligned(expr, ctx, dim.keyword, dim.role)
-                if size is not None:
-                    sizes.append(size)
-        if sizes:
-            st.pending.append((call, f"`nn.{name}`", sizes))
-
-    def _parameter(self, call: ast.Call, ctx) -> None:
-        st = ctx.state(self)
-        shape = parameter_shape(ctx, call)
-        if shape is None:
-            return
-        stmt = ctx.parent(call)
-        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is not call:
-            return
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        attr = _self_attr(targets[0]) if len(targets) == 1 else None
-        if attr is None:
-            return
-        cls = ctx.enclosing_class(call)
-        st.params.append((call, attr, cls.name if cls else None, shape))
-
-    def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[_Size]:
-        st = ctx.state(self)
-        value = ctx.evaluate(expr)
-        if value is None:
-            return None
-        size = as_size(value.value)
-        if size is None or size % st.alignment == 0 or size < max(st.floor, MIN_SIZE):
-            return None
-        if role == "out" and size < SMALL_HEAD:
-            return None  # a head (classes, targets); a hidden width shows up as the next layer's input
-        if role in ("in", "in_channels") and _pixels_in(expr):
-            return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
-        root = find_root(ctx, expr)
-        names = list(root.names) if root is not None else _names_in(expr)
-        names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
-        if data_named(names):
-            return None
-        if role == "vocab" and not (
-            any(part in n.lower() for n in names for part in VOCAB_NAME_PARTS) or (not names and size >= 1000)
-        ):
-            return None  # a lookup table (positions, relative-position bias): its row count is no GEMM size
-        if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
-            root = None  # the evaluator and the root disagree: do not guess an edit
-        return _Size(label, size, root, value.origin)
+        ctx.state(self).add_binop(node)  # only remembered: looked at in end_file
 
     # --- reporting ---------------------------------------------------------------------
 
     def end_file(self, ctx) -> None:
-        st = ctx.state(self)
-        if st.params:
-            self._collect_matmuls(ctx)
-        for call, attr, cls, shape in st.params:
-            if (cls, attr) not in st.gemm_attrs and "weight" not in attr.lower():
-                continue
-            sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
-            if sizes:
-                st.pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
-        if st.pending:
-            self._collect_splits(ctx)
+        survey = ctx.state(self)
         fixed_keys: set = set()
-        st.scattered = self._scattered_literals(ctx)
-        for call, label, sizes in st.pending:
+        for call, label, sizes in survey.finish(ctx):
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
             self._report_config_definitions(ctx, fixed_keys)
 
-    def _split_note(self, st: _File, divisors) -> str:
+    def _split_note(self, st: LayerSurvey, divisors) -> str:
         divisors = sorted(d for d in divisors if st.alignment % d)
         if not divisors:
             return ""
         return f" (also a multiple of {', '.join(map(str, divisors))}: the width is split into heads)"
 
-    def _padded(self, st: _File, root: Root, extra_divisors=()) -> int:
-        step = lcm(st.alignment, *st.divisors.get(root.key, ()), *extra_divisors)
-        return next_multiple(root.node.value, step)
-
-    def _scattered_literals(self, ctx) -> set:
-        """Numbers written as bare literals in flagged layer calls that the file also
-        writes somewhere else (``torch.zeros(b, 51)`` next to ``nn.LSTMCell(51, 51)``, or
-        an unflagged layer): padding only the flagged literals would break the model."""
-        st = ctx.state(self)
-        flagged: dict = collections.defaultdict(set)
-        for _, _, sizes in st.pending:
-            for s in sizes:
-                root = s.root
-                if root is not None and root.kind == "literal" and not root.names:
-                    flagged[root.node.value].add(root.key)
-        scattered = set()
-        for value, keys in flagged.items():
-            if len(re.findall(rf"(?<![\w.]){value}(?![\w.])", ctx.source)) > len(keys):
-                scattered.add(value)
-        return scattered
-
-    def _report_use(self, ctx, call, label, sizes: list[_Size], fixed_keys: set) -> None:
+    def _report_use(self, ctx, call, label, sizes: list[UnalignedSize], fixed_keys: set) -> None:
         st = ctx.state(self)
         alignment = st.alignment
         related: list[Related] = []
@@ -772,7 +432,7 @@ For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
                 )
             elif root is not None and root.kind == "literal":
                 if root.key not in edits:
-                    new = self._padded(st, root)
+                    new = st.padded(root)
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
                     notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(st, st.divisors.get(root.key, ())))
@@ -801,9 +461,9 @@ For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
         st = ctx.state(self)
         found = unaligned_definitions(ctx, self.code, st.alignment, st.floor, fixed_keys)
         if found:
-            self._collect_splits(ctx)
+            st.collect_splits(ctx)
         for d in found:
-            new = self._padded(st, d.root, d.divisors)
+            new = st.padded(d.root, d.divisors)
             where = ", ".join(f"`{u['layer']}` {u['arg']} in {p}:{u['line']}" for p, u, _ in d.uses[:3])
             message = (
                 f"`{d.cls}.{d.field}` = {d.base} is a layer size ({where}), not a multiple of {st.alignment}: "

@@ -260,27 +260,6 @@ changes the dtypes the forward computes in.
                 def forward(self, a):
                     return torch.ops.aten.relu(a)
             """),
-        # O0 is fp32; at O2/O3 the model is half, so einsum already runs in half
-        Valid("""
-            import torch
-            class M(torch.nn.Module):
-                def forward(self, a, c):
-                    return torch.einsum('ij,jk->ik', a, a), torch.linalg.inv(c)
-            """, settings={"opt_level": "O0"}),
-        Valid("""
-            import torch
-            class M(torch.nn.Module):
-                def forward(self, a):
-                    return torch.einsum('ij,jk->ik', a, a)
-            """, settings={"opt_level": "O2"}),
-        # a local variable named like an op is not an op
-        Valid("""
-            import torch
-            from torch import nn
-            class M(nn.Module):
-                def forward(self, x, einsum):
-                    return einsum(x)
-            """),
     ]
     INVALID = [
         Invalid("""
@@ -396,97 +375,6 @@ changes the dtypes the forward computes in.
                     def forward(self, a, b):
                         return torch.tensordot(a, b, dims=1)
                 """,
-        ),
-        # custom autograd Function (torch policy): custom_fwd / custom_bwd, unsafe
-        Invalid("""
-            import torch
-            from torch import nn
-
-
-            class Scale(torch.autograd.Function):
-                @staticmethod
-                def forward(ctx, x):
-                    return x * 2
-
-                @staticmethod
-                def backward(ctx, g):
-                    return g * 2
-
-
-            class M(nn.Module):
-                def forward(self, x):
-                    return Scale.apply(x)
-            """,
-            line=17, message="custom_fwd", settings={"engine": "torch"},
-            expected_fix="""
-                import torch
-                from torch import nn
-
-
-                class Scale(torch.autograd.Function):
-                    @staticmethod
-                    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
-                    def forward(ctx, x):
-                        return x * 2
-
-                    @staticmethod
-                    @torch.amp.custom_bwd(device_type="cuda")
-                    def backward(ctx, g):
-                        return g * 2
-
-
-                class M(nn.Module):
-                    def forward(self, x):
-                        return Scale.apply(x)
-                """,
-        ),
-        # custom autograd Function (amplint policy): also @amp.float_function (custom_fwd is autocast-only)
-        Invalid("""
-            import torch
-            from torch import nn
-            from torch.autograd import Function
-            class Scale(Function):
-                @staticmethod
-                def forward(ctx, x):
-                    return x * 2
-                @staticmethod
-                def backward(ctx, g):
-                    return g * 2
-            class M(nn.Module):
-                def forward(self, x):
-                    return Scale.apply(x)
-            """,
-            line=13, settings={"device": "cpu"},
-            expected_fix="""
-                import torch
-                from torch import nn
-                from torch.autograd import Function
-                from amplint import amp
-                class Scale(Function):
-                    @staticmethod
-                    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
-                    @amp.float_function
-                    def forward(ctx, x):
-                        return x * 2
-                    @staticmethod
-                    @torch.amp.custom_bwd(device_type="cpu")
-                    def backward(ctx, g):
-                        return g * 2
-                class M(nn.Module):
-                    def forward(self, x):
-                        return Scale.apply(x)
-                """,
-        ),
-        # compiled extension and torch.ops custom op: reported, no fix
-        Invalid("""
-            import torch
-            import fused_dense_cuda
-            class M(torch.nn.Module):
-                def forward(self, x, w):
-                    y = fused_dense_cuda.forward(x, w)
-                    return torch.ops.mylib.gelu_fast(y)
-            """,
-            line=5, count=2, message="compiled extension", expected_fix=None,
         ),
     ]
 
