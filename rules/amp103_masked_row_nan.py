@@ -13,6 +13,7 @@ from amplint.analysis.constants import (
     origin_has_default,
     tensor_name,
 )
+from amplint.analysis.calls import argument
 from amplint.fixes import finfo_text
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -301,7 +302,7 @@ parameter default, the use is not rewritten (a caller may pass another value).
         qn = ctx.qualname(func)
         if qn is not None and not qn.startswith("torch."):
             return
-        args, kw = node.args, {k.arg: k.value for k in node.keywords if k.arg}
+        args = node.args
         if name == "where":
             if qn is not None and len(args) == 3:
                 cond, a, b = args
@@ -311,13 +312,10 @@ parameter default, the use is not rewritten (a caller may pass another value).
                 self._check(ctx, node, args[1], args[0], func.value)
             return
         if qn is not None:  # torch.masked_fill(x, mask, value)
-            target = args[0] if args else kw.get("input")
-            mask = args[1] if len(args) > 1 else kw.get("mask")
-            value = args[2] if len(args) > 2 else kw.get("value")
-        else:
-            target = func.value
-            mask = args[0] if args else kw.get("mask")
-            value = args[1] if len(args) > 1 else kw.get("value")
+            target, first = argument(node, "input", 0), 1
+        else:  # x.masked_fill(mask, value)
+            target, first = func.value, 0
+        mask, value = argument(node, "mask", first), argument(node, "value", first + 1)
         produced = {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None
         self._check(ctx, node, value, mask, target, produced)
 

@@ -35,3 +35,18 @@ def test_doc_check_catches_a_quiet_example():
         docs = ApexAmpImport.docs.replace("from apex import amp", "from amplint import amp")
 
     assert any("Example code does not trigger" in f for f in check_rule_docs(Quiet))
+
+
+def test_readme_rule_example_passes_its_own_checks():
+    """The rule the README's "Writing rules" shows is a working rule: its examples and
+    its docs pass the checks every built-in rule passes."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8").read()
+    section = readme[readme.index("## Writing rules"):]
+    code = re.search(r"~~~python\n(.*?)~~~\n", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    rule = namespace["NoHalfCall"]
+    assert check_rule_examples(rule) == [] and check_rule_docs(rule) == []
