@@ -50,3 +50,16 @@ def test_readme_rule_example_passes_its_own_checks():
     exec(compile(code, "README.md", "exec"), namespace)
     rule = namespace["NoHalfCall"]
     assert check_rule_examples(rule) == [] and check_rule_docs(rule) == []
+
+
+def test_rule_files_stay_short():
+    """A rule file holds its docs, examples and wiring; analysis lives in
+    amplint/analysis/.  Over 500 lines, move code there (or regression examples to
+    tests/rules/test_regression_examples.py)."""
+    import glob
+    import os
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "rules")
+    long = {os.path.basename(p): n for p in glob.glob(os.path.join(folder, "*.py"))
+            if (n := sum(1 for _ in open(p, encoding="utf-8"))) > 500}
+    assert not long, long
