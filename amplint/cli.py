@@ -186,7 +186,7 @@ def _lint(args) -> int:
     out = sys.stdout
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
     if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
-        from .reporters.text import diff_summary, render_errors
+        from .reporters.common import diff_summary, render_errors
 
         for r in results:
             if r.diff:
@@ -196,7 +196,7 @@ def _lint(args) -> int:
             print(diff_summary(results), file=sys.stderr)
     elif args.quiet and fmt in ("text", "concise"):
         from .reporters.concise import render_findings
-        from .reporters.text import render_errors
+        from .reporters.common import render_errors
 
         render_findings(results, out)
         render_errors(results, sys.stderr)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -34,10 +32,10 @@ class NoHalfCall(Rule):
 '''
 
 
-def amplint(*args, cwd, env=None, input=None):
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("NO_COLOR", None)
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, env=full_env, input=input)
+@pytest.fixture(autouse=True)
+def _colour_allowed(monkeypatch):
+    """The colour tests decide colour themselves: no NO_COLOR from the calling shell."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
 
 
 @pytest.fixture
@@ -47,7 +45,7 @@ def project(tmp_path):
     return tmp_path
 
 
-def test_version_and_help(project):
+def test_version_and_help(project, amplint):
     assert amplint("--version", cwd=project).stdout.startswith("amplint ")
     out = amplint("--help", cwd=project).stdout
     for verb in ("check", "fix", "rules", "explain", "verify"):
@@ -58,12 +56,12 @@ def test_version_and_help(project):
     assert "--unsafe-fixes" in amplint("fix", "--help", cwd=project).stdout
 
 
-def test_console_script_is_installed(project):
-    proc = subprocess.run(["amplint", "--version"], capture_output=True, text=True, cwd=project)
+def test_console_script_is_installed(project, amplint):
+    proc = amplint("--version", cwd=project)  # the script beside sys.executable, not one on PATH
     assert proc.returncode == 0 and "amplint" in proc.stdout
 
 
-def test_exit_codes(project):
+def test_exit_codes(project, amplint):
     assert amplint("check", "clean.py", cwd=project).returncode == 0
     assert amplint("check", "train.py", cwd=project).returncode == 1
     assert amplint("check", "train.py", "--exit-zero", cwd=project).returncode == 0
@@ -74,7 +72,7 @@ def test_exit_codes(project):
     assert amplint(cwd=project).returncode == 2  # no verb: help, usage error
 
 
-def test_text_output_has_source_frame_and_summary(project):
+def test_text_output_has_source_frame_and_summary(project, amplint):
     proc = amplint("check", "train.py", cwd=project)
     out = proc.stdout
     assert "train.py:1:1: AMP501 [*]" in out
@@ -84,12 +82,12 @@ def test_text_output_has_source_frame_and_summary(project):
     assert "Traceback" not in proc.stderr
 
 
-def test_default_path_is_current_folder(project):
+def test_default_path_is_current_folder(project, amplint):
     proc = amplint("check", "--format", "concise", cwd=project)
     assert proc.returncode == 1 and "train.py:1:1: AMP501" in proc.stdout
 
 
-def test_json_output_shape(project):
+def test_json_output_shape(project, amplint):
     proc = amplint("check", ".", "--format", "json", cwd=project)
     data = json.loads(proc.stdout)
     assert len(data) == 1
@@ -98,7 +96,7 @@ def test_json_output_shape(project):
     assert (data[0]["line"], data[0]["column"], data[0]["end_column"]) == (1, 1, 21)
 
 
-def test_sarif_output(project):
+def test_sarif_output(project, amplint):
     data = json.loads(amplint("check", ".", "--format", "sarif", cwd=project).stdout)
     assert data["version"] == "2.1.0"
     run = data["runs"][0]
@@ -109,25 +107,25 @@ def test_sarif_output(project):
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
 
 
-def test_github_and_concise_output(project):
+def test_github_and_concise_output(project, amplint):
     gh = amplint("check", "train.py", "--format", "github", cwd=project).stdout
     assert gh.startswith("::error file=train.py,line=1,col=1,")
     concise = amplint("check", "train.py", "--format", "concise", cwd=project).stdout
     assert concise.splitlines()[0].startswith("train.py:1:1: AMP501 [*] ")
 
 
-def test_statistics(project):
+def test_statistics(project, amplint):
     out = amplint("check", ".", "--statistics", cwd=project).stdout
     assert "1  AMP501  [*] apex-amp-import" in out
 
 
-def test_select_and_ignore(project):
+def test_select_and_ignore(project, amplint):
     assert amplint("check", ".", "--ignore", "AMP5", cwd=project).returncode == 0
     assert amplint("check", ".", "--select", "AMP50", "--ignore", "AMP501", cwd=project).returncode == 0
     assert amplint("check", ".", "--select", "AMP5", "--ignore", "AMP", cwd=project).returncode == 1
 
 
-def test_suppression_comment(project):
+def test_suppression_comment(project, amplint):
     (project / "train.py").write_text("from apex import amp  # amplint: ignore[AMP501]\n")
     assert amplint("check", "train.py", cwd=project).returncode == 0
     (project / "train.py").write_text("from apex import amp  # noqa: AMP501\nx = 1  # amplint: ignore[AMP501]\n")
@@ -135,7 +133,7 @@ def test_suppression_comment(project):
     assert "train.py:2:" in proc.stdout and "AMP900" in proc.stdout
 
 
-def test_fix_writes_and_is_idempotent(project):
+def test_fix_writes_and_is_idempotent(project, amplint):
     proc = amplint("fix", "train.py", cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (project / "train.py").read_text() == "from amplint import amp  # old\nimport torch\n"
@@ -144,14 +142,14 @@ def test_fix_writes_and_is_idempotent(project):
     assert again.returncode == 0 and (project / "train.py").read_text() == "from amplint import amp  # old\nimport torch\n"
 
 
-def test_fix_diff_writes_nothing(project):
+def test_fix_diff_writes_nothing(project, amplint):
     proc = amplint("fix", "train.py", "--diff", cwd=project)
     assert proc.returncode == 1
     assert "-from apex import amp  # old" in proc.stdout and "+from amplint import amp  # old" in proc.stdout
     assert (project / "train.py").read_text() == APEX
 
 
-def test_fix_keeps_crlf_bom_and_permissions(project):
+def test_fix_keeps_crlf_bom_and_permissions(project, amplint):
     path = project / "train.py"
     path.write_bytes(b"\xef\xbb\xbf" + APEX.replace("\n", "\r\n").encode())
     os.chmod(path, 0o751)
@@ -160,7 +158,7 @@ def test_fix_keeps_crlf_bom_and_permissions(project):
     assert os.stat(path).st_mode & 0o777 == 0o751
 
 
-def test_unsafe_fixes_need_the_flag(project):
+def test_unsafe_fixes_need_the_flag(project, amplint):
     rules = project / "local_rules"
     rules.mkdir()
     (rules / "no_half.py").write_text(LOCAL_RULE)
@@ -176,7 +174,7 @@ def test_unsafe_fixes_need_the_flag(project):
     assert (project / "m.py").read_text().endswith("m.to(torch.bfloat16)\n")
 
 
-def test_broken_local_rule_is_a_clear_error(project):
+def test_broken_local_rule_is_a_clear_error(project, amplint):
     rules = project / "local_rules"
     rules.mkdir()
     (rules / "broken.py").write_text("raise ValueError('boom')\n")
@@ -185,7 +183,7 @@ def test_broken_local_rule_is_a_clear_error(project):
     assert proc.returncode == 2 and "boom" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_entry_point_rules(project, tmp_path_factory):
+def test_entry_point_rules(project, tmp_path_factory, amplint):
     site = tmp_path_factory.mktemp("site")
     (site / "amplint_plugin_demo.py").write_text(LOCAL_RULE.replace("LOC001", "PLG001"))
     dist = site / "amplint_plugin_demo-0.1.dist-info"
@@ -199,7 +197,7 @@ def test_entry_point_rules(project, tmp_path_factory):
     assert "PLG001" in amplint("rules", cwd=project, env=env).stdout
 
 
-def test_config_errors_exit_2_with_file_and_line(project):
+def test_config_errors_exit_2_with_file_and_line(project, amplint):
     (project / "pyproject.toml").write_text("[tool.amplint]\ntarget = 'fp16'\nopt-level = 'O9'\n")
     proc = amplint("check", ".", cwd=project)
     out = proc.stdout + proc.stderr
@@ -213,14 +211,14 @@ def test_config_errors_exit_2_with_file_and_line(project):
     assert proc.returncode == 2 and "amplint: error:" in proc.stderr and "invalid TOML" in proc.stderr
 
 
-def test_config_select_and_cli_override(project):
+def test_config_select_and_cli_override(project, amplint):
     (project / "pyproject.toml").write_text("[tool.amplint]\nignore = ['AMP501']\n")
     assert amplint("check", ".", cwd=project).returncode == 0
     assert amplint("check", ".", "--ignore", "AMP999", cwd=project).returncode == 2  # unknown code
     assert amplint("check", ".", "--select", "AMP501", "--ignore", "AMP50", cwd=project).returncode == 1  # longest match wins
 
 
-def test_exclude(project):
+def test_exclude(project, amplint):
     (project / "vendor").mkdir()
     (project / "vendor" / "old.py").write_text(APEX)
     (project / "train.py").write_text(CLEAN)
@@ -230,7 +228,7 @@ def test_exclude(project):
     assert amplint("check", ".", cwd=project).returncode == 0
 
 
-def test_parse_error_is_reported_and_other_files_still_linted(project):
+def test_parse_error_is_reported_and_other_files_still_linted(project, amplint):
     (project / "bad.py").write_text("import torch\ndef f(:\n")
     proc = amplint("check", ".", "--format", "concise", cwd=project)
     assert proc.returncode == 2
@@ -239,7 +237,7 @@ def test_parse_error_is_reported_and_other_files_still_linted(project):
     assert "Traceback" not in proc.stderr
 
 
-def test_cache_is_used_and_invalidated(project):
+def test_cache_is_used_and_invalidated(project, amplint):
     first = amplint("check", ".", "--format", "json", cwd=project)
     assert (project / ".amplint_cache").is_dir()
     second = amplint("check", ".", "--format", "json", cwd=project)
@@ -255,7 +253,7 @@ def test_cache_is_used_and_invalidated(project):
     assert not (nocache / ".amplint_cache").exists()
 
 
-def test_many_files_use_the_process_pool(project):
+def test_many_files_use_the_process_pool(project, amplint):
     for i in range(20):
         (project / f"m{i:02d}.py").write_text(APEX if i % 2 else CLEAN)
     proc = amplint("check", ".", "--format", "concise", "--no-cache", "-j", "2", cwd=project)
@@ -263,7 +261,7 @@ def test_many_files_use_the_process_pool(project):
     assert len([l for l in proc.stdout.splitlines() if "AMP501" in l]) == 11
 
 
-def test_rules_and_explain(project):
+def test_rules_and_explain(project, amplint):
     out = amplint("rules", cwd=project).stdout
     assert "AMP501" in out and "apex-amp-import" in out and "safe" in out
     rows = json.loads(amplint("rules", "--format", "json", cwd=project).stdout)
@@ -273,7 +271,7 @@ def test_rules_and_explain(project):
     assert amplint("explain", "apex-amp-import", cwd=project).returncode == 0
 
 
-def test_check_never_imports_the_linted_code(project):
+def test_check_never_imports_the_linted_code(project, amplint):
     marker = project / "ran.txt"
     (project / "evil.py").write_text(textwrap.dedent(f"""
         import torch
@@ -292,7 +290,7 @@ def test_pre_commit_hooks_definition():
     assert "id: amplint\n" in text and "id: amplint-fix\n" in text
 
 
-def test_fix_verify_writes_only_proven_fixes(tmp_path):
+def test_fix_verify_writes_only_proven_fixes(tmp_path, amplint):
     for name in ("handwritten_norm.py", "overflow_gemm.py"):
         (tmp_path / name).write_text(open(os.path.join(ROOT, "fixtures", "verify", name)).read())
     before = (tmp_path / "overflow_gemm.py").read_text()

@@ -18,18 +18,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "fixtures")
 EXPECT = re.compile(r"#\s*expect:\s*([A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)")
-
-
-def amplint(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def expected_findings() -> set[tuple[str, int, str]]:
@@ -49,7 +43,7 @@ def expected_findings() -> set[tuple[str, int, str]]:
     return out
 
 
-def test_fixture_findings_match_expectations():
+def test_fixture_findings_match_expectations(amplint):
     proc = amplint("check", "fixtures", "--format", "json", "--no-cache")
     assert proc.returncode in (0, 1), proc.stderr
     actual = {(f["path"], f["line"], f["code"]) for f in json.loads(proc.stdout)}
@@ -92,7 +86,7 @@ GOLDEN = _golden_folders()
 
 
 @pytest.mark.parametrize("case", GOLDEN, ids=[f"{os.path.relpath(f, FIXTURES)}-{m}" for (f, m), _ in GOLDEN])
-def test_golden_fixed_output(case, tmp_path):
+def test_golden_fixed_output(case, tmp_path, amplint):
     (folder, mode), names = case
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.fixed", "*-fixed", "__pycache__"))

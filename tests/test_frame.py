@@ -275,3 +275,73 @@ def test_config_nearest_pyproject_and_overrides(tmp_path):
     with pytest.raises(ConfigError) as info:
         ConfigResolver().for_path(str(sub / "m.py"))
     assert info.value.line == 2
+
+
+# --- the rule contract -----------------------------------------------------------------
+
+class _CountsCalls(Rule):
+    """Reports each file's number of calls once, from its per-file state."""
+
+    code = "TST001"
+    name = "counts-calls"
+    summary = "counts calls"
+    docs = "## What it does\ncounts"
+
+    def begin_file(self, ctx) -> list:
+        return []
+
+    def visit_Call(self, node, ctx):
+        ctx.state(self).append(node)
+
+    def end_file(self, ctx):
+        calls = ctx.state(self)
+        if calls:
+            ctx.report(self, calls[0], f"{len(calls)} calls")
+
+
+def test_rule_hooks_and_per_file_state():
+    """begin_file's return value is the rule's state for that file alone, even when one
+    rule instance lints several files (as in a worker process)."""
+    from amplint.engine import _Rules
+
+    rule_set = _Rules([_CountsCalls])
+    assert rule_set.instances[0].begin_file.__func__ is _CountsCalls.begin_file
+    first = lint_text("a.py", "f()\ng()\n", Settings(), [_CountsCalls])[0]
+    second = lint_text("b.py", "h()\n", Settings(), [_CountsCalls])[0]
+    assert [f.message for f in first] == ["2 calls"] and [f.message for f in second] == ["1 calls"]
+
+
+def test_base_rule_declares_every_hook_as_a_no_op():
+    class Plain(Rule):
+        code = "TST002"
+        name = "plain"
+        summary = "nothing"
+        docs = "## What it does\nnothing"
+
+    rule = Plain()
+    ctx = make_ctx("x = 1\n")
+    assert rule.begin_file(ctx) is None and rule.end_file(ctx) is None
+    assert Plain.collect(ctx) is None and not Plain.collects() and Plain.collect_markers == ()
+    assert lint_text("m.py", "x = 1\n", Settings(), [Plain])[0] == []
+
+
+def test_finding_node_is_a_field_left_out_of_equality_and_json():
+    from amplint.rule import Finding, Severity
+
+    tree = ast.parse("x = 1\n")
+    a = Finding("m.py", 1, 1, 1, 6, "TST001", "t", "m", Severity.INFO, node=tree.body[0])
+    b = Finding("m.py", 1, 1, 1, 6, "TST001", "t", "m", Severity.INFO)
+    assert a == b and "node" not in a.to_dict() and "node" not in repr(a)
+    found = lint_text("m.py", "f()\n", Settings(), [_CountsCalls])[0]
+    assert isinstance(found[0].node, ast.Call)  # kept in the worker for suppressions
+
+
+def test_worker_state_is_a_dataclass_reset_per_pool():
+    from amplint import engine
+
+    engine._init_worker(None)
+    assert isinstance(engine._WORKER, engine.WorkerState) and engine._WORKER.project is None
+    engine._Rules.for_settings(Settings())
+    assert engine._WORKER.rule_sets and engine._WORKER.rule_classes
+    engine._init_worker([])
+    assert engine._WORKER.project is not None and not engine._WORKER.rule_sets

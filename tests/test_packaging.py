@@ -7,6 +7,7 @@ to amplint.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -236,11 +237,20 @@ def test_readme_rule_table_matches_amplint_rules(tmp_path):
 
 def test_declared_fix_applicabilities_cover_every_fix_a_rule_offers():
     from amplint.registry import all_rules
+    from amplint.rule import Invalid
     from amplint.testing import run_example
 
+    # A rule's INVALID examples plus its regression examples (kept in tests/rules/ for the
+    # rules whose files would pass 500 lines with every example embedded).
+    spec = importlib.util.spec_from_file_location(
+        "regression_examples", os.path.join(ROOT, "tests", "rules", "test_regression_examples.py"))
+    regression = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regression)
     for rule in all_rules():
         offered = set()
-        for example in rule.invalid_examples():
+        extra = [Invalid(e) if isinstance(e, str) else e
+                 for e in regression.EXAMPLES.get(rule, ((), ()))[1]]
+        for example in [*rule.invalid_examples(), *extra]:
             findings, _, _ = run_example(rule, example.code, example.settings)
             offered |= {f.fix.applicability.value for f in findings if f.code == rule.code and f.fix is not None}
         offered.discard("display")  # a suggestion shown in the message, never applied

@@ -36,16 +36,6 @@ MODEL = textwrap.dedent(
 MODEL_LINES = {7: "AMP101", 8: "AMP301"}
 
 
-def amplint(*args, cwd=None, timeout=240, env=None):
-    proc = subprocess.run(
-        [sys.executable, "-m", "amplint", *args], cwd=cwd or ROOT, capture_output=True, text=True,
-        timeout=timeout, env=env,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stdout, proc.stdout
-    return proc
-
-
 def error_lines(stderr: str) -> dict[str, str]:
     """path -> the ``line:col: error: reason`` part of its error line."""
     out = {}
@@ -107,7 +97,7 @@ LINTED = ("good.py", "latin_cookie.py", "crlf.py", "bom.py", "tabs.py", "folder.
 
 
 @pytest.mark.parametrize("jobs", ["1", "4"], ids=["in-process", "process-pool"])
-def test_bad_inputs_are_reported_and_the_rest_is_linted(bad_folder, jobs):
+def test_bad_inputs_are_reported_and_the_rest_is_linted(bad_folder, jobs, amplint):
     missing = str(bad_folder / "does_not_exist.py")
     proc = amplint("check", str(bad_folder), missing, "--format", "json", "--no-cache", "-j", jobs, timeout=120)
     assert proc.returncode == 2, proc.stderr
@@ -127,7 +117,7 @@ def test_bad_inputs_are_reported_and_the_rest_is_linted(bad_folder, jobs):
     assert not [f for f in found if f[0] == "empty.py"]
 
 
-def test_text_and_concise_output_name_the_file_line_and_reason(bad_folder):
+def test_text_and_concise_output_name_the_file_line_and_reason(bad_folder, amplint):
     for fmt in ("text", "concise", "github", "sarif"):
         proc = amplint("check", str(bad_folder / "syntax.py"), str(bad_folder / "good.py"), "--no-cache", "--format", fmt)
         assert proc.returncode == 2
@@ -145,7 +135,7 @@ def test_text_and_concise_output_name_the_file_line_and_reason(bad_folder):
             assert f"{path}:2:" in both, (fmt, both)
 
 
-def test_fix_leaves_unreadable_and_broken_files_alone_and_fixes_the_rest(bad_folder):
+def test_fix_leaves_unreadable_and_broken_files_alone_and_fixes_the_rest(bad_folder, amplint):
     before = {p: (bad_folder / p).read_bytes() for p in ("syntax.py", "binary.py", "latin_nocookie.py", "empty.py", "mixed_tabs.py")}
     proc = amplint("fix", str(bad_folder), "--unsafe-fixes", "--no-cache", timeout=180)
     assert proc.returncode == 2
@@ -160,7 +150,7 @@ def test_fix_leaves_unreadable_and_broken_files_alone_and_fixes_the_rest(bad_fol
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="running as root: chmod 000 does not stop root from reading; "
                     "the FIFO, socket and dangling-link cases above cover files that cannot be read")
-def test_unreadable_file(tmp_path):
+def test_unreadable_file(tmp_path, amplint):
     path = write(tmp_path / "secret.py", MODEL, mode=0)
     good = write(tmp_path / "good.py", MODEL)
     proc = amplint("check", path, good, "--no-cache", "-q")
@@ -169,7 +159,7 @@ def test_unreadable_file(tmp_path):
     assert f"{good}:7:" in proc.stdout
 
 
-def test_directory_named_like_a_module_given_explicitly(tmp_path):
+def test_directory_named_like_a_module_given_explicitly(tmp_path, amplint):
     d = tmp_path / "x.py"
     d.mkdir()
     write(d / "m.py", MODEL)
@@ -178,13 +168,13 @@ def test_directory_named_like_a_module_given_explicitly(tmp_path):
     assert f"{d / 'm.py'}:7:" in proc.stdout
 
 
-def test_nonexistent_path_alone(tmp_path):
+def test_nonexistent_path_alone(tmp_path, amplint):
     proc = amplint("check", str(tmp_path / "nope.py"), "--no-cache")
     assert proc.returncode == 2
     assert f"{tmp_path / 'nope.py'}:1:1: error: no such file or directory" in proc.stdout + proc.stderr
 
 
-def test_symlink_loop_as_first_argument(tmp_path):
+def test_symlink_loop_as_first_argument(tmp_path, amplint):
     os.symlink("b.py", tmp_path / "a.py")
     os.symlink("a.py", tmp_path / "b.py")
     good = write(tmp_path / "good.py", MODEL)
@@ -205,7 +195,7 @@ def test_symlink_loop_as_first_argument(tmp_path):
     ],
     ids=["bad-value", "bad-toml", "bad-type", "unknown-key", "bad-alignment", "not-a-table"],
 )
-def test_broken_config_is_a_clear_error_and_writes_nothing(tmp_path, config, line, reason):
+def test_broken_config_is_a_clear_error_and_writes_nothing(tmp_path, config, line, reason, amplint):
     cfg = write(tmp_path / "pyproject.toml", config)
     model = write(tmp_path / "model.py", MODEL)
     for command in (["check"], ["fix", "--unsafe-fixes"]):
@@ -217,7 +207,7 @@ def test_broken_config_is_a_clear_error_and_writes_nothing(tmp_path, config, lin
         assert (tmp_path / "model.py").read_text() == MODEL
 
 
-def test_ten_megabyte_file(tmp_path):
+def test_ten_megabyte_file(tmp_path, amplint):
     filler = "# " + "x" * 98 + "\n"
     blob = '"""' + ("generated table row " * 4 + "\n") * (10 * 1024 * 1024 // 81) + '"""\n'
     text = MODEL + "\n\n" + blob + filler * 100 + MODEL.replace("class Attention", "class Attention2")
@@ -239,7 +229,7 @@ def test_ten_megabyte_file(tmp_path):
 # --- fix keeps what it does not own ---------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["crlf", "bom", "latin-1", "tabs", "mode-0640", "crlf+bom"])
-def test_fix_preserves_line_endings_bom_encoding_and_permissions(tmp_path, variant):
+def test_fix_preserves_line_endings_bom_encoding_and_permissions(tmp_path, variant, amplint):
     text = MODEL
     if variant == "tabs":
         text = text.replace("    ", "\t")
@@ -275,7 +265,7 @@ def test_fix_preserves_line_endings_bom_encoding_and_permissions(tmp_path, varia
     assert (tmp_path / "m.py").read_bytes() == new
 
 
-def test_fix_through_a_symlink_keeps_the_link(tmp_path):
+def test_fix_through_a_symlink_keeps_the_link(tmp_path, amplint):
     target = write(tmp_path / "real.py", MODEL)
     os.symlink("real.py", tmp_path / "link.py")
     proc = amplint("fix", str(tmp_path / "link.py"), "--no-cache")
@@ -320,7 +310,7 @@ _SLOW_WRITE = textwrap.dedent(
 )
 
 
-def test_sigkill_in_the_middle_of_a_write_leaves_the_old_file_whole(tmp_path):
+def test_sigkill_in_the_middle_of_a_write_leaves_the_old_file_whole(tmp_path, amplint):
     path = write(tmp_path / "m.py", MODEL * 20)
     child = subprocess.Popen(
         [sys.executable, "-c", _SLOW_WRITE, "fix", path, "--no-cache", "-j", "1", "--unsafe-fixes"],
@@ -343,7 +333,7 @@ def test_sigkill_in_the_middle_of_a_write_leaves_the_old_file_whole(tmp_path):
     assert proc.returncode == 1 and all(line.startswith(path) for line in proc.stdout.splitlines())
 
 
-def test_sigkill_at_random_moments_leaves_old_or_new_file(tmp_path):
+def test_sigkill_at_random_moments_leaves_old_or_new_file(tmp_path, amplint):
     """The real CLI on a file with hundreds of fixes, killed at random moments: the file
     is always exactly the old text or exactly the fully fixed text."""
     import random
@@ -376,7 +366,7 @@ def test_sigkill_at_random_moments_leaves_old_or_new_file(tmp_path):
 
 # --- a shared cache -----------------------------------------------------------------------------
 
-def test_two_processes_sharing_one_cache_folder(tmp_path):
+def test_two_processes_sharing_one_cache_folder(tmp_path, amplint):
     src = tmp_path / "src"
     src.mkdir()
     for i in range(12):
@@ -464,7 +454,7 @@ def test_corpus_model_runs_and_its_golden_fixes_keep_it_running(rel):
         assert all(torch.isfinite(t).all() for t in fixed), rel
 
 
-def test_broken_config_skips_only_the_files_it_governs(tmp_path):
+def test_broken_config_skips_only_the_files_it_governs(tmp_path, amplint):
     broken, fine = tmp_path / "broken", tmp_path / "fine"
     broken.mkdir()
     fine.mkdir()

@@ -2,7 +2,7 @@
 import pytest
 
 from amplint.registry import all_rules
-from amplint.testing import check_rule_examples
+from amplint.testing import check_rule_docs, check_rule_examples
 
 RULES = all_rules()
 
@@ -19,6 +19,47 @@ def test_rule_examples(rule):
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
-def test_rule_docs_have_ruff_sections(rule):
-    for section in ("## What it does", "## Why is this bad?", "## Example"):
-        assert section in rule.docs, f"{rule.code} docs lack {section!r}"
+def test_rule_docs(rule):
+    """One shape for every rule's docs (What it does / Why is this bad? / Example / Use
+    instead / Fix safety), and the doc examples are real: Example triggers the rule,
+    Use instead does not."""
+    failures = check_rule_docs(rule)
+    assert not failures, "\n".join(failures)
+
+
+def test_doc_check_catches_a_quiet_example():
+    """The doc check fails a rule whose Example does not trigger it."""
+    from amplint.rules.amp501_apex_amp_import import ApexAmpImport
+
+    class Quiet(ApexAmpImport):
+        docs = ApexAmpImport.docs.replace("from apex import amp", "from amplint import amp")
+
+    assert any("Example code does not trigger" in f for f in check_rule_docs(Quiet))
+
+
+def test_readme_rule_example_passes_its_own_checks():
+    """The rule the README's "Writing rules" shows is a working rule: its examples and
+    its docs pass the checks every built-in rule passes."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "README.md"), encoding="utf-8").read()
+    section = readme[readme.index("## Writing rules"):]
+    code = re.search(r"~~~python\n(.*?)~~~\n", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    rule = namespace["NoHalfCall"]
+    assert check_rule_examples(rule) == [] and check_rule_docs(rule) == []
+
+
+def test_rule_files_stay_short():
+    """A rule file holds its docs, examples and wiring; analysis lives in
+    amplint/analysis/.  Over 500 lines, move code there (or regression examples to
+    tests/rules/test_regression_examples.py)."""
+    import glob
+    import os
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "rules")
+    long = {os.path.basename(p): n for p in glob.glob(os.path.join(folder, "*.py"))
+            if (n := sum(1 for _ in open(p, encoding="utf-8"))) > 500}
+    assert not long, long

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 import sys
 
+from .common import render_errors
+from .common import statistics as per_rule
+
 
 def render(results, out, *, statistics=False, color=False) -> None:
-    from .text import render_errors
-    from .text import statistics as per_rule
-
     if statistics:  # [{code, name, count, fixable, safe_fixes, unsafe_fixes}], most frequent first
         json.dump(per_rule(results), out, indent=2)
     else:

@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -32,10 +31,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.path.join(ROOT, "fixtures", "constants")
 RULES = {r.code: r for r in all_rules(()) if r.code in ("AMP101", "AMP102", "AMP103")}
 _counter = itertools.count()
-
-
-def amplint(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def lint(code: str, codes=("AMP101", "AMP102", "AMP103"), **settings):
@@ -87,7 +82,7 @@ RUNTIME = [
 
 
 @pytest.mark.parametrize("name,mode,before16,fp32_fails", RUNTIME, ids=[r[0] for r in RUNTIME])
-def test_fix_removes_the_predicted_failure(name, mode, before16, fp32_fails, tmp_path):
+def test_fix_removes_the_predicted_failure(name, mode, before16, fp32_fails, tmp_path, amplint):
     src = os.path.join(FIXTURES, name)
     copy = tmp_path / name
     shutil.copy(src, copy)
@@ -123,7 +118,7 @@ def test_fix_removes_the_predicted_failure(name, mode, before16, fp32_fails, tmp
     assert json.loads(left.stdout) == []
 
 
-def test_cross_file_constants_fail_before_and_are_not_rewritten(tmp_path):
+def test_cross_file_constants_fail_before_and_are_not_rewritten(tmp_path, amplint):
     folder = os.path.join(FIXTURES, "bertlike")
     status, detail = _run(_load(os.path.join(folder, "modeling_bertlike.py")), half=True)
     assert status == "error" and "c10::Half" in detail
@@ -136,7 +131,7 @@ def test_cross_file_constants_fail_before_and_are_not_rewritten(tmp_path):
         assert (copy / name).read_text() == open(os.path.join(folder, name)).read()
 
 
-def test_cross_file_findings_name_the_config_file():
+def test_cross_file_findings_name_the_config_file(amplint):
     proc = amplint("check", "fixtures/constants/bertlike", "--no-cache", "--format", "json", "--select", "AMP101,AMP102")
     findings = {f["code"]: f for f in json.loads(proc.stdout)}
     assert set(findings) == {"AMP101", "AMP102"}
@@ -212,7 +207,7 @@ def test_finfo_min_fill_keeps_softmax_identical_in_fp32():
 @pytest.mark.parametrize("code,name,number", [("AMP101", "overflow-constant", "65504"),
                                               ("AMP102", "underflow-epsilon", "6.1e-5"),
                                               ("AMP103", "all-masked-row-nan", "NaN")])
-def test_explain(code, name, number):
+def test_explain(code, name, number, amplint):
     for key in (code, name):
         proc = amplint("explain", key)
         assert proc.returncode == 0, proc.stderr
@@ -221,7 +216,7 @@ def test_explain(code, name, number):
     assert number in amplint("explain", code).stdout
 
 
-def test_targets_through_the_cli(tmp_path):
+def test_targets_through_the_cli(tmp_path, amplint):
     src = tmp_path / "m.py"
     src.write_text("import torch\n"
                    "def attend(s, m):\n"
@@ -234,7 +229,7 @@ def test_targets_through_the_cli(tmp_path):
     assert codes("--target", "fp8", "--opt-level", "O0") == []
 
 
-def test_bf16_folder_config_silences_overflow_but_not_nan(tmp_path):
+def test_bf16_folder_config_silences_overflow_but_not_nan(tmp_path, amplint):
     (tmp_path / "pyproject.toml").write_text('[tool.amplint]\ntarget = "bf16"\n')
     (tmp_path / "m.py").write_text("import torch\n"
                                    "def attend(s, pad_mask):\n"
@@ -245,7 +240,7 @@ def test_bf16_folder_config_silences_overflow_but_not_nan(tmp_path):
     assert [(f["code"], f["line"]) for f in out] == [("AMP103", 4)]
 
 
-def test_optimizer_eps_only_at_o3(tmp_path):
+def test_optimizer_eps_only_at_o3(tmp_path, amplint):
     src = tmp_path / "train.py"
     src.write_text("import torch\nopt = torch.optim.Adam(params, lr=1e-3)\n")
     for level, expected in (("O1", []), ("O2", []), ("O3", ["AMP102"])):

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -27,11 +26,7 @@ RULE = next(r for r in all_rules() if r.code == "AMP201")
 torch = pytest.importorskip("torch")
 
 
-def amplint(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True)
-
-
-def findings(*args, cwd=ROOT):
+def findings(amplint, *args, cwd=ROOT):
     proc = amplint("check", *args, "--select", "AMP201", "--format", "json", "--no-cache", cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
@@ -145,14 +140,14 @@ def _expected(folder):
     return out
 
 
-def test_check_reports_exactly_the_expected_lines():
-    got = findings("fixtures/dims")
+def test_check_reports_exactly_the_expected_lines(amplint):
+    got = findings(amplint, "fixtures/dims")
     assert {(f["path"], f["line"]) for f in got} == _expected(DIMS)
     assert not [f for f in got if "/clean/" in f["path"]]
 
 
-def test_messages_fixes_and_related():
-    got = {(os.path.basename(f["path"]), f["line"]): f for f in findings("fixtures/dims")}
+def test_messages_fixes_and_related(amplint):
+    got = {(os.path.basename(f["path"]), f["line"]): f for f in findings(amplint, "fixtures/dims")}
     head = got[("gpt2.py", 73)]
     assert "out_features is 50257, not a multiple of 8: pad to 50264" in head["message"]
     assert "5.3x" in head["message"] and "1.54x" in head["message"]
@@ -171,38 +166,38 @@ def test_messages_fixes_and_related():
     assert {r["line"] for r in definition["related"]} == {16, 55}
 
 
-def test_cross_file_needs_both_files():
-    alone = findings("fixtures/dims/bert/modeling_bert.py")
+def test_cross_file_needs_both_files(amplint):
+    alone = findings(amplint, "fixtures/dims/bert/modeling_bert.py")
     # the config is not linted: its default is unknown, nothing can be said
     assert alone == []
-    config_alone = findings("fixtures/dims/bert/configuration_bert.py")
+    config_alone = findings(amplint, "fixtures/dims/bert/configuration_bert.py")
     assert config_alone == []
 
 
-def test_safe_fix_changes_nothing_and_unsafe_fix_converges(tmp_path):
+def test_safe_fix_changes_nothing_and_unsafe_fix_converges(tmp_path, amplint):
     copy = tmp_path / "dims"
     shutil.copytree(DIMS, copy, ignore=shutil.ignore_patterns("*-fixed", "__pycache__"))
     before = (copy / "lstm_lm.py").read_text()
     amplint("fix", str(copy), "--no-cache")
     assert (copy / "lstm_lm.py").read_text() == before
     amplint("fix", str(copy), "--no-cache", "--unsafe-fixes")
-    left = findings(str(copy))
+    left = findings(amplint, str(copy))
     assert {(os.path.basename(f["path"]), f["severity"]) for f in left} == {("pretrained.py", "info")}
 
 
-def test_target_and_alignment_settings(tmp_path):
+def test_target_and_alignment_settings(tmp_path, amplint):
     src = "import torch.nn as nn\nfc = nn.Linear(1000, 1000)\nemb = nn.Embedding(50240, 768)\n"
     (tmp_path / "m.py").write_text(src)
-    assert findings(str(tmp_path)) == []
-    fp8 = findings(str(tmp_path), "--target", "fp8")
+    assert findings(amplint, str(tmp_path)) == []
+    fp8 = findings(amplint, str(tmp_path), "--target", "fp8")
     assert [f["line"] for f in fp8] == [2] and "multiples of 16" in fp8[0]["message"]
     (tmp_path / "pyproject.toml").write_text("[tool.amplint]\nalignment = 128\n")
-    wide = findings(str(tmp_path))
+    wide = findings(amplint, str(tmp_path))
     assert [f["line"] for f in wide] == [2, 3]
     assert "pad to 50304" in wide[1]["message"]
 
 
-def test_explain_documents_the_penalties():
+def test_explain_documents_the_penalties(amplint):
     proc = amplint("explain", "AMP201")
     assert proc.returncode == 0
     for needle in ("5.3x", "1.54x", "50304", "unsafe", "## Why is this bad?", "vocabulary", "retrain"):
@@ -339,14 +334,14 @@ def test_class_in_a_function_or_config_name_is_not_a_class_count():
     assert [f.line for f in found] == [8] and "in_features is 650" in found[0].message
 
 
-def test_same_config_class_in_two_folders_pairs_by_folder():
-    got = findings("fixtures")
+def test_same_config_class_in_two_folders_pairs_by_folder(amplint):
+    got = findings(amplint, "fixtures")
     definition = [f for f in got if f["path"] == "fixtures/dims/bert/configuration_bert.py"]
     assert len(definition) == 1
     assert {r["path"] for r in definition[0]["related"]} == {"fixtures/dims/bert/modeling_bert.py"}
 
 
-def test_unannotated_config_across_files(tmp_path):
+def test_unannotated_config_across_files(tmp_path, amplint):
     (tmp_path / "conf.py").write_text(textwrap.dedent("""\
         from dataclasses import dataclass
         @dataclass
@@ -363,14 +358,14 @@ def test_unannotated_config_across_files(tmp_path):
                 self.tok = nn.Embedding(params.vocab_size, params.dim)
                 self.out = nn.Linear(params.dim, params.vocab_size, bias=False)
         """))
-    got = sorted((os.path.basename(f["path"]), f["line"], f["fix"] is not None) for f in findings(str(tmp_path)))
+    got = sorted((os.path.basename(f["path"]), f["line"], f["fix"] is not None) for f in findings(amplint, str(tmp_path)))
     assert got == [("conf.py", 6, True), ("model.py", 5, False), ("model.py", 6, False)]
     amplint("fix", str(tmp_path), "--unsafe-fixes", "--no-cache")
     assert "vocab_size: int = 32008" in (tmp_path / "conf.py").read_text()
-    assert findings(str(tmp_path)) == []
+    assert findings(amplint, str(tmp_path)) == []
 
 
-def test_position_table_across_files_is_not_a_vocabulary(tmp_path):
+def test_position_table_across_files_is_not_a_vocabulary(tmp_path, amplint):
     (tmp_path / "configuration_roberta.py").write_text(textwrap.dedent("""\
         class RobertaConfig:
             def __init__(self, vocab_size=50265, hidden_size=768, max_position_embeddings=514, pad_token_id=1):
@@ -387,6 +382,6 @@ def test_position_table_across_files_is_not_a_vocabulary(tmp_path):
                 self.words = nn.Embedding(config.vocab_size, config.hidden_size)
                 self.positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         """))
-    got = sorted((os.path.basename(f["path"]), f["line"]) for f in findings(str(tmp_path)))
+    got = sorted((os.path.basename(f["path"]), f["line"]) for f in findings(amplint, str(tmp_path)))
     # 50265 is RoBERTa's vocabulary (flagged at the use and at the definition); 514 positions are a lookup table
     assert got == [("configuration_roberta.py", 2), ("modeling_roberta.py", 6)]

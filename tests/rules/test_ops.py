@@ -24,11 +24,7 @@ OPS = os.path.join(ROOT, "fixtures", "ops")
 EXPECT = re.compile(r"#\s*expect:.*\bAMP401\b")
 
 
-def amplint(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True)
-
-
-def findings(*args, cwd=ROOT):
+def findings(amplint, *args, cwd=ROOT):
     proc = amplint("check", *args, "--select", "AMP401", "--format", "json", "--no-cache", cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
@@ -49,36 +45,36 @@ def expected(folder):
 
 # --- the CLI on the fixtures ------------------------------------------------------------
 
-def test_ops_fixtures_exact():
-    got = {(f["path"], f["line"]) for f in findings("fixtures/ops")}
+def test_ops_fixtures_exact(amplint):
+    got = {(f["path"], f["line"]) for f in findings(amplint, "fixtures/ops")}
     assert got == expected(OPS)
 
 
-def test_policy_switch_on_the_command_line():
+def test_policy_switch_on_the_command_line(amplint):
     """The same XLNet-style file: einsum flagged under the amplint policy, not under
     torch.autocast's (which runs einsum in half)."""
     path = "fixtures/ops/transformer_xl.py"
-    assert len(findings(path)) == 4
-    assert findings(path, "--engine", "torch") == []
+    assert len(findings(amplint, path)) == 4
+    assert findings(amplint, path, "--engine", "torch") == []
     # linalg: uncovered by CUDA autocast; CPU autocast lists linalg_inv as fp32 but not slogdet
     gauss = "fixtures/ops/gaussian_head.py"
-    assert {f["line"] for f in findings(gauss, "--engine", "torch")} == {35, 36}
-    assert {f["line"] for f in findings(gauss, "--engine", "torch", "--device", "cpu")} == {36}
-    torch_cuda = findings(gauss, "--engine", "torch")
+    assert {f["line"] for f in findings(amplint, gauss, "--engine", "torch")} == {35, 36}
+    assert {f["line"] for f in findings(amplint, gauss, "--engine", "torch", "--device", "cpu")} == {36}
+    torch_cuda = findings(amplint, gauss, "--engine", "torch")
     assert all(f["fix"]["applicability"] == "display" for f in torch_cuda)
     assert "torch.autocast(\"cuda\", enabled=False)" in torch_cuda[0]["message"]
 
 
-def test_registrations_in_another_file():
+def test_registrations_in_another_file(amplint):
     """Alone, the model file is flagged; with its package ``__init__`` linted too, not."""
-    alone = findings("fixtures/ops/registered/bilinear_pooling.py")
+    alone = findings(amplint, "fixtures/ops/registered/bilinear_pooling.py")
     assert [f["line"] for f in alone] == [17, 19]
-    assert findings("fixtures/ops/registered/bilinear_pooling.py", "fixtures/ops/registered/__init__.py") == []
+    assert findings(amplint, "fixtures/ops/registered/bilinear_pooling.py", "fixtures/ops/registered/__init__.py") == []
     # train.py registers einsum on local_attention's module: that reaches its `from torch import einsum`
-    assert findings("fixtures/ops/registered/local_attention.py") != []
-    assert findings("fixtures/ops/registered/local_attention.py", "fixtures/ops/registered/train.py") == []
+    assert findings(amplint, "fixtures/ops/registered/local_attention.py") != []
+    assert findings(amplint, "fixtures/ops/registered/local_attention.py", "fixtures/ops/registered/train.py") == []
     # ...but a registration on torch does not reach a name imported from torch
-    resampler = findings("fixtures/ops/registered")
+    resampler = findings(amplint, "fixtures/ops/registered")
     assert {f["path"] for f in resampler} == {"fixtures/ops/registered/perceiver_resampler.py"}
     assert "sys.modules[__name__]" in resampler[0]["message"]
 
@@ -101,7 +97,7 @@ MODEL = """\
 """
 
 
-def test_registration_reach(tmp_path):
+def test_registration_reach(tmp_path, amplint):
     """A training script reaches model files below its folder, or those it imports; a
     registration in an unrelated sibling folder does not."""
     reg = "import torch\nfrom amplint import amp\namp.register_half_function(torch, 'einsum')\n"
@@ -112,11 +108,11 @@ def test_registration_reach(tmp_path):
         "tools/other/attn.py": MODEL,
         "tools/bench/bench.py": reg,
     })
-    got = {os.path.normpath(f["path"]) for f in findings(".", cwd=tmp_path)}
+    got = {os.path.normpath(f["path"]) for f in findings(amplint, ".", cwd=tmp_path)}
     assert got == {"tools/other/attn.py"}
 
 
-def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path):
+def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path, amplint):
     source = textwrap.dedent("""\
         \"\"\"Doc.\"\"\"
         import opt_einsum as oe
@@ -160,7 +156,7 @@ def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path):
     assert 'amp.register_float_function(torch.linalg, "inv")\namp.register_float_function(torch.linalg, "det")\n' in again
 
 
-def test_no_fix_for_names_that_may_be_none(tmp_path):
+def test_no_fix_for_names_that_may_be_none(tmp_path, amplint):
     """``oe`` is None when opt_einsum is missing: registering on it would raise at import."""
     path = tmp_path / "m.py"
     path.write_text(textwrap.dedent("""\
@@ -175,11 +171,11 @@ def test_no_fix_for_names_that_may_be_none(tmp_path):
             def forward(self, a, b):
                 return oe.contract("ij,jk->ik", a, b)
     """))
-    (finding,) = findings(str(path))
+    (finding,) = findings(amplint, str(path))
     assert finding["fix"] is None
 
 
-def test_fix_keeps_crlf(tmp_path):
+def test_fix_keeps_crlf(tmp_path, amplint):
     path = tmp_path / "m.py"
     path.write_bytes(textwrap.dedent(MODEL).replace("\n", "\r\n").encode())
     amplint("fix", str(path), "--no-cache")
@@ -307,18 +303,6 @@ print(json.dumps([run(**step) for step in json.loads(sys.argv[1])]))
 '''
 
 
-def _engine_available():
-    try:
-        from amplint import amp
-
-        return callable(amp.initialize) and callable(amp.reset)
-    except (ImportError, AttributeError):
-        return False
-
-
-engine = pytest.mark.skipif(not _engine_available(), reason="the amplint.amp engine is not there yet")
-
-
 RUNS = {
     "einsum": [
         {"path": "fixtures/ops/transformer_xl.py", "name": "txl_before", "names": ["einsum"]},
@@ -364,7 +348,6 @@ def results(o1, key):
     return o1[key]
 
 
-@engine
 def test_einsum_runs_in_half_only_after_the_fix(o1):
     before, positional, after = results(o1, "einsum")
     # before: fp16 projections meet the fp32 r_w_bias: einsum refuses mixed inputs (apex #895)
@@ -376,7 +359,6 @@ def test_einsum_runs_in_half_only_after_the_fix(o1):
     assert after["dtypes"] == ["float16"] * 4, after
 
 
-@engine
 def test_from_import_needs_the_module_registration(o1):
     before, torch_registered, after = results(o1, "from_import")
     assert not before["ok"] and "dtype" in before["error"], before
@@ -385,7 +367,6 @@ def test_from_import_needs_the_module_registration(o1):
     assert after["ok"] and after["dtypes"] == ["float16", "float16"], after
 
 
-@engine
 def test_linalg_and_fft_run_in_fp32_after_the_fix(o1):
     gauss, gauss_fixed, gfnet, gfnet_fixed = results(o1, "linalg_fft")
     assert not gauss["ok"] and "Low precision dtypes not supported" in gauss["error"], gauss
@@ -394,7 +375,6 @@ def test_linalg_and_fft_run_in_fp32_after_the_fix(o1):
     assert gfnet_fixed["ok"] and gfnet_fixed["dtypes"] == ["complex64", "float32"], gfnet_fixed
 
 
-@engine
 def test_custom_function_forward_in_fp32_after_the_unsafe_fix(o1):
     before, after = results(o1, "function")
     assert before["dtypes"][:1] == ["float16"], before  # the Function's forward saw fp16

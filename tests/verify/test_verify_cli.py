@@ -3,22 +3,22 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def _plain_single_threaded(monkeypatch):
+    """Plain text output to compare against, and one OpenMP thread in the runs."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 V = os.path.join(ROOT, "fixtures", "verify")
 
 
-def amplint(*args, cwd=ROOT):
-    env = dict(os.environ, NO_COLOR="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
-
-
-def test_help_says_verify_runs_the_code():
+def test_help_says_verify_runs_the_code(amplint):
     proc = amplint("verify", "--help")
     assert proc.returncode == 0
     assert "IMPORTS AND RUNS YOUR CODE" in proc.stdout
@@ -27,7 +27,7 @@ def test_help_says_verify_runs_the_code():
         assert option in proc.stdout
 
 
-def test_three_targets_text_crash_runtime_only_and_clean():
+def test_three_targets_text_crash_runtime_only_and_clean(amplint):
     # crash with its source line, a failure no rule predicts, and a clean model in one run;
     # `--opt-level O1 O2 PATH::FACTORY`: a target written after the levels is still a target
     proc = amplint("verify", "fixtures/verify/attention_mask.py::example", "fixtures/verify/overflow_gemm.py::example",
@@ -45,7 +45,7 @@ def test_three_targets_text_crash_runtime_only_and_clean():
     assert "clean/mlp.py::example" in clean and "safe at the selected levels" in clean and "CRASH" not in clean
 
 
-def test_fix_json_and_files_untouched():
+def test_fix_json_and_files_untouched(amplint):
     path = os.path.join(V, "attention_mask.py")
     before = open(path, "rb").read()
     proc = amplint("verify", "fixtures/verify/attention_mask.py::example", "--device", "cpu", "--opt-level", "O1,O2",
@@ -66,14 +66,14 @@ def test_fix_json_and_files_untouched():
     (["fixtures/verify/clean/mlp.py::example", "--opt-level", "O4"], "unknown opt level"),
     (["fixtures/verify/clean/mlp.py::example", "--steps", "0"], "at least 1"),
 ])
-def test_usage_errors_exit_2(args, message):
+def test_usage_errors_exit_2(args, message, amplint):
     proc = amplint("verify", *args, "--device", "cpu")
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_config_targets_and_options(tmp_path):
+def test_config_targets_and_options(tmp_path, amplint):
     (tmp_path / "model.py").write_text(textwrap.dedent('''
         import torch
         from torch import nn
@@ -99,19 +99,19 @@ def test_config_targets_and_options(tmp_path):
     assert len(second["before"]["O3"]["losses"]) == 2
 
 
-def test_bad_config_exit_2(tmp_path):
+def test_bad_config_exit_2(tmp_path, amplint):
     (tmp_path / "pyproject.toml").write_text('[tool.amplint.verify]\nstep = 2\ntargets = ["m.py::f"]\n')
     proc = amplint("verify", cwd=str(tmp_path))
     assert proc.returncode == 2
     assert "did you mean 'steps'" in proc.stderr
 
 
-def test_no_targets_exit_2(tmp_path):
+def test_no_targets_exit_2(tmp_path, amplint):
     proc = amplint("verify", cwd=str(tmp_path))
     assert proc.returncode == 2 and "no targets" in proc.stderr
 
 
-def test_check_and_fix_never_import_verify_does(tmp_path):
+def test_check_and_fix_never_import_verify_does(tmp_path, amplint):
     marker = tmp_path / "ran.txt"
     (tmp_path / "evil.py").write_text(textwrap.dedent(f'''
         import torch

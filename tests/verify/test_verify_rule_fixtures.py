@@ -15,8 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run(rel, levels, **kw):
     path = os.path.join(ROOT, "fixtures", rel)
-    if not os.path.isfile(path):
-        pytest.skip(f"fixture {rel} is not in the tree")
+    assert os.path.isfile(path), f"fixture {rel} is missing"  # a missing fixture is a failure, not a skip
     return verify(path + "::example", levels=levels, device="cpu", steps=1, **kw)
 
 

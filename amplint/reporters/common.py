@@ -1,0 +1,82 @@
+"""Pieces every reporter shares: the fixability marker, error lines, the statistics
+table and the summary line."""
+from __future__ import annotations
+
+from ..rule import Applicability
+
+
+def marker(finding) -> str:
+    """``[*] `` (safe fix), ``[-] `` (unsafe fix) or nothing, before a finding's message."""
+    if finding.fix is None or finding.fix.applicability is Applicability.DISPLAY:
+        return ""
+    return "[*] " if finding.fix.applicability is Applicability.SAFE else "[-] "
+
+
+def render_errors(results, out) -> None:
+    for result in results:
+        for e in result.errors:
+            out.write(f"{e.path}:{e.line}:{e.col}: error: {e.reason}\n")
+
+
+def statistics(results) -> list[dict]:
+    """Per rule: its findings and how many of them ``fix`` (safe) or ``fix --unsafe-fixes``
+    (unsafe) can fix in this run; most frequent first."""
+    rows: dict[str, dict] = {}
+    for result in results:
+        for f in result.findings:
+            row = rows.setdefault(f.code, {"code": f.code, "name": f.rule, "count": 0, "fixable": False,
+                                           "safe_fixes": 0, "unsafe_fixes": 0})
+            row["count"] += 1
+            if f.fix is not None and f.fix.applicability is Applicability.SAFE:
+                row["safe_fixes"] += 1
+                row["fixable"] = True  # Ruff's key: `amplint fix` fixes some of them
+            elif f.fix is not None and f.fix.applicability is Applicability.UNSAFE:
+                row["unsafe_fixes"] += 1
+    return sorted(rows.values(), key=lambda row: (-row["count"], row["code"]))
+
+
+def render_statistics(results, out) -> None:
+    """``count  CODE  [*] name``: ``[*]`` some findings have a safe fix, ``[-]`` only unsafe ones."""
+    rows = statistics(results)
+    width = max([len(str(row["count"])) for row in rows] + [1])
+    for row in rows:
+        mark = "[*]" if row["safe_fixes"] else "[-]" if row["unsafe_fixes"] else "   "
+        out.write(f"{row['count']:>{width}}  {row['code']}  {mark} {row['name']}\n")
+
+
+def summary(results) -> str:
+    findings = [f for r in results for f in r.findings]
+    fixed = sum(r.fixed for r in results)
+    errors = sum(len(r.errors) for r in results)
+    parts = []
+    if fixed:
+        parts.append(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}.")
+    if findings:
+        safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability is Applicability.SAFE)
+        unsafe = sum(1 for f in findings if f.fix is not None and f.fix.applicability is Applicability.UNSAFE)
+        text = f"Found {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+        extra = []
+        if safe:
+            extra.append(f"{safe} fixable with `amplint fix`")
+        if unsafe:
+            extra.append(f"{unsafe} {'more ' if safe else ''}fixable with `amplint fix --unsafe-fixes`")
+        parts.append(text + (f" ({'; '.join(extra)})" if extra else "") + ".")
+    elif not errors and not fixed:
+        parts.append("All checks passed.")
+    if errors:
+        parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked).")
+    return " ".join(parts)
+
+
+def diff_summary(results) -> str:
+    """``fix --diff``: what the fixes would do, and what would be left."""
+    would_fix = sum(r.fixed for r in results)
+    left = [f for r in results for f in r.findings]
+    parts = [f"Would fix {would_fix} finding{'s' if would_fix != 1 else ''}" if would_fix else "No fixes to apply"]
+    if left:
+        unsafe = sum(1 for f in left if f.fix is not None and f.fix.applicability is Applicability.UNSAFE)
+        parts.append(f"{len(left)} would remain" + (f" ({unsafe} fixable with `--unsafe-fixes`)" if unsafe else ""))
+    errors = sum(len(r.errors) for r in results)
+    if errors:
+        parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked)")
+    return "; ".join(parts) + "."
