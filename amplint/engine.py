@@ -304,7 +304,7 @@ def _rules_for(settings: Settings) -> list[type[Rule]]:
     cache = _WORKER.setdefault("rules", {})
     key = settings.fingerprint()
     if key not in cache:
-        cache[key] = select_rules(all_rules(settings.rule_paths), settings)
+        cache[key] = select_rules(all_rules(settings.rule_paths, settings.load_plugins), settings)
     return cache[key]
 
 
@@ -338,7 +338,7 @@ def _check_task(args) -> dict:
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
         if given is None:
-            entry["summary"] = summarize(ctx, all_rules(settings.rule_paths)).to_json()
+            entry["summary"] = summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins)).to_json()
             entry["queries"] = [list(q) for q in dict.fromkeys(project.queries)]
     except SourceError as exc:
         entry["errors"].append(_error_dict(exc))
@@ -390,7 +390,7 @@ def _fix_task(args) -> FileResult:
 
 
 def _summary_markers(settings: Settings) -> tuple[str, ...]:
-    rules = all_rules(settings.rule_paths)
+    rules = all_rules(settings.rule_paths, settings.load_plugins)
     if any(hasattr(r, "collect") and not getattr(r, "collect_markers", ()) for r in rules):
         return ("",)  # a rule collects from every file
     return CONFIG_MARKERS + tuple(m for r in rules for m in getattr(r, "collect_markers", ()))
@@ -412,7 +412,7 @@ def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)
         ctx.walk_and_bucket(set())
-        return path, summarize(ctx, all_rules(settings.rule_paths)).to_json(), None
+        return path, summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins)).to_json(), None
     except SourceError as exc:
         return path, None, exc
 
@@ -522,7 +522,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 raw[path] = read_regular(path)
             except OSError:
                 raw[path] = b""
-            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), rules_fingerprint(settings.rule_paths), str(unused))
+            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), rules_fingerprint(settings.rule_paths, settings.load_plugins), str(unused))
             hit = cache.get(keys[path])
             if hit is not None and hit.get("path") == path:
                 entries[path] = hit
@@ -542,7 +542,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         for path in again:
             if cache is not None:
                 keys[path] = Cache.key("cross", path, raw[path], settings_of[path].fingerprint(),
-                                       rules_fingerprint(settings_of[path].rule_paths), str(unused), fingerprint)
+                                       rules_fingerprint(settings_of[path].rule_paths, settings_of[path].load_plugins), str(unused), fingerprint)
                 hit = cache.get(keys[path])
                 if hit is not None and hit.get("path") == path:
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])

@@ -1,0 +1,135 @@
+"""What `check` and `fix` agree to run, through the real command line: local rules and
+plugins only when allowed, never from a config above the repository or a folder outside
+the config's; `python -m amplint` never imports modules from the current folder."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_cli import APEX, LOCAL_RULE
+
+EVIL = "import os\nopen(os.path.join({marker!r}), 'w').write('ran')\n"
+
+
+def amplint(*args, cwd, env=None):
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "AMPLINT_ALLOW_LOCAL_RULES")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, env=full_env)
+
+
+def _evil_rules(folder, marker):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "evil.py").write_text(EVIL.format(marker=str(marker)) + LOCAL_RULE)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A repository whose config names a folder of local rules that leave a marker."""
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    (root / "src").mkdir()
+    (root / "src" / "model.py").write_text("import torch\nm = torch.nn.Linear(8, 8)\nm.half()\n")
+    (root / "pyproject.toml").write_text('[tool.amplint]\nrule-paths = ["tools/amplint_rules"]\n')
+    _evil_rules(root / "tools" / "amplint_rules", tmp_path / "MARKER")
+    return root
+
+
+@pytest.mark.parametrize("command", [["check", "--no-cache"], ["fix", "--unsafe-fixes"]])
+def test_rule_paths_never_run_unless_allowed(repo, command):
+    """The pre-commit hook's `amplint check --no-cache src/model.py` on an untrusted clone."""
+    proc = amplint(*command, "src/model.py", cwd=repo)
+    assert not (repo.parent / "MARKER").exists(), "a rule-paths folder ran without permission"
+    assert proc.returncode == 0 and "LOC001" not in proc.stdout and "Traceback" not in proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if "not loaded" in line]
+    assert len(warning) == 1 and "rule-paths in pyproject.toml" in warning[0]
+    assert "--allow-local-rules" in warning[0] and "AMPLINT_ALLOW_LOCAL_RULES=1" in warning[0]
+    assert (repo / "src" / "model.py").read_text().endswith("m.half()\n")
+
+
+def test_rule_paths_run_when_allowed_by_flag_or_environment(repo):
+    proc = amplint("check", "--no-cache", "src/model.py", "--allow-local-rules", cwd=repo)
+    assert proc.returncode == 1 and "LOC001" in proc.stdout and "not loaded" not in proc.stderr
+    assert (repo.parent / "MARKER").read_text() == "ran"
+    (repo.parent / "MARKER").unlink()
+    proc = amplint("check", "--no-cache", "src/model.py", cwd=repo, env={"AMPLINT_ALLOW_LOCAL_RULES": "1"})
+    assert proc.returncode == 1 and "LOC001" in proc.stdout and (repo.parent / "MARKER").exists()
+
+
+def test_rule_paths_resolve_against_the_config_file(repo):
+    """Run from a subfolder: `tools/amplint_rules` is the config's, not the current folder's."""
+    proc = amplint("check", "--no-cache", "model.py", "--allow-local-rules", cwd=repo / "src")
+    assert proc.returncode == 1 and "LOC001" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("entry", ["../elsewhere", "linked", "/abs/elsewhere"])
+def test_rule_paths_outside_the_config_folder_are_refused(tmp_path, repo, entry):
+    _evil_rules(tmp_path / "elsewhere", tmp_path / "MARKER")
+    (repo / "linked").symlink_to(tmp_path / "elsewhere")
+    entry = str(tmp_path / "elsewhere") if entry.startswith("/") else entry
+    (repo / "pyproject.toml").write_text(f'[tool.amplint]\nselect = ["AMP"]\nrule-paths = ["{entry}"]\n')
+    proc = amplint("check", "--no-cache", "src/model.py", "--allow-local-rules", cwd=repo)
+    assert not (tmp_path / "MARKER").exists()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert "pyproject.toml:3:1: error: [tool.amplint] rule-paths:" in out and "outside this config's folder" in out
+
+
+def test_config_above_the_repository_never_loads_rules(tmp_path):
+    outer = tmp_path / "outer"
+    (outer / "repo" / ".git").mkdir(parents=True)
+    (outer / "pyproject.toml").write_text('[tool.amplint]\nrule-paths = ["r"]\n')
+    _evil_rules(outer / "r", tmp_path / "MARKER")
+    (outer / "repo" / "m.py").write_text(APEX)
+    proc = amplint("check", "--no-cache", "m.py", "--allow-local-rules", cwd=outer / "repo")
+    assert not (tmp_path / "MARKER").exists()
+    assert proc.returncode == 1 and "AMP501" in proc.stdout  # linted with the bundled rules
+    assert "outside the repository" in proc.stderr and "not loaded" in proc.stderr
+    # without a git repository, the folder the run starts in is the limit
+    (outer / "repo" / ".git").rmdir()
+    proc = amplint("check", "--no-cache", "m.py", "--allow-local-rules", cwd=outer / "repo")
+    assert not (tmp_path / "MARKER").exists() and proc.returncode == 1
+    # named explicitly with --config, the user chose it
+    proc = amplint("check", "--no-cache", "m.py", "--allow-local-rules", "--config", "../pyproject.toml", cwd=outer / "repo")
+    assert (tmp_path / "MARKER").exists() and proc.returncode == 1
+
+
+def test_vendored_package_with_rule_paths_does_not_abort_the_run(tmp_path):
+    (tmp_path / "main.py").write_text(APEX)
+    vendored = tmp_path / "third_party" / "pkg"
+    vendored.mkdir(parents=True)
+    (vendored / "pyproject.toml").write_text('[tool.amplint]\nrule-paths = ["r"]\n')
+    (vendored / "lib.py").write_text(APEX)
+    _evil_rules(vendored / "r", tmp_path / "MARKER")
+    proc = amplint("check", ".", "--no-cache", "--format", "concise", cwd=tmp_path)
+    assert not (tmp_path / "MARKER").exists()
+    assert proc.returncode == 1 and "main.py:1:1: AMP501" in proc.stdout and "lib.py:1:1: AMP501" in proc.stdout
+    assert "third_party/pkg/pyproject.toml" in proc.stderr and "not loaded" in proc.stderr
+    # allowed, and the rule folder missing: one error against that config; main.py still linted
+    (vendored / "r" / "evil.py").unlink()
+    (vendored / "r").rmdir()
+    proc = amplint("check", ".", "--no-cache", "--format", "concise", "--allow-local-rules", cwd=tmp_path)
+    assert proc.returncode == 2 and "main.py:1:1: AMP501" in proc.stdout and "Traceback" not in proc.stderr
+    assert "third_party/pkg/pyproject.toml:2:1: error: [tool.amplint] rule-paths: 'r': no such folder" in proc.stdout + proc.stderr
+
+
+SHADOWED = ("tomllib", "tempfile", "hashlib", "libcst")
+
+
+@pytest.mark.parametrize("command", [["check"], ["fix", "--unsafe-fixes"]])
+@pytest.mark.parametrize("name", SHADOWED)
+def test_python_m_does_not_import_modules_from_the_current_folder(tmp_path, command, name):
+    """`python -m` puts the current folder first on sys.path: a repository's tomllib.py,
+    tempfile.py, hashlib.py or libcst.py must not run (libcst is imported by `fix`)."""
+    (tmp_path / f"{name}.py").write_text(f"open({str(tmp_path / 'MARKER')!r}, 'w').write('ran')\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\ntarget = 'fp16'\n")
+    (tmp_path / "model.py").write_text(APEX)
+    proc = amplint(*command, "model.py", cwd=tmp_path)
+    assert not (tmp_path / "MARKER").exists(), f"{name}.py was imported from the current folder"
+    assert "Traceback" not in proc.stderr
+    if command[0] == "fix":
+        assert proc.returncode == 0 and (tmp_path / "model.py").read_text().startswith("from amplint import amp")
+    else:
+        assert proc.returncode == 1 and "AMP501" in proc.stdout
