@@ -17,7 +17,7 @@ from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
-from .registry import all_rules, rules_fingerprint, select_rules
+from .registry import all_rules, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
 
@@ -505,7 +505,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     whose cross-file questions another file answers are linted again with the index.
     Both passes are cached on the file's bytes and the settings (the second pass also
     on the index)."""
-    from .cache import Cache
+    from .cache import Cache, entry_key, valid_entry
 
     cache = None
     if options.use_cache:
@@ -522,9 +522,9 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 raw[path] = read_regular(path)
             except OSError:
                 raw[path] = b""
-            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), rules_fingerprint(settings.rule_paths, settings.load_plugins), str(unused))
+            keys[path] = entry_key("check", path, raw[path], settings, unused)
             hit = cache.get(keys[path])
-            if hit is not None and hit.get("path") == path:
+            if valid_entry(hit, path):
                 entries[path] = hit
                 continue
         todo.append((path, settings, unused))
@@ -541,10 +541,9 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         todo = []
         for path in again:
             if cache is not None:
-                keys[path] = Cache.key("cross", path, raw[path], settings_of[path].fingerprint(),
-                                       rules_fingerprint(settings_of[path].rule_paths, settings_of[path].load_plugins), str(unused), fingerprint)
+                keys[path] = entry_key("cross", path, raw[path], settings_of[path], unused, fingerprint)
                 hit = cache.get(keys[path])
-                if hit is not None and hit.get("path") == path:
+                if valid_entry(hit, path):
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
                     continue
             todo.append((path, settings_of[path], unused))

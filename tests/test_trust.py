@@ -133,3 +133,113 @@ def test_python_m_does_not_import_modules_from_the_current_folder(tmp_path, comm
         assert proc.returncode == 0 and (tmp_path / "model.py").read_text().startswith("from amplint import amp")
     else:
         assert proc.returncode == 1 and "AMP501" in proc.stdout
+
+
+# --- the result cache ---------------------------------------------------------------------
+
+@pytest.fixture
+def cached(tmp_path):
+    """A project whose config ignores AMP5 under tests/; the cache secret in tmp_path."""
+    project = tmp_path / "p"
+    for folder in ("tests", "src"):
+        (project / folder).mkdir(parents=True)
+        (project / folder / "a.py").write_text(APEX)
+    (project / "pyproject.toml").write_text('[tool.amplint]\nper-file-ignores = { "tests/*" = ["AMP5"] }\n')
+    env = {"XDG_CACHE_HOME": str(tmp_path / "home-cache")}
+    return project, env
+
+
+def _entries(project):
+    cache = project / ".amplint_cache"
+    return sorted(p for p in cache.rglob("*.json"))
+
+
+def _sign(entry_file, entry, secret):
+    import hashlib
+    import hmac
+    import json
+
+    key = entry_file.parent.name + entry_file.stem
+    blob = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+    mac = hmac.new(secret, key.encode() + b"\0" + blob, hashlib.sha256).hexdigest()
+    entry_file.write_text(json.dumps({"format": 2, "mac": mac, "entry": entry}))
+
+
+def test_cache_key_covers_the_path_relative_to_the_config(cached):
+    """The same bytes, typed as `a.py` from tests/ (ignored) and from src/ (not ignored)."""
+    project, env = cached
+    assert amplint("check", "a.py", cwd=project / "tests", env=env).returncode == 0
+    proc = amplint("check", "a.py", cwd=project / "src", env=env)
+    assert proc.returncode == 1 and "AMP501" in proc.stdout
+    assert amplint("check", "a.py", cwd=project / "tests", env=env).returncode == 0  # both cached now
+    assert amplint("check", "a.py", cwd=project / "src", env=env).returncode == 1
+
+
+def test_a_crafted_cache_entry_cannot_hide_findings(cached, tmp_path):
+    import json
+
+    project, env = cached
+    assert amplint("check", "src/a.py", "--format", "json", cwd=project, env=env).returncode == 1
+    (entry_file,) = _entries(project)
+    stored = json.loads(entry_file.read_text())
+    clean = {**stored["entry"], "findings": [], "frames": {}}
+    attempts = [
+        {**stored, "entry": clean},  # edited, the old signature kept
+        clean,  # an unsigned entry (the format before signing)
+        None,  # signed with the attacker's own secret
+    ]
+    for attempt in attempts:
+        if attempt is None:
+            _sign(entry_file, clean, b"x" * 32)
+        else:
+            entry_file.write_text(json.dumps(attempt))
+        proc = amplint("check", "src/a.py", "--format", "json", cwd=project, env=env)
+        assert proc.returncode == 1 and [f["code"] for f in json.loads(proc.stdout)] == ["AMP501"], attempt
+    # the control: signed with this user's secret, the same entry is trusted
+    secret = (tmp_path / "home-cache" / "amplint" / "cache-secret").read_bytes()
+    assert oct(os.stat(tmp_path / "home-cache" / "amplint" / "cache-secret").st_mode & 0o777) == "0o600"
+    (entry_file,) = _entries(project)
+    _sign(entry_file, clean, secret)
+    assert amplint("check", "src/a.py", cwd=project, env=env).returncode == 0
+
+
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+@pytest.mark.parametrize("damage", ["list", "finding-without-fix", "bad-frames", "bad-summary", "bad-query", "not-json"])
+def test_a_malformed_cache_entry_is_a_miss(cached, tmp_path, damage, signed):
+    """Entries that are valid JSON, unsigned or even correctly signed, but not what the
+    engine writes: a miss, never a traceback or a lost finding."""
+    import json
+
+    project, env = cached
+    assert amplint("check", "src/a.py", cwd=project, env=env).returncode == 1
+    (entry_file,) = _entries(project)
+    entry = json.loads(entry_file.read_text())
+    entry = entry.get("entry", entry)
+    if damage == "list":
+        entry = [1, 2]
+    elif damage == "finding-without-fix":
+        del entry["findings"][0]["fix"]
+    elif damage == "bad-frames":
+        entry["frames"] = {"abc": 5}
+    elif damage == "bad-summary":
+        entry["summary"] = {"path": "src/a.py", "facts": {}}
+    elif damage == "bad-query":
+        entry["queries"] = [["config"]]
+    if signed:
+        _sign(entry_file, entry, (tmp_path / "home-cache" / "amplint" / "cache-secret").read_bytes())
+    else:
+        entry_file.write_text(json.dumps(entry))
+    if damage == "not-json":
+        entry_file.write_bytes(b"\xff{")
+    proc = amplint("check", "src/a.py", "--format", "concise", cwd=project, env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "src/a.py:1:1: AMP501" in proc.stdout
+
+
+def test_no_usable_secret_means_no_cache(cached, tmp_path):
+    project, env = cached
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the secret's folder should be")
+    proc = amplint("check", "src/a.py", cwd=project, env={"XDG_CACHE_HOME": str(blocker)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert _entries(project) == []
