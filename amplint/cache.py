@@ -33,7 +33,8 @@ from typing import Any, Optional
 
 from . import __version__
 
-FORMAT = 2  # on-disk envelope: {"format", "mac", "entry"}
+#: an entry file: this header and the MAC (hex) on the first line, the entry's JSON after it
+HEADER = b"amplint-cache-2 "
 _SECRET_NAME = "cache-secret"
 
 
@@ -91,24 +92,20 @@ class Cache:
     def _mac(self, key: str, blob: bytes) -> str:
         return hmac.new(self._secret, key.encode() + b"\0" + blob, hashlib.sha256).hexdigest()
 
-    @staticmethod
-    def _canonical(value: Any) -> bytes:
-        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
     def get(self, key: str) -> Optional[Any]:
         """The entry stored under ``key`` if this user signed it for that key; else None."""
         if self._secret is None:
             return None
         try:
             with open(self._path(key), "rb") as fh:
-                stored = json.loads(fh.read())
-            if not (isinstance(stored, dict) and stored.get("format") == FORMAT and isinstance(stored.get("mac"), str)):
+                data = fh.read()
+            header, _, blob = data.partition(b"\n")
+            if not header.startswith(HEADER):
                 return None
-            value = stored.get("entry")
-            if not hmac.compare_digest(stored["mac"], self._mac(key, self._canonical(value))):
+            if not hmac.compare_digest(header[len(HEADER):], self._mac(key, blob).encode()):
                 return None
-            return value
-        except (OSError, ValueError, TypeError, RecursionError):
+            return json.loads(blob)
+        except (OSError, ValueError, RecursionError):
             return None
 
     def put(self, key: str, value: Any) -> None:
@@ -116,7 +113,7 @@ class Cache:
             return
         path = self._path(key)
         try:
-            blob = self._canonical(value)
+            blob = json.dumps(value, separators=(",", ":")).encode()
             if not self._ready:
                 os.makedirs(self.folder, exist_ok=True)
                 gitignore = os.path.join(self.folder, ".gitignore")
@@ -126,8 +123,8 @@ class Cache:
                 self._ready = True
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                fh.write('{"format":%d,"mac":"%s","entry":%s}' % (FORMAT, self._mac(key, blob), blob.decode()))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(HEADER + self._mac(key, blob).encode() + b"\n" + blob)
             os.replace(tmp, path)
         except (OSError, ValueError):
             pass  # a cache that cannot be written is only a slower run
@@ -151,21 +148,24 @@ def _int(v) -> bool:
 
 
 def _keys(d, names) -> bool:
-    return isinstance(d, dict) and set(d) == set(names)
+    return isinstance(d, dict) and len(d) == len(names) and all(n in d for n in names)
+
+
+_FINDING_KEYS = frozenset(("path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix", "related"))
 
 
 def _finding_ok(f) -> bool:
     from .rule import Applicability, Severity
 
-    if not _keys(f, ("path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix", "related")):
+    if not _keys(f, _FINDING_KEYS):
         return False
     if not (all(_int(f[k]) for k in ("line", "column", "end_line", "end_column"))
             and all(isinstance(f[k], str) for k in ("path", "code", "rule", "message"))
-            and f["severity"] in {s.value for s in Severity}):
+            and f["severity"] in Severity._value2member_map_):
         return False
     fix = f["fix"]
     if fix is not None and not (_keys(fix, ("applicability", "description")) and isinstance(fix["description"], str)
-                                and fix["applicability"] in {a.value for a in Applicability}):
+                                and fix["applicability"] in Applicability._value2member_map_):
         return False
     return isinstance(f["related"], list) and all(
         _keys(r, ("path", "line", "column", "note")) and isinstance(r["path"], str) and isinstance(r["note"], str)

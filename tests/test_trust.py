@@ -160,9 +160,17 @@ def _sign(entry_file, entry, secret):
     import json
 
     key = entry_file.parent.name + entry_file.stem
-    blob = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+    blob = json.dumps(entry).encode()
     mac = hmac.new(secret, key.encode() + b"\0" + blob, hashlib.sha256).hexdigest()
-    entry_file.write_text(json.dumps({"format": 2, "mac": mac, "entry": entry}))
+    entry_file.write_bytes(b"amplint-cache-2 " + mac.encode() + b"\n" + blob)
+
+
+def _stored(entry_file):
+    """(header line, entry) of an entry file."""
+    import json
+
+    header, _, blob = entry_file.read_bytes().partition(b"\n")
+    return header, json.loads(blob)
 
 
 def test_cache_key_covers_the_path_relative_to_the_config(cached):
@@ -181,18 +189,18 @@ def test_a_crafted_cache_entry_cannot_hide_findings(cached, tmp_path):
     project, env = cached
     assert amplint("check", "src/a.py", "--format", "json", cwd=project, env=env).returncode == 1
     (entry_file,) = _entries(project)
-    stored = json.loads(entry_file.read_text())
-    clean = {**stored["entry"], "findings": [], "frames": {}}
+    header, entry = _stored(entry_file)
+    clean = {**entry, "findings": [], "frames": {}}
     attempts = [
-        {**stored, "entry": clean},  # edited, the old signature kept
-        clean,  # an unsigned entry (the format before signing)
+        header + b"\n" + json.dumps(clean).encode(),  # edited, the old signature kept
+        json.dumps(clean).encode(),  # an unsigned entry (the format before signing)
         None,  # signed with the attacker's own secret
     ]
     for attempt in attempts:
         if attempt is None:
             _sign(entry_file, clean, b"x" * 32)
         else:
-            entry_file.write_text(json.dumps(attempt))
+            entry_file.write_bytes(attempt)
         proc = amplint("check", "src/a.py", "--format", "json", cwd=project, env=env)
         assert proc.returncode == 1 and [f["code"] for f in json.loads(proc.stdout)] == ["AMP501"], attempt
     # the control: signed with this user's secret, the same entry is trusted
@@ -213,8 +221,10 @@ def test_a_malformed_cache_entry_is_a_miss(cached, tmp_path, damage, signed):
     project, env = cached
     assert amplint("check", "src/a.py", cwd=project, env=env).returncode == 1
     (entry_file,) = _entries(project)
-    entry = json.loads(entry_file.read_text())
-    entry = entry.get("entry", entry)
+    try:
+        entry = _stored(entry_file)[1]
+    except ValueError:  # written by the format before signing
+        entry = json.loads(entry_file.read_text())
     if damage == "list":
         entry = [1, 2]
     elif damage == "finding-without-fix":
