@@ -33,8 +33,10 @@ from typing import Any, Optional
 
 from . import __version__
 
-#: an entry file: this header and the MAC (hex) on the first line, the entry's JSON after it
-HEADER = b"amplint-cache-2 "
+#: an entry file is JSON: _HEAD, the MAC (64 hex digits), _MIDDLE, the entry, "}" -- read
+#: by slicing, so the MAC is checked on the stored bytes without re-serialising them
+_HEAD = b'{"amplint-cache":2,"mac":"'
+_MIDDLE = b'","entry":'
 _SECRET_NAME = "cache-secret"
 
 
@@ -99,10 +101,11 @@ class Cache:
         try:
             with open(self._path(key), "rb") as fh:
                 data = fh.read()
-            header, _, blob = data.partition(b"\n")
-            if not header.startswith(HEADER):
+            start = len(_HEAD) + 64 + len(_MIDDLE)
+            if not (data.startswith(_HEAD) and data[start - len(_MIDDLE):start] == _MIDDLE and data.endswith(b"}")):
                 return None
-            if not hmac.compare_digest(header[len(HEADER):], self._mac(key, blob).encode()):
+            blob = data[start:-1]
+            if not hmac.compare_digest(data[len(_HEAD):len(_HEAD) + 64], self._mac(key, blob).encode()):
                 return None
             return json.loads(blob)
         except (OSError, ValueError, RecursionError):
@@ -124,7 +127,7 @@ class Cache:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                fh.write(HEADER + self._mac(key, blob).encode() + b"\n" + blob)
+                fh.write(_HEAD + self._mac(key, blob).encode() + _MIDDLE + blob + b"}")
             os.replace(tmp, path)
         except (OSError, ValueError):
             pass  # a cache that cannot be written is only a slower run

@@ -162,15 +162,15 @@ def _sign(entry_file, entry, secret):
     key = entry_file.parent.name + entry_file.stem
     blob = json.dumps(entry).encode()
     mac = hmac.new(secret, key.encode() + b"\0" + blob, hashlib.sha256).hexdigest()
-    entry_file.write_bytes(b"amplint-cache-2 " + mac.encode() + b"\n" + blob)
+    entry_file.write_bytes(b'{"amplint-cache":2,"mac":"' + mac.encode() + b'","entry":' + blob + b"}")
 
 
 def _stored(entry_file):
-    """(header line, entry) of an entry file."""
+    """(MAC, entry) of an entry file."""
     import json
 
-    header, _, blob = entry_file.read_bytes().partition(b"\n")
-    return header, json.loads(blob)
+    stored = json.loads(entry_file.read_bytes())
+    return stored["mac"], stored["entry"]
 
 
 def test_cache_key_covers_the_path_relative_to_the_config(cached):
@@ -189,10 +189,10 @@ def test_a_crafted_cache_entry_cannot_hide_findings(cached, tmp_path):
     project, env = cached
     assert amplint("check", "src/a.py", "--format", "json", cwd=project, env=env).returncode == 1
     (entry_file,) = _entries(project)
-    header, entry = _stored(entry_file)
+    mac, entry = _stored(entry_file)
     clean = {**entry, "findings": [], "frames": {}}
     attempts = [
-        header + b"\n" + json.dumps(clean).encode(),  # edited, the old signature kept
+        json.dumps({"amplint-cache": 2, "mac": mac, "entry": clean}, separators=(",", ":")).encode(),  # edited, old MAC
         json.dumps(clean).encode(),  # an unsigned entry (the format before signing)
         None,  # signed with the attacker's own secret
     ]
@@ -221,10 +221,8 @@ def test_a_malformed_cache_entry_is_a_miss(cached, tmp_path, damage, signed):
     project, env = cached
     assert amplint("check", "src/a.py", cwd=project, env=env).returncode == 1
     (entry_file,) = _entries(project)
-    try:
-        entry = _stored(entry_file)[1]
-    except ValueError:  # written by the format before signing
-        entry = json.loads(entry_file.read_text())
+    entry = json.loads(entry_file.read_text())
+    entry = entry.get("entry", entry)  # (the format before signing: the entry itself)
     if damage == "list":
         entry = [1, 2]
     elif damage == "finding-without-fix":
