@@ -503,8 +503,8 @@ def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
 def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     """Check mode: every file is parsed once against an empty project index; only files
     whose cross-file questions another file answers are linted again with the index.
-    Both passes are cached on the file's bytes and the settings (the second pass also
-    on the index)."""
+    Both passes are cached (amplint/cache.py: what the key covers, how entries are
+    signed and checked; the second pass is also keyed on the index)."""
     from .cache import Cache, entry_key, valid_entry
 
     cache = None

@@ -9,7 +9,22 @@ import sys
 
 import pytest
 
-from test_cli import APEX, LOCAL_RULE
+APEX = "from apex import amp  # old\nimport torch\n"
+LOCAL_RULE = '''
+import ast
+from amplint.rule import Rule
+
+
+class NoHalfCall(Rule):
+    code = "LOC001"
+    name = "no-half-call"
+    summary = "calls .half() (a local rule)"
+    docs = "## What it does\\nFlags `.half()`.\\n## Why is this bad?\\nLocal policy.\\n## Example\\n`m.half()`\\n"
+
+    def visit_Call(self, node, ctx):
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "half" and not node.args:
+            ctx.report(self, node, "`.half()` call")
+'''
 
 EVIL = "import os\nopen(os.path.join({marker!r}), 'w').write('ran')\n"
 
