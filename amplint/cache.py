@@ -1,26 +1,84 @@
 """A content-hash result cache in ``.amplint_cache/``.
 
-Entries are keyed on the file's bytes, amplint's version, the settings, the selected
-rules and the project index (so a changed config file invalidates its users).  Each
-entry is one small JSON file written to a temporary name and renamed into place, so
-concurrent runs sharing the folder only ever see whole entries; a corrupt or
-unreadable entry is a miss, never an error.
+**The key** (:func:`entry_key`) covers everything that decides a file's result: its
+bytes; where it is (the path as given, which the findings carry; its absolute path; the
+config root and the path relative to it, which ``per-file-ignores`` match); the resolved
+settings for that file; amplint's version; the rule sources and the plugins loaded; and
+for the cross-file pass the project index.  Moving a checkout therefore starts a cold
+cache, as in Ruff, whose cache is per absolute project root.
+
+**Entries are trusted only when this user wrote them.**  Each entry is signed with
+HMAC-SHA256 over its key and content, using a random secret created once per user in
+``$XDG_CACHE_HOME/amplint/cache-secret`` (``~/.cache/...``, mode 0600) -- outside the
+cache folder, which lives in the repository and may be committed, shared or restored
+from a CI cache by someone else.  An entry planted or edited by anyone who cannot read
+that secret is a miss, so it cannot hide a finding; entries are also checked field by
+field, and a malformed, unsigned or unreadable entry is a miss, never an error.  Not
+covered: someone who can read the secret (the same user, root) can forge entries -- they
+can also edit amplint itself.  Without a usable secret (an unwritable home) nothing is
+read from or written to the cache.
+
+Each entry is one small JSON file written to a temporary name and renamed into place,
+so concurrent runs sharing the folder only ever see whole entries.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import tempfile
 from typing import Any, Optional
 
 from . import __version__
 
+#: an entry file is JSON: _HEAD, the MAC (64 hex digits), _MIDDLE, the entry, "}" -- read
+#: by slicing, so the MAC is checked on the stored bytes without re-serialising them
+_HEAD = b'{"amplint-cache":2,"mac":"'
+_MIDDLE = b'","entry":'
+_SECRET_NAME = "cache-secret"
+
+
+def _secret_folder() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "amplint")
+
+
+def load_secret() -> Optional[bytes]:
+    """This user's signing secret, created on first use; None when it cannot be."""
+    folder = _secret_folder()
+    path = os.path.join(folder, _SECRET_NAME)
+    for _ in range(2):
+        try:
+            with open(path, "rb") as fh:
+                secret = fh.read()
+            return secret if len(secret) >= 32 else None
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".secret-")  # mode 0600
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)  # never replaces a secret another run created meanwhile
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+        except OSError:
+            return None
+    return None
+
 
 class Cache:
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, secret: Optional[bytes] = None):
         self.folder = folder
         self._ready = False
+        self._secret = secret if secret is not None else load_secret()
 
     @staticmethod
     def key(*parts: bytes | str) -> str:
@@ -33,16 +91,32 @@ class Cache:
     def _path(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], key[2:] + ".json")
 
+    def _mac(self, key: str, blob: bytes) -> str:
+        return hmac.new(self._secret, key.encode() + b"\0" + blob, hashlib.sha256).hexdigest()
+
     def get(self, key: str) -> Optional[Any]:
+        """The entry stored under ``key`` if this user signed it for that key; else None."""
+        if self._secret is None:
+            return None
         try:
             with open(self._path(key), "rb") as fh:
-                return json.loads(fh.read())
-        except (OSError, ValueError):
+                data = fh.read()
+            start = len(_HEAD) + 64 + len(_MIDDLE)
+            if not (data.startswith(_HEAD) and data[start - len(_MIDDLE):start] == _MIDDLE and data.endswith(b"}")):
+                return None
+            blob = data[start:-1]
+            if not hmac.compare_digest(data[len(_HEAD):len(_HEAD) + 64], self._mac(key, blob).encode()):
+                return None
+            return json.loads(blob)
+        except (OSError, ValueError, RecursionError):
             return None
 
     def put(self, key: str, value: Any) -> None:
+        if self._secret is None:
+            return
         path = self._path(key)
         try:
+            blob = json.dumps(value, separators=(",", ":")).encode()
             if not self._ready:
                 os.makedirs(self.folder, exist_ok=True)
                 gitignore = os.path.join(self.folder, ".gitignore")
@@ -52,8 +126,87 @@ class Cache:
                 self._ready = True
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(value, fh, separators=(",", ":"))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_HEAD + self._mac(key, blob).encode() + _MIDDLE + blob + b"}")
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, ValueError):
             pass  # a cache that cannot be written is only a slower run
+
+
+# --- what the engine stores -----------------------------------------------------------
+
+def entry_key(kind: str, path: str, raw: bytes, settings, unused: bool, *extra: str) -> str:
+    """The key of ``path``'s result: see the module docstring for what it covers."""
+    from .config import _relative
+    from .registry import rules_fingerprint
+
+    return Cache.key(
+        kind, path, os.path.abspath(path), os.path.abspath(settings.root), _relative(path, settings.root), raw,
+        settings.fingerprint(), rules_fingerprint(settings.rule_paths, settings.load_plugins), str(unused), *extra,
+    )
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _keys(d, names) -> bool:
+    return isinstance(d, dict) and len(d) == len(names) and all(n in d for n in names)
+
+
+_FINDING_KEYS = frozenset(("path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix", "related"))
+
+
+def _finding_ok(f) -> bool:
+    from .rule import Applicability, Severity
+
+    if not _keys(f, _FINDING_KEYS):
+        return False
+    if not (all(_int(f[k]) for k in ("line", "column", "end_line", "end_column"))
+            and all(isinstance(f[k], str) for k in ("path", "code", "rule", "message"))
+            and f["severity"] in Severity._value2member_map_):
+        return False
+    fix = f["fix"]
+    if fix is not None and not (_keys(fix, ("applicability", "description")) and isinstance(fix["description"], str)
+                                and fix["applicability"] in Applicability._value2member_map_):
+        return False
+    return isinstance(f["related"], list) and all(
+        _keys(r, ("path", "line", "column", "note")) and isinstance(r["path"], str) and isinstance(r["note"], str)
+        and _int(r["line"]) and _int(r["column"]) for r in f["related"])
+
+
+def _summary_ok(s) -> bool:
+    if s is None:
+        return True
+    if not (_keys(s, ("path", "configs", "facts")) and isinstance(s["path"], str) and isinstance(s["facts"], dict)
+            and all(isinstance(k, str) for k in s["facts"]) and isinstance(s["configs"], list)):
+        return False
+    return all(
+        _keys(c, ("cls", "field", "value", "path", "line", "column")) and isinstance(c["cls"], str)
+        and isinstance(c["field"], str) and isinstance(c["path"], str) and _int(c["line"]) and _int(c["column"])
+        and isinstance(c["value"], (int, float)) and not isinstance(c["value"], bool) for c in s["configs"])
+
+
+def _query_ok(q) -> bool:
+    if not isinstance(q, list) or not q:
+        return False
+    if q[0] == "config":
+        return len(q) == 3 and isinstance(q[1], str) and (q[2] is None or isinstance(q[2], str))
+    return q[0] == "facts" and len(q) == 2 and isinstance(q[1], str)
+
+
+def valid_entry(entry, path: str) -> bool:
+    """Whether ``entry`` has the exact shape the engine writes for ``path`` (every field's
+    type), so that reading it can never raise."""
+    if not _keys(entry, ("path", "findings", "frames", "errors", "summary", "queries")) or entry["path"] != path:
+        return False
+    return (
+        isinstance(entry["findings"], list) and all(_finding_ok(f) for f in entry["findings"])
+        and isinstance(entry["frames"], dict)
+        and all(isinstance(k, str) and k.isascii() and k.isdigit() and isinstance(v, str) for k, v in entry["frames"].items())
+        and isinstance(entry["errors"], list)
+        and all(_keys(e, ("path", "reason", "line", "col")) and isinstance(e["path"], str) and isinstance(e["reason"], str)
+                and _int(e["line"]) and _int(e["col"]) for e in entry["errors"])
+        and _summary_ok(entry["summary"])
+        and isinstance(entry["queries"], list) and all(_query_ok(q) for q in entry["queries"])
+    )

@@ -54,6 +54,7 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
     run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core)")
+    _add_allow_option(run)
     if fix:
         p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
         p.add_argument("--diff", action="store_true", help="print a unified diff of the fixes and write nothing")
@@ -63,11 +64,36 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
                             "this IMPORTS AND RUNS the targets' code")
 
 
+def _add_allow_option(p) -> None:
+    from .trust import ENV_VAR
+
+    p.add_argument("--allow-local-rules", action="store_true",
+                   help=f"load (and so RUN) the config's rule-paths and installed amplint.rules plugins; also {ENV_VAR}=1")
+
+
+def _local_rules_allowed(args) -> bool:
+    from .trust import allowed_by_env
+
+    return getattr(args, "allow_local_rules", False) or allowed_by_env()
+
+
+def _warn_rules_not_loaded(resolver: Optional[ConfigResolver], allowed: bool) -> None:
+    """Configured or installed rules that were not loaded are never dropped silently."""
+    from .trust import installed_plugins, not_loaded_warnings, repository_root
+
+    plugins = [] if allowed else installed_plugins()
+    configs = resolver.rules_not_loaded if resolver is not None else {}
+    repository = resolver.repository if resolver is not None else repository_root()
+    for line in not_loaded_warnings(configs, plugins, repository):
+        print(line, file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="amplint",
         description="Find, fix and prove what breaks or slows PyTorch mixed-precision (fp16/bf16) training.",
-        epilog="Run `amplint COMMAND --help` for a command's options. `check` and `fix` never import or run the code they read; `verify` does.",
+        epilog="Run `amplint COMMAND --help` for a command's options. `check` and `fix` never import or run the code they read "
+               "(local rules and plugins load only with --allow-local-rules); `verify` does.",
     )
     parser.add_argument("--version", action="version", version=f"amplint {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -77,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lint_options(fix, fix=True)
     rules = sub.add_parser("rules", help="list every rule", description="List every rule: code, name, fix applicability, on by default or not.")
     rules.add_argument("--format", choices=("text", "json"), default="text")
+    _add_allow_option(rules)
     explain = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
     explain.add_argument("code", metavar="CODE", help="rule code (AMP101) or name (overflow-constant)")
+    _add_allow_option(explain)
     try:
         from .verify import cli as verify_cli
     except ImportError:
@@ -134,7 +162,8 @@ def _lint(args) -> int:
     }
     if args.exclude:
         overrides["extend_exclude"] = tuple(args.exclude)
-    resolver = ConfigResolver(overrides, args.config)
+    allowed = _local_rules_allowed(args)
+    resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
     paths = args.paths or ["."]
     try:
         base = resolver.for_path(paths[0])
@@ -146,7 +175,7 @@ def _lint(args) -> int:
     given = (("--select", args.select), ("--ignore", args.ignore), ("--extend-select", args.extend_select))
     if any(codes for _, codes in given):  # loading every rule costs start-up time: only to check codes
         try:
-            known = all_rules(base.rule_paths)
+            known = all_rules(base.rule_paths, base.load_plugins)
         except RuleLoadError as exc:
             print(f"amplint: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -154,6 +183,7 @@ def _lint(args) -> int:
             bad = unknown_codes(codes or (), known)
             if bad:
                 print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
+                _warn_rules_not_loaded(resolver, allowed)
                 return EXIT_ERROR
 
     fmt = args.format or "text"
@@ -183,6 +213,7 @@ def _lint(args) -> int:
         return EXIT_ERROR
     finally:
         finish()
+    _warn_rules_not_loaded(resolver, allowed)
     out = sys.stdout
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
     if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
@@ -271,7 +302,9 @@ def _rules(args) -> int:
 
     from .registry import all_rules
 
-    rules = all_rules()
+    allowed = _local_rules_allowed(args)
+    rules = all_rules((), allowed)
+    _warn_rules_not_loaded(None, allowed)
     rows = [
         {
             "code": r.code, "name": r.name, "summary": r.summary, "severity": r.severity.value,
@@ -307,7 +340,8 @@ def _explain(args) -> int:
     from .registry import all_rules
 
     wanted = args.code.strip()
-    for rule in all_rules():
+    allowed = _local_rules_allowed(args)
+    for rule in all_rules((), allowed):
         if rule.code == wanted.upper() or rule.name == wanted.lower():
             fix = fix_label(rule)
             header = (
@@ -325,4 +359,5 @@ def _explain(args) -> int:
                 sys.stdout.write(text)
             return EXIT_CLEAN
     print(f"amplint: error: unknown rule {wanted!r} (see `amplint rules`)", file=sys.stderr)
+    _warn_rules_not_loaded(None, allowed)
     return EXIT_ERROR

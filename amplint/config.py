@@ -20,6 +20,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from . import trust
 from .amp.policy import OPT_LEVELS
 from .numerics import TARGETS
 
@@ -57,7 +58,11 @@ class Settings:
     #: where the model runs under autocast: CUDA and CPU autocast upcast different ops
     device: str = "cuda"
     alignment: Optional[int] = None  # None: the target's Tensor Core alignment
+    #: local rule folders to load: absolute, resolved against the config file, and empty
+    #: unless local rules are allowed (see amplint/trust.py)
     rule_paths: tuple[str, ...] = ()
+    #: load the plugins of the ``amplint.rules`` entry-point group (only when allowed)
+    load_plugins: bool = False
     engine: str = "amplint"
     fix_style: str = "functional"
     #: directory of the pyproject.toml the settings came from (resolves relative paths)
@@ -201,9 +206,15 @@ class ConfigResolver:
     """Finds, per linted path, the nearest pyproject.toml with a [tool.amplint] table
     and builds its Settings with the CLI overrides on top.  Results are cached per folder."""
 
-    def __init__(self, overrides: Optional[dict[str, Any]] = None, config_file: Optional[str] = None):
+    def __init__(self, overrides: Optional[dict[str, Any]] = None, config_file: Optional[str] = None,
+                 allow_local_rules: bool = False):
         self.overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
         self.config_file = config_file
+        self.allow_local_rules = allow_local_rules
+        #: the repository the run started in: configs above it never load local rules
+        self.repository = trust.repository_root()
+        #: config path -> why its rule-paths were not loaded (trust.NOT_ALLOWED / OUTSIDE)
+        self.rules_not_loaded: dict[str, str] = {}
         self._by_dir: dict[str, Settings] = {}
         self._by_file: dict[str, Settings] = {}
 
@@ -213,11 +224,36 @@ class ConfigResolver:
             table = dict(table if table is not None else read_pyproject(pyproject) or {})
             text = table.pop("__text__", "")
             values = validate(table, key, text)
+            if values.get("rule_paths"):
+                values["rule_paths"] = self._local_rule_paths(values["rule_paths"], pyproject, text)
             self._by_file[key] = self._build(values, str(pyproject.parent), key)
         return self._by_file[key]
 
+    def _local_rule_paths(self, paths: tuple[str, ...], pyproject: Path, text: str) -> tuple[str, ...]:
+        """The folders of ``rule-paths`` to load, resolved against the config's folder:
+        none unless local rules are allowed and the config is inside the repository (or
+        named with --config); a folder outside the config's own tree is an error."""
+        config = str(pyproject)
+        if not self.allow_local_rules:
+            self.rules_not_loaded[config] = trust.NOT_ALLOWED
+            return ()
+        folder = os.path.realpath(pyproject.parent)
+        if self.config_file is None and not trust.within(folder, self.repository):
+            self.rules_not_loaded[config] = trust.OUTSIDE
+            return ()
+        out = []
+        for entry in paths:
+            resolved = os.path.realpath(os.path.join(folder, entry))
+            if not trust.within(resolved, folder):
+                raise ConfigError(f"[tool.amplint] rule-paths: {entry!r} resolves outside this config's folder ({resolved}); "
+                                  "local rules load only from inside it", config, _line_of(text, "rule-paths"))
+            if not os.path.isdir(resolved):
+                raise ConfigError(f"[tool.amplint] rule-paths: {entry!r}: no such folder", config, _line_of(text, "rule-paths"))
+            out.append(resolved)
+        return tuple(out)
+
     def _build(self, values: dict[str, Any], root: str, config_path: Optional[str]) -> Settings:
-        values = {**values, **self.overrides}
+        values = {"load_plugins": self.allow_local_rules, **values, **self.overrides}
         return Settings(root=root, config_path=config_path, **values)
 
     def defaults(self) -> Settings:

@@ -17,7 +17,7 @@ from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
-from .registry import all_rules, rules_fingerprint, select_rules
+from .registry import all_rules, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
 
@@ -315,7 +315,7 @@ def _rules_for(settings: Settings) -> list[type[Rule]]:
     cache = _WORKER.rule_classes
     key = settings.fingerprint()
     if key not in cache:
-        cache[key] = select_rules(all_rules(settings.rule_paths), settings)
+        cache[key] = select_rules(all_rules(settings.rule_paths, settings.load_plugins), settings)
     return cache[key]
 
 
@@ -349,7 +349,7 @@ def _check_task(args) -> dict:
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
         if given is None:
-            entry["summary"] = summarize(ctx, all_rules(settings.rule_paths)).to_json()
+            entry["summary"] = summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins)).to_json()
             entry["queries"] = [list(q) for q in dict.fromkeys(project.queries)]
     except SourceError as exc:
         entry["errors"].append(_error_dict(exc))
@@ -400,7 +400,7 @@ def _fix_task(args) -> FileResult:
 
 
 def _summary_markers(settings: Settings) -> tuple[str, ...]:
-    collecting = [r for r in all_rules(settings.rule_paths) if r.collects()]
+    collecting = [r for r in all_rules(settings.rule_paths, settings.load_plugins) if r.collects()]
     if any(not r.collect_markers for r in collecting):
         return ("",)  # a rule collects from every file
     return CONFIG_MARKERS + tuple(m for r in collecting for m in r.collect_markers)
@@ -422,7 +422,7 @@ def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)
         ctx.walk_and_bucket(set())
-        return path, summarize(ctx, all_rules(settings.rule_paths)).to_json(), None
+        return path, summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins)).to_json(), None
     except SourceError as exc:
         return path, None, exc
 
@@ -513,9 +513,9 @@ def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
 def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     """Check mode: every file is parsed once against an empty project index; only files
     whose cross-file questions another file answers are linted again with the index.
-    Both passes are cached on the file's bytes and the settings (the second pass also
-    on the index)."""
-    from .cache import Cache
+    Both passes are cached (amplint/cache.py: what the key covers, how entries are
+    signed and checked; the second pass is also keyed on the index)."""
+    from .cache import Cache, entry_key, valid_entry
 
     cache = None
     if options.use_cache:
@@ -532,9 +532,9 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 raw[path] = read_regular(path)
             except OSError:
                 raw[path] = b""
-            keys[path] = Cache.key("check", path, raw[path], settings.fingerprint(), rules_fingerprint(settings.rule_paths), str(unused))
+            keys[path] = entry_key("check", path, raw[path], settings, unused)
             hit = cache.get(keys[path])
-            if hit is not None and hit.get("path") == path:
+            if valid_entry(hit, path):
                 entries[path] = hit
                 continue
         todo.append((path, settings, unused))
@@ -551,10 +551,9 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         todo = []
         for path in again:
             if cache is not None:
-                keys[path] = Cache.key("cross", path, raw[path], settings_of[path].fingerprint(),
-                                       rules_fingerprint(settings_of[path].rule_paths), str(unused), fingerprint)
+                keys[path] = entry_key("cross", path, raw[path], settings_of[path], unused, fingerprint)
                 hit = cache.get(keys[path])
-                if hit is not None and hit.get("path") == path:
+                if valid_entry(hit, path):
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
                     continue
             todo.append((path, settings_of[path], unused))

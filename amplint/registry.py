@@ -1,6 +1,7 @@
 """Where rules come from: the bundled ``amplint.rules`` package (the top-level
 ``rules/`` folder, one file per rule), third-party packages through the
-``amplint.rules`` entry-point group, and a project's own ``rule-paths`` folders.
+``amplint.rules`` entry-point group, and a project's own ``rule-paths`` folders (the
+last two only when allowed: see amplint/trust.py).
 
 Selection follows Ruff: ``select`` / ``ignore`` take codes or prefixes (``AMP1``),
 ``ALL`` selects everything including rules that are off by default, the longest
@@ -17,6 +18,7 @@ import sys
 from functools import lru_cache
 from typing import Iterable
 
+from . import trust
 from .rule import Rule
 
 
@@ -61,13 +63,18 @@ def _entry_point_rules() -> list[type[Rule]]:
 
 
 def _local_rules(folder: str) -> list[type[Rule]]:
+    """The rules of one ``rule-paths`` folder (already resolved and allowed by the config,
+    see amplint/trust.py); a file that links out of the folder is not loaded."""
     if not os.path.isdir(folder):
         raise RuleLoadError(f"rule-paths: {folder}: no such folder")
+    real_folder = os.path.realpath(folder)
     found = []
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".py") or name.startswith("_"):
             continue
         path = os.path.join(folder, name)
+        if not trust.within(os.path.realpath(path), real_folder):
+            raise RuleLoadError(f"rule-paths: {path}: links outside {folder}; local rules load only from inside it")
         mod_name = f"amplint_local_rules.{abs(hash(os.path.abspath(folder)))}.{name[:-3]}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)
@@ -81,9 +88,12 @@ def _local_rules(folder: str) -> list[type[Rule]]:
 
 
 @lru_cache(maxsize=None)
-def all_rules(rule_paths: tuple[str, ...] = ()) -> tuple[type[Rule], ...]:
+def all_rules(rule_paths: tuple[str, ...] = (), plugins: bool = False) -> tuple[type[Rule], ...]:
+    """The bundled rules, plus the plugins when ``plugins`` and the local rules of
+    ``rule_paths`` -- both run code, so the caller loads them only when allowed."""
     rules: dict[str, type[Rule]] = {}
-    for rule in _builtin_rules() + _entry_point_rules() + [r for p in rule_paths for r in _local_rules(p)]:
+    loaded = _entry_point_rules() if plugins else []
+    for rule in _builtin_rules() + loaded + [r for p in rule_paths for r in _local_rules(p)]:
         other = rules.get(rule.code)
         if other is not None and other is not rule:
             raise RuleLoadError(f"two rules claim {rule.code}: {other.__module__}.{other.__name__} and {rule.__module__}.{rule.__name__}")
@@ -92,7 +102,7 @@ def all_rules(rule_paths: tuple[str, ...] = ()) -> tuple[type[Rule], ...]:
 
 
 @lru_cache(maxsize=None)
-def rules_fingerprint(rule_paths: tuple[str, ...] = ()) -> str:
+def rules_fingerprint(rule_paths: tuple[str, ...] = (), plugins: bool = False) -> str:
     """Changes when any rule may behave differently: the source files of the bundled rules
     and of the code they use (stat only, nothing imported), the local rule folders, and
     the installed plugins.  Part of the cache key, so editing a rule invalidates it."""
@@ -114,7 +124,8 @@ def rules_fingerprint(rule_paths: tuple[str, ...] = ()) -> str:
             if entry.name.endswith(".py"):
                 st = entry.stat()
                 h.update(f"{entry.path}:{st.st_mtime_ns}:{st.st_size}\n".encode())
-    for ep in entry_points(group="amplint.rules"):
+    h.update(f"plugins={plugins}\n".encode())
+    for ep in entry_points(group="amplint.rules") if plugins else ():
         version = getattr(ep.dist, "version", "") if getattr(ep, "dist", None) else ""
         h.update(f"{ep.name}={ep.value}@{version}\n".encode())
     return h.hexdigest()[:16]

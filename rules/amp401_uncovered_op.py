@@ -11,26 +11,8 @@ from typing import Optional
 
 from amplint import fixes
 from amplint.analysis import calls, ops, uncovered
+from amplint.imports import registration_reaches
 from amplint.rule import Fix, Invalid, Rule, Severity, Valid
-
-
-def _reaches(registering: str, imports, model: str) -> bool:
-    """Whether registrations made when ``registering`` runs apply to ``model``: it sits in
-    the model's folder or above (a package ``__init__``, a training script at the root), or
-    it imports the model's module or one of its packages (``scripts/train.py`` doing
-    ``from mypkg.models import XLNet``)."""
-    reg_dir = os.path.dirname(os.path.abspath(registering))
-    model_abs = os.path.abspath(model)
-    if model_abs.startswith(reg_dir + os.sep):
-        return True
-    parts = os.path.splitext(model_abs)[0].split(os.sep)[1:]
-    if parts and parts[-1] == "__init__":
-        parts = parts[:-1]
-    names = set()
-    for end in range(len(parts), 0, -1):
-        for start in range(end - 1, max(end - 6, -1), -1):
-            names.add(".".join(parts[start:end]))
-    return any(name in names for name in imports)
 
 
 class UncoveredOp(Rule):
@@ -65,7 +47,8 @@ Registered means `amp.register_half_function(mod, "name")`, `register_float_func
 `register_promote_function` in the same file or in another linted file whose registrations reach
 it: one in the model's folder or above (the package `__init__`, a training script at the root), or
 one that imports the model's module or package (`scripts/train.py` doing `from mypkg.models import
-XLNet`). Also covered: calls in a function decorated with `@amp.half_function` /
+XLNet`). Module names come from the project's import roots (the folder above the top-level package,
+the config root and its `src/`), never from the folder names above the project. Also covered: calls in a function decorated with `@amp.half_function` /
 `float_function` / `promote_function`, and a Function whose `forward` has `@torch.amp.custom_fwd`
 or an `@amp.*_function` decorator. Code that only runs from `__init__` (tables built once, before
 `amp.initialize`) is not flagged.
@@ -453,7 +436,7 @@ changes the dtypes the forward computes in.
         regs = {(m, n) for m, n, _ in survey.registrations}
         if ctx.project is not None:
             for path, data in ctx.project.facts(self.code):
-                if path == ctx.path or not _reaches(path, data.get("imports", ()), ctx.path):
+                if path == ctx.path or not registration_reaches(path, data.get("imports", ()), ctx.path, ctx.settings.root):
                     continue
                 for m, n, _ in data["registrations"]:
                     if m.startswith("@"):

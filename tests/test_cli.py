@@ -165,12 +165,12 @@ def test_unsafe_fixes_need_the_flag(project, amplint):
     (project / "pyproject.toml").write_text('[tool.amplint]\nrule-paths = ["local_rules"]\n')
     (project / "m.py").write_text("import torch\nm = torch.nn.Linear(8, 8)\nm.half()\n")
     assert amplint("rules", cwd=project).stdout.count("LOC001") == 0  # `rules` lists installed rules only
-    check = amplint("check", "m.py", cwd=project)
+    check = amplint("check", "m.py", "--allow-local-rules", cwd=project)
     assert check.returncode == 1 and "LOC001 [-] `.half()` call" in check.stdout
     assert "1 fixable with `amplint fix --unsafe-fixes`" in check.stdout  # no "more": nothing is safe
-    assert amplint("fix", "m.py", cwd=project).returncode == 1
+    assert amplint("fix", "m.py", "--allow-local-rules", cwd=project).returncode == 1
     assert (project / "m.py").read_text().endswith("m.half()\n")
-    assert amplint("fix", "m.py", "--unsafe-fixes", cwd=project).returncode == 0
+    assert amplint("fix", "m.py", "--unsafe-fixes", "--allow-local-rules", cwd=project).returncode == 0
     assert (project / "m.py").read_text().endswith("m.to(torch.bfloat16)\n")
 
 
@@ -179,7 +179,7 @@ def test_broken_local_rule_is_a_clear_error(project, amplint):
     rules.mkdir()
     (rules / "broken.py").write_text("raise ValueError('boom')\n")
     (project / "pyproject.toml").write_text('[tool.amplint]\nrule-paths = ["local_rules"]\n')
-    proc = amplint("check", ".", cwd=project)
+    proc = amplint("check", ".", "--allow-local-rules", cwd=project)
     assert proc.returncode == 2 and "boom" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -192,9 +192,17 @@ def test_entry_point_rules(project, tmp_path_factory, amplint):
     (dist / "entry_points.txt").write_text("[amplint.rules]\ndemo = amplint_plugin_demo\n")
     (project / "m.py").write_text("m.half()\n")
     env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    # installed plugins are code too: not loaded unless allowed, and never silently
     proc = amplint("check", "m.py", "--format", "concise", cwd=project, env=env)
-    assert "PLG001" in proc.stdout
-    assert "PLG001" in amplint("rules", cwd=project, env=env).stdout
+    assert proc.returncode == 0 and "PLG001" not in proc.stdout
+    assert "local rules not loaded" in proc.stderr and "demo (amplint-plugin-demo)" in proc.stderr
+    assert "--allow-local-rules" in proc.stderr
+    proc = amplint("check", "m.py", "--format", "concise", "--allow-local-rules", cwd=project, env=env)
+    assert proc.returncode == 1 and "PLG001" in proc.stdout and "not loaded" not in proc.stderr
+    allow = {**env, "AMPLINT_ALLOW_LOCAL_RULES": "1"}
+    assert "PLG001" in amplint("check", "m.py", "--format", "concise", cwd=project, env=allow).stdout
+    assert "PLG001" in amplint("rules", cwd=project, env=allow).stdout
+    assert "PLG001" not in amplint("rules", cwd=project, env=env).stdout
 
 
 def test_config_errors_exit_2_with_file_and_line(project, amplint):

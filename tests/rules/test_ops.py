@@ -112,6 +112,39 @@ def test_registration_reach(tmp_path, amplint):
     assert got == {"tools/other/attn.py"}
 
 
+def test_registration_scope_ignores_the_folder_the_checkout_is_in(tmp_path, amplint):
+    """Cloned into a folder named ``amplint``, ``from amplint import amp`` in one fixture
+    must not reach every other fixture: names come from import roots, not from whatever
+    folders sit above the project (CI may clone the repository anywhere)."""
+    checkout = tmp_path / "amplint"
+    shutil.copytree(OPS, checkout / "fixtures" / "ops", ignore=shutil.ignore_patterns("__pycache__"))
+    got = {(f["path"], f["line"]) for f in findings(amplint, "fixtures/ops", cwd=checkout)}
+    assert got == expected(OPS)
+    # from above the checkout, its pyproject.toml is the config root (`-I`: the folder
+    # named amplint in the current folder must not shadow the installed package)
+    (checkout / "pyproject.toml").write_text("[tool.amplint]\n")
+    proc = subprocess.run([sys.executable, "-I", "-m", "amplint", "check", "amplint/fixtures/ops", "--select", "AMP401",
+                           "--format", "json", "--no-cache"], cwd=tmp_path, capture_output=True, text=True)
+    got = {(os.path.relpath(f["path"], "amplint"), f["line"]) for f in json.loads(proc.stdout)}
+    assert got == expected(OPS)
+
+
+def test_module_names_come_from_import_roots(tmp_path):
+    from amplint.imports import module_names, registration_reaches
+
+    (tmp_path / "amplint" / "src" / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "amplint" / "src" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "amplint" / "src" / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "amplint" / "tools").mkdir()
+    root = str(tmp_path / "amplint")
+    model = str(tmp_path / "amplint" / "src" / "pkg" / "sub" / "m.py")
+    assert module_names(model, root) == {"pkg.sub.m"}
+    assert module_names(str(tmp_path / "amplint" / "tools" / "t.py"), root) == {"tools.t"}
+    script = str(tmp_path / "amplint" / "tools" / "train.py")
+    assert registration_reaches(script, ["pkg.sub"], model, root)
+    assert not registration_reaches(script, ["amplint", "amplint.amp", "sub", "m"], model, root)
+
+
 def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path, amplint):
     source = textwrap.dedent("""\
         \"\"\"Doc.\"\"\"
