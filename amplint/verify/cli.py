@@ -226,7 +226,9 @@ def main(args) -> int:
                 import traceback
 
                 tb = traceback.extract_tb(exc.__traceback__)
-                where_ = next((f"{f.filename}:{f.lineno}: " for f in reversed(tb) if os.path.abspath(f.filename) == target.path), "")
+                from .target import canonical
+
+                where_ = next((f"{f.filename}:{f.lineno}: " for f in reversed(tb) if canonical(f.filename) == canonical(target.path)), "")
                 print(f"amplint: error: {target}: {where_}{type(exc).__name__}: {exc}", file=sys.stderr)
                 return EXIT_ERROR
             reports.append(report)
