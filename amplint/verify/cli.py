@@ -114,10 +114,14 @@ class _Progress:
     """A rich progress bar on stderr (terminals only): one tick per training step."""
 
     def __init__(self, total: int):
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # a copy of the terminal's stderr: the model's own output is captured from fds 1 and 2
+        # while it runs (capture.py), and the bar must still reach the terminal
+        self.stream = open(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", closefd=True)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
-                            console=None)
+                            console=Console(file=self.stream, force_terminal=True))
         self.bar.start()
         self.task = self.bar.add_task("verify", total=total)
 
@@ -135,6 +139,7 @@ class _Progress:
 
     def stop(self) -> None:
         self.bar.stop()
+        self.stream.close()
 
 
 def _options(args, defaults: dict, per_target: dict) -> dict:

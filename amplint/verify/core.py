@@ -2,13 +2,15 @@
 copies and run those, then decide each finding's status."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 from typing import Callable, Optional
 
 from . import analysis
-from .runner import LevelRunner, LineTrace, RunConfig, make_loss
+from .capture import CapturedOutput
+from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
 )
@@ -107,30 +109,34 @@ def _class_files(make: Callable) -> dict[str, str]:
 def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: bool = False,
                   config: Optional[str] = None, progress=None, lint: bool = True) -> dict:
     """Everything ``amplint verify PATH::FACTORY`` reports, as plain data."""
+    output = CapturedOutput()
     with isolated_import():
-        make, files, import_lines = _load(target)
-        for path, root in _class_files(make).items():
-            files.setdefault(path, root)
-        user_files = set(files)
-        before, ref_out = _run_all(make, user_files, cfg, progress)
+        with output.capturing():
+            make, files, import_lines = _load(target)
+            for path, root in _class_files(make).items():
+                files.setdefault(path, root)
+            user_files = set(files)
+            before, ref_out = _run_all(make, user_files, cfg, progress)
         _add_import_lines(before, import_lines)
     for path in user_files:
         if path not in files:
             files[path] = os.path.dirname(path)
-    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target)
+    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output)
 
 
 def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> dict:
     """Verify a model given as a factory in this process (the pytest plugin)."""
-    files = _class_files(make)
-    user_files = set(files)
-    before, ref_out = _run_all(make, user_files, cfg)
+    output = CapturedOutput()
+    with output.capturing():
+        files = _class_files(make)
+        user_files = set(files)
+        before, ref_out = _run_all(make, user_files, cfg)
     for path in user_files:
         files.setdefault(path, os.path.dirname(path))
-    return finish(name, before, ref_out, files, cfg, False, False, None, None, lint, None)
+    return finish(name, before, ref_out, files, cfg, False, False, None, None, lint, None, output)
 
 
-def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target) -> dict:
+def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
     from . import lintfix
 
     tolerance = cfg.resolved_tolerance()
@@ -141,6 +147,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
         "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
         "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
+        "notes": [],
     }
     lint_files = sorted(p for p in files if p.endswith(".py"))
     findings: list[dict] = []
@@ -174,7 +181,8 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         try:
             with isolated_import(tuple(roots)):
                 copy_target = Target(mapping[canonical(target.path)], target.factory)
-                make2, _, import_lines2 = _load(copy_target)
+                with output.capturing() if output is not None else contextlib.nullcontext():
+                    make2, _, import_lines2 = _load(copy_target)
                 stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
                 if stale:
                     report["warnings"].append(
@@ -182,7 +190,8 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                         + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
                 # the originals too: a harness that imports them anyway must show up as such
                 user_files2 = set(mapping.values()) | set(files)
-                after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
+                with output.capturing() if output is not None else contextlib.nullcontext():
+                    after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
                 _add_import_lines(after, import_lines2)
                 report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
         finally:
@@ -234,7 +243,15 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
     report["runtime_only"] = [p for p in probs if not p["explained_by"]]
     report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
     report["failing_levels_after"] = analysis.failing(after) if after else None
+    eps = optimizer_eps(cfg, "O3") if "O3" in selected else None
+    if eps is not None and eps != ADAM_EPS:
+        report["notes"].append(
+            f"optimizer eps below the {cfg.dtype} range: at O3 the optimizer state is {cfg.dtype} (no fp32 master "
+            f"weights) and Adam's eps={ADAM_EPS:g} is 0 there, so every update where a gradient underflowed is 0/0 = "
+            f"NaN from the first step, in any model. The verifier's {cfg.optimizer} used eps={eps:.3g} at O3; "
+            f"train at O3 with eps >= {eps:.3g} (e.g. torch.optim.AdamW(..., eps={eps:.3g})), or use O2")
     report["exit_status"] = exit_status(report)
+    report["model_output"] = output.tail() if output is not None else ""
     return report
 
 

@@ -171,6 +171,16 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                 console.print(f"[dim]{d.rstrip()}[/]", markup=True, highlight=False)
             if not report.get("fixed_files"):
                 console.print("No fixes to apply.")
+        printed = (report.get("model_output") or "").rstrip()
+        if printed:
+            lines = printed.splitlines()
+            shown = lines[-40:]
+            more = f", the last {len(shown)} of {len(lines)} lines" if len(lines) > len(shown) else ""
+            console.print(f"[bold]Model output[/] (its stdout and stderr while imported, built and trained{more}):")
+            for line in shown:
+                console.print("  | " + line, markup=False, highlight=False)
+        for note in report.get("notes") or []:
+            console.print(f"[cyan]note:[/] {note}")
         for warning in report.get("warnings") or []:
             console.print(f"[yellow]warning:[/] {warning}")
         for err in report.get("lint_errors") or []:

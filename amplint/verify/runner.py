@@ -680,15 +680,37 @@ class SGD(torch.optim.Optimizer):
         return loss
 
 
-def _optimizer(cfg: RunConfig, params):
+#: Adam's usual epsilon; the verifier's own optimizer uses it wherever the state can hold it
+ADAM_EPS = 1e-8
+
+
+def optimizer_eps(cfg: RunConfig, level: str) -> Optional[float]:
+    """The epsilon the verifier's Adam(W) uses at ``level`` (None for SGD).
+
+    At O3 there are no fp32 master weights: the parameters, and so Adam's state, are half,
+    and ``1e-8`` is 0 in fp16 -- ``sqrt(v) + eps`` is then 0 wherever a gradient underflowed
+    and the update is 0/0 = NaN on the first step, in *every* model.  That is the
+    optimizer's problem, not a layer's: at O3 the verifier uses fp16's smallest normal
+    (6.1e-5) instead, and the report says so (with the same fix for the user's training)."""
+    if cfg.optimizer == "sgd":
+        return None
+    if level == "O3":
+        tiny = torch.finfo(DTYPES[cfg.dtype]).tiny
+        if ADAM_EPS < tiny:
+            return float(tiny)
+    return ADAM_EPS
+
+
+def _optimizer(cfg: RunConfig, params, level: str = "O0"):
     params = [p for p in params if p.requires_grad]
     if not params:
         return None
     if cfg.optimizer == "sgd":
         return SGD(params, lr=cfg.lr)
+    eps = optimizer_eps(cfg, level)
     if cfg.optimizer == "adam":
-        return AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    return AdamW(params, lr=cfg.lr)
+        return AdamW(params, lr=cfg.lr, eps=eps, weight_decay=0.0)
+    return AdamW(params, lr=cfg.lr, eps=eps)
 
 
 def _relative_error(outs: list[torch.Tensor], refs: Optional[list[torch.Tensor]]) -> Optional[float]:
@@ -757,7 +779,7 @@ class LevelRunner:
                     fwd, grd = _Agg(), _Agg()
                     modules.append((name or "(model)", mod, fwd, grd))
                     handles.append(mod.register_forward_hook(self._hook(idx, fwd, grd, pending, state, order, is_ref)))
-            optimizer = _optimizer(cfg, model.parameters())
+            optimizer = _optimizer(cfg, model.parameters(), level)
             phase = "initialize"
             kw: dict[str, Any] = {"opt_level": level, "verbosity": 0}
             if not is_ref and cfg.dtype == "bf16":
