@@ -276,8 +276,12 @@ def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
         if ran is None or ran:
             return None
         crash = runs[level].get("crash")
-        if crash:
-            where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash.get("file") else ""
+        where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash and crash.get("file") else ""
+        if crash and crash.get("file") == finding["path"] and crash.get("line") and finding["end_line"] < crash["line"] \
+                and crash["step"] == 0:
+            # above the crash in the same file: passed over on the way to it
+            reasons.append(f"never ran at {level} (a branch not taken; the level then crashed{where})")
+        elif crash:
             reasons.append(f"{level} crashed{where} ({crash['phase']}, step {crash['step']}) before reaching it")
         else:
             reasons.append(f"never ran at {level} (a branch not taken, or code the model does not call)")
