@@ -143,8 +143,11 @@ def test_model_imported_through_dotdot_and_symlink_is_matched(tmp_path):
     _, data = verify_json(harness + "::example", str(tmp_path / "linked.py") + "::example", "--opt-level", "O2",
                           "--steps", "1")
     for report in data["results"]:
+        # the per-expression trace saw the model's lines (not just its module classes)
+        assert {s["line"] for s in report["before"]["O2"]["sites"]} >= {11, 12, 14, 15}, report["target"]
         amp101 = by_code(report, "AMP101")
         assert amp101["status"] == "confirmed", report["target"]
+        assert "(1.0 - mask) * -1e9" in amp101["evidence"][0]["detail"]
         assert amp101["path"] == os.path.realpath(str(tmp_path / "src" / "mask_model.py"))
 
 
