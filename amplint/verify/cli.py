@@ -21,9 +21,9 @@ attribute.  With no targets, [tool.amplint.verify] `targets` in the nearest pypr
 used.  With --fix the suggested fixes are applied to TEMPORARY COPIES of the model's source
 files (never to your files), which are imported and run again with the same seed.
 
-Exit status: 0 safe; 1 a selected level crashes or produces inf/NaN (with --fix: after the
-fixes), or a fix changes fp32 results beyond --tolerance; 2 usage, configuration or target
-errors."""
+Exit status: 0 safe; 1 a selected level crashes, produces inf/NaN or skips most training
+steps (with --fix: after the fixes), or a fix changes fp32 results beyond --tolerance; 2 usage,
+configuration or target errors."""
 
 EXIT_OK, EXIT_UNSAFE, EXIT_ERROR = 0, 1, 2
 
@@ -88,8 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
     lv.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when available, else cpu)")
     lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
-    lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: a scalar output as is, "
-                    "a 'loss' entry or first scalar of a tuple/dict, else the mean of squares), mean, sum, square, first, "
+    lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: the output's 'loss' key or attribute, else "
+                    "the first 0-d float tensor anywhere in it, else the mean of squares), mean, sum, square, first, "
                     "PATH::FUNC or module:func (called with (output, inputs)), or an expression over `out`, e.g. 'out.logits.float().mean()'")
     lv.add_argument("--seed", type=int, metavar="N", help="random seed for the model, inputs and dropout (default 0)")
     lv.add_argument("--tolerance", type=_positive_float, metavar="X",

@@ -197,7 +197,7 @@ def _why(report: dict) -> str:
     parts = []
     bad = report["failing_levels_after"] if report.get("after") is not None else report["failing_levels"]
     if bad:
-        parts.append(f"{', '.join(bad)} crash or produce inf/NaN" + (" even after the fixes" if report.get("after") is not None else ""))
+        parts.append(f"{', '.join(bad)} crash, produce inf/NaN or skip most steps" + (" even after the fixes" if report.get("after") is not None else ""))
     change = report.get("fp32_change")
     if report.get("after") is not None and change is not None and change > report["tolerance"]:
         parts.append(f"the fixes change fp32 results by {num(change)}")
