@@ -1,78 +1,133 @@
 """Which static findings came true at runtime, which fixes removed them, and what the rules
 missed.
 
-Evidence for a finding at one opt level is looked up on the finding's own source lines:
+Evidence for a finding at one opt level comes only from what happened *inside the finding's
+own expression* (its line and column span; the per-expression trace records the span of
+every torch call), and only of the finding's kind:
 
-* ``crash``      the level crashed and the innermost user frame is on the finding's lines;
-* ``inf/NaN``    a torch call on those lines produced more inf/NaN values than under O0 (or the
-                 first module with new inf/NaN was built on those lines);
+* ``crash``      the level crashed and the innermost user frame's expression overlaps it;
+* ``inf/NaN``    the *origin* of the level's first inf/NaN -- the first torch call whose
+                 inputs were finite and whose output has inf/NaN the fp32 run has not -- lies
+                 in it.  Calls that only propagate inf/NaN made elsewhere never count;
 * ``underflow``  values that are non-zero in fp32 are zero here (at least 1 % of them);
 * ``divergence`` the call's result differs from fp32 by more than the tolerance;
 * ``fp32 path``  (AMP4xx: op coverage) the call ran in fp32 at a level that should run it in half;
 * ``slow path``  (AMP201: alignment) a layer built on those lines ran a half GEMM with a
                  dimension that is not a multiple of 8.
+
+A finding whose span is itself the hazardous call (a softmax or reduction in half, a
+hand-written softmax, an uncovered op) is confirmed only by that op: the ``/`` that divides
+by a vanished epsilon on the same line is not the ``.pow()`` finding's overflow.  Findings on
+a literal (an overflowing constant, an epsilon) are confirmed by the calls that contain it.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 from .runner import UNDERFLOW_FRACTION
 
 HALF_DTYPES = ("float16", "bfloat16")
 _GEMM_OPS = frozenset("linear matmul mm bmm einsum addmm baddbmm conv1d conv2d conv3d __matmul__ __rmatmul__".split())
+#: codes whose span is the hazardous call itself: only that op's own results are evidence
+_OP_CODES = ("AMP301", "AMP302", "AMP303", "AMP4")
+#: torch names of one operation -> the name findings use
+_OP_ALIASES = {"truediv": "div", "true_divide": "div", "rtruediv": "div", "matmul": "matmul", "rmatmul": "matmul",
+               "_softmax": "softmax", "special_softmax": "softmax", "linalg_vector_norm": "norm", "vector_norm": "norm"}
 
 
-def _in(item_file, item_line, path, start, end) -> bool:
-    return item_file == path and item_line is not None and start <= item_line <= end
+def op_name(name: str) -> str:
+    """``__truediv__`` -> div, ``__pow__`` -> pow, ``torch.softmax`` -> softmax."""
+    name = name.rsplit(".", 1)[-1].strip("_")
+    if name.startswith("r") and name[1:] in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+        name = name[1:]
+    if name.startswith("i") and name[1:] in ("add", "sub", "mul", "truediv", "pow"):
+        name = name[1:]
+    name = name.rstrip("_")
+    return _OP_ALIASES.get(name, name)
 
 
-def _op_named(message: str) -> Optional[str]:
-    """The op a finding's message names first (`torch.einsum` -> einsum), if any."""
-    import re
+def named_op(code: str, message: str) -> Optional[str]:
+    """The op a finding is about, for findings whose span is that op (`torch.einsum`, `.pow()`)."""
+    if not code.startswith(_OP_CODES):
+        return None
+    m = re.search(r"`\.?([A-Za-z_][\w.]*)(?:\(.*?\))?`", message or "")
+    return op_name(m.group(1)) if m else None
 
-    m = re.search(r"`([A-Za-z_][\w.]*)`", message or "")
-    return m.group(1).rsplit(".", 1)[-1] if m else None
+
+def span_of(finding: dict) -> tuple:
+    """(path, line, column, end_line, end_column) of a finding; columns may be None."""
+    return (finding["path"], finding["line"], finding.get("column"), finding.get("end_line") or finding["line"],
+            finding.get("end_column"))
 
 
-def evidence(code: str, path: str, start: int, end: int, level: str, run: dict, tolerance: float,
-             message: str = "") -> list[dict]:
-    """Evidence that a finding (``code`` on ``path`` lines ``start..end``) manifested in ``run``."""
+def overlaps(item: dict, span: tuple, columns: bool = True) -> bool:
+    """Whether a trace item (a call, a crash, an origin) lies in, or contains, the span.
+
+    Columns are used when both sides have them (1-based, end exclusive); else lines."""
+    path, line, col, end_line, end_col = span
+    if item.get("file") != path or item.get("line") is None:
+        return False
+    i_line, i_end = item["line"], item.get("end_line") or item["line"]
+    i_col, i_end_col = item.get("column"), item.get("end_column")
+    if not columns or None in (col, end_col, i_col, i_end_col):
+        return i_line <= end_line and line <= i_end
+    return (i_line, i_col) < (end_line, end_col) and (line, col) < (i_end, i_end_col)
+
+
+def _own_op(item_op: Optional[str], named: Optional[str]) -> bool:
+    return named is None or (item_op is not None and op_name(item_op) == named)
+
+
+def evidence(finding: dict, level: str, run: dict, tolerance: float, columns: bool = True) -> list[dict]:
+    """Evidence that ``finding`` (a dict with code, message, path, line, column, end_line,
+    end_column) manifested in ``run``.  ``columns=False`` matches by lines only (a fixed
+    copy, whose columns differ from the original's on the lines a fix changed)."""
+    code, message = finding["code"], finding.get("message", "")
+    span = span_of(finding)
+    path, start, _, end, _ = span
     out: list[dict] = []
-    named = _op_named(message) if code.startswith("AMP4") else None
-    if named and not any(s["op"] == named and _in(s["file"], s["line"], path, start, end) for s in run.get("sites", ())):
-        named = None
+    named = named_op(code, message)
+    if named and code.startswith("AMP4") and not any(
+            op_name(s["op"]) == named and overlaps(s, span, columns) for s in run.get("sites", ())):
+        named = None  # the op is reached through a wrapper on the finding's line
     crash = run.get("crash")
-    if crash and _in(crash.get("file"), crash.get("line"), path, start, end):
+    if crash and overlaps(crash, span, columns):
         out.append({"level": level, "kind": "crash", "detail": f"{crash['type']}: {crash['message']}", "line": crash["line"]})
+    origin = run.get("origin")
+    if origin and overlaps(origin, span, columns) and _own_op(origin["op"], named):
+        expr = f" `{origin['expr']}`" if origin.get("expr") else ""
+        out.append({"level": level, "kind": "inf/NaN", "line": origin["line"],
+                    "detail": f"first inf/NaN made by {origin['op']}{expr} at line {origin['line']} (inputs finite)"
+                    if origin.get("inputs_finite") else f"first new inf/NaN in {origin['op']}{expr} at line {origin['line']}"})
+    traced = bool(run.get("sites")) or origin is not None
     for site in run.get("sites", ()):
-        if not _in(site["file"], site["line"], path, start, end):
+        if not overlaps(site, span, columns) or not _own_op(site["op"], named):
             continue
         where = f"{site['op']} at line {site['line']}"
-        if site["new_nonfinite"]:
-            out.append({"level": level, "kind": "inf/NaN", "detail": f"{where}: {site['inf']} inf, {site['nan']} NaN (none in fp32)", "line": site["line"]})
         if site["underflow"] is not None and site["underflow"] >= UNDERFLOW_FRACTION:
             out.append({"level": level, "kind": "underflow", "detail": f"{where}: {site['underflow']:.1%} of values are 0 here but not in fp32", "line": site["line"]})
         if site["rel_err"] is not None and site["rel_err"] > tolerance and not site["new_nonfinite"]:
             out.append({"level": level, "kind": "divergence", "detail": f"{where}: relative error {_num(site['rel_err'])} > {tolerance:g}", "line": site["line"]})
-        if code.startswith("AMP4") and level != "O0" and "float32" in site["dtypes"] and site["op"] not in ("to", "float") \
-                and (named is None or site["op"] == named):
+        if code.startswith("AMP4") and level != "O0" and "float32" in site["dtypes"] and site["op"] not in ("to", "float"):
             out.append({"level": level, "kind": "fp32 path", "detail": f"{where} ran in float32 at {level}", "line": site["line"]})
     for mod in run.get("modules", ()):
         built = mod.get("constructed")
-        if not built or not _in(built["file"], built["line"], path, start, end):
+        if not built or not (built["file"] == path and start <= built["line"] <= end):
             continue
-        fwd = fwd_dtypes = mod["forward"]
+        fwd = mod["forward"]
         fwd_dtypes = fwd["dtypes"]
-        if fwd["first_new_nonfinite"] is not None:
+        if not traced and fwd["first_new_nonfinite"] is not None:
+            # no per-expression trace (--no-trace): the module built here is all there is
             out.append({"level": level, "kind": "inf/NaN", "detail": f"module {mod['name']} output: {fwd['inf']} inf, {fwd['nan']} NaN", "line": built["line"]})
         # dimensions of 8 or more that are not multiples of 8 (a 1-wide head is a GEMV anyway)
         unaligned = [n for n in (mod.get("weight_shape") or [])[:2] if n >= 8 and n % 8]
         if code == "AMP201" and unaligned and any(d in HALF_DTYPES for d in fwd_dtypes):
             out.append({"level": level, "kind": "slow path", "detail": f"{mod['name']} ({mod['class']}) ran in {'/'.join(d for d in fwd_dtypes if d in HALF_DTYPES)} with weight {mod.get('weight_shape')} ({', '.join(map(str, unaligned))} not a multiple of 8)", "line": built["line"]})
-    # the first module with new inf/NaN, when no line-level trace points elsewhere
+    # without the trace: the first module with new inf/NaN, when its class spans the finding
     first = run.get("first_nonfinite_module")
-    if first and not run.get("first_nonfinite_site") and not any(e["kind"] == "inf/NaN" for e in out):
+    if first and not traced and not any(e["kind"] == "inf/NaN" for e in out):
         for mod in run.get("modules", ()):
             src = mod.get("source")
             if mod["name"] == first and src and src["file"] == path and src["line"] <= start <= (src.get("end_line") or src["line"]):
@@ -107,17 +162,24 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
             out.append({"level": level, "kind": "crash", "file": crash.get("file"), "line": crash.get("line"),
                         "detail": f"{crash['type']}: {crash['message']} (during {crash['phase']}, step {crash['step']})"})
             continue
+        origin = run.get("origin")
         if level == "O0":
-            site = run.get("first_nonfinite_site")
+            site = origin or run.get("first_nonfinite_site")
             if run.get("nonfinite_loss") or site:
-                where = f" (first NaN: {site['op']} at line {site['line']})" if site else ""
+                where = f" (first NaN: {_expr(site)} at line {site['line']})" if site else ""
                 out.append({"level": level, "kind": "inf/NaN", "file": site["file"] if site else None,
-                            "line": site["line"] if site else None,
+                            "line": site["line"] if site else None, "origin": origin,
                             "detail": f"NaN in the fp32 (O0) run itself{where}: not a mixed-precision problem"})
             continue
         site = run.get("first_nonfinite_site")
         module = run.get("first_nonfinite_module")
-        if site or module:
+        if origin:
+            made = "made by" if origin.get("inputs_finite") else "first seen in"
+            where = f" (module {module})" if module and module != "(model)" else ""
+            out.append({"level": level, "kind": "inf/NaN", "file": origin["file"], "line": origin["line"],
+                        "column": origin.get("column"), "module": module, "origin": origin,
+                        "detail": f"first inf/NaN {made} {_expr(origin)} at line {origin['line']}{where}"})
+        elif site or module:
             where = f"first in module {module}" if module else ""
             if site:
                 where += (", " if where else "") + f"{site['op']} at line {site['line']}"
@@ -126,8 +188,11 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
                         "detail": f"inf/NaN in the forward pass ({where})"})
         elif run.get("nonfinite_loss"):
             out.append({"level": level, "kind": "inf/NaN", "file": None, "line": None, "detail": "the loss is not finite"})
+        skipped = mostly_skipped(run)
+        if skipped and not any(p["level"] == level for p in out):  # not when inf/NaN already explain it
+            out.append({"level": level, "kind": "skipped steps", "file": None, "line": None, "detail": skipped})
         err = run.get("output_rel_err")
-        if err is not None and err > tolerance and not (site or module):
+        if err is not None and err > tolerance and not (site or module or origin):
             out.append({"level": level, "kind": "divergence", "file": None, "line": None,
                         "detail": f"model output differs from fp32 by {_num(err)} (tolerance {tolerance:g})"})
         for mod in run.get("modules", ()):
@@ -137,6 +202,11 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
                             "module": mod["name"], "detail": f"{uf:.1%} of {mod['name']}'s outputs are 0 here but not in fp32"})
                 break
     return out
+
+
+def _expr(site: dict) -> str:
+    """`F.normalize(t, eps=1e-8)` (normalize), or the op alone when the source is unknown."""
+    return f"`{site['expr']}` ({site['op']})" if site.get("expr") else site["op"]
 
 
 def _module(run, name):
@@ -164,10 +234,22 @@ def _module_line(run, name):
     return (mod.get("constructed") or {}).get("line")
 
 
+def mostly_skipped(run: dict) -> Optional[str]:
+    """"2 of 3 steps skipped, loss scale fell to 8192" when the loss scaler skipped more than
+    half of the optimizer steps, and at least 2 (the gradients kept overflowing: the model did
+    not train), else None.  One skip is the dynamic scaler's normal first probe from 2**16."""
+    scales = run.get("loss_scales") or []
+    skipped = run.get("skipped_steps", 0)
+    if not scales or skipped < 2 or skipped * 2 <= len(scales):
+        return None
+    return f"{skipped} of {len(scales)} steps skipped, loss scale fell to {float(scales[-1]):g}"
+
+
 def failing(runs: dict[str, dict]) -> list[str]:
-    """Levels that crash or produce inf/NaN in the forward pass or the loss."""
+    """Levels that crash, produce inf/NaN in the forward pass or the loss, or skip most steps."""
     bad = []
     for level, run in runs.items():
-        if run.get("crash") or run.get("nonfinite_loss") or (level != "O0" and (run.get("first_nonfinite_site") or run.get("first_nonfinite_module"))):
+        if run.get("crash") or run.get("nonfinite_loss") or (level != "O0" and (run.get("first_nonfinite_site") or run.get("first_nonfinite_module"))) \
+                or mostly_skipped(run):
             bad.append(level)
     return bad

@@ -21,9 +21,9 @@ attribute.  With no targets, [tool.amplint.verify] `targets` in the nearest pypr
 used.  With --fix the suggested fixes are applied to TEMPORARY COPIES of the model's source
 files (never to your files), which are imported and run again with the same seed.
 
-Exit status: 0 safe; 1 a selected level crashes or produces inf/NaN (with --fix: after the
-fixes), or a fix changes fp32 results beyond --tolerance; 2 usage, configuration or target
-errors."""
+Exit status: 0 safe; 1 a selected level crashes, produces inf/NaN or skips most training
+steps (with --fix: after the fixes), or a fix changes fp32 results beyond --tolerance; 2 usage,
+configuration or target errors."""
 
 EXIT_OK, EXIT_UNSAFE, EXIT_ERROR = 0, 1, 2
 
@@ -88,8 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
     lv.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when available, else cpu)")
     lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
-    lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: a scalar output as is, "
-                    "a 'loss' entry or first scalar of a tuple/dict, else the mean of squares), mean, sum, square, first, "
+    lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: the output's 'loss' key or attribute, else "
+                    "the first 0-d float tensor anywhere in it, else the mean of squares), mean, sum, square, first, "
                     "PATH::FUNC or module:func (called with (output, inputs)), or an expression over `out`, e.g. 'out.logits.float().mean()'")
     lv.add_argument("--seed", type=int, metavar="N", help="random seed for the model, inputs and dropout (default 0)")
     lv.add_argument("--tolerance", type=_positive_float, metavar="X",
@@ -114,10 +114,14 @@ class _Progress:
     """A rich progress bar on stderr (terminals only): one tick per training step."""
 
     def __init__(self, total: int):
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # a copy of the terminal's stderr: the model's own output is captured from fds 1 and 2
+        # while it runs (capture.py), and the bar must still reach the terminal
+        self.stream = open(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", closefd=True)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
-                            console=None)
+                            console=Console(file=self.stream, force_terminal=True))
         self.bar.start()
         self.task = self.bar.add_task("verify", total=total)
 
@@ -135,6 +139,7 @@ class _Progress:
 
     def stop(self) -> None:
         self.bar.stop()
+        self.stream.close()
 
 
 def _options(args, defaults: dict, per_target: dict) -> dict:
@@ -226,7 +231,9 @@ def main(args) -> int:
                 import traceback
 
                 tb = traceback.extract_tb(exc.__traceback__)
-                where_ = next((f"{f.filename}:{f.lineno}: " for f in reversed(tb) if os.path.abspath(f.filename) == target.path), "")
+                from .target import canonical
+
+                where_ = next((f"{f.filename}:{f.lineno}: " for f in reversed(tb) if canonical(f.filename) == canonical(target.path)), "")
                 print(f"amplint: error: {target}: {where_}{type(exc).__name__}: {exc}", file=sys.stderr)
                 return EXIT_ERROR
             reports.append(report)

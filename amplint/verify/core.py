@@ -2,20 +2,23 @@
 copies and run those, then decide each finding's status."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 from typing import Callable, Optional
 
 from . import analysis
-from .runner import LevelRunner, RunConfig, make_loss
+from .capture import CapturedOutput
+from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
-    Target, TargetError, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
+    Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
 )
 
 STATUS_CONFIRMED = "confirmed"
 STATUS_FIXED = "fixed"
 STATUS_NOT_REPRODUCED = "not reproduced"
+STATUS_NOT_EXECUTED = "not executed"
 STATUS_STILL_FAILS = "fix did not remove it"
 STATUS_FP32_CHANGED = "fix changes fp32 results"
 
@@ -29,7 +32,7 @@ def _user_modules(before: set) -> dict[str, str]:
         path = getattr(mod, "__file__", None)
         if not is_user_file(path):
             continue
-        path = os.path.abspath(path)
+        path = canonical(path)
         if name.startswith("amplint_verify_target_"):
             out[path] = _package_root(path)[0]
             continue
@@ -62,11 +65,23 @@ def _add_class_files(run: dict, user_files: set) -> None:
 def _load(target: Target):
     """Import the target (inside an isolated_import block) -> (factory, user files -> roots)."""
     before = set(sys.modules)
-    module = import_file(target.path)
+    lines = LineTrace(is_user_file)
+    with lines.active():
+        module = import_file(target.path)
     make = factory_from_module(module, target.factory, str(target))
     files = _user_modules(before)
-    files.setdefault(target.path, _package_root(target.path)[0])
-    return make, files
+    path = canonical(target.path)
+    files.setdefault(path, _package_root(path)[0])
+    return make, files, lines.by_file()
+
+
+def _add_import_lines(runs: dict, import_lines: dict) -> None:
+    """Module-level code ran once, at import: it ran for every level."""
+    for run in runs.values():
+        if run.get("executed") is None:
+            continue
+        for file, lines in import_lines.items():
+            run["executed"][file] = sorted(set(run["executed"].get(file, ())) | set(lines))
 
 
 def _class_files(make: Callable) -> dict[str, str]:
@@ -82,7 +97,7 @@ def _class_files(make: Callable) -> dict[str, str]:
         mod = sys.modules.get(type(m).__module__)
         path = getattr(mod, "__file__", None)
         if is_user_file(path):
-            path = os.path.abspath(path)
+            path = canonical(path)
             name = type(m).__module__
             root = os.path.dirname(path)
             for _ in range(name.count(".") + (1 if os.path.basename(path) == "__init__.py" else 0)):
@@ -94,29 +109,34 @@ def _class_files(make: Callable) -> dict[str, str]:
 def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: bool = False,
                   config: Optional[str] = None, progress=None, lint: bool = True) -> dict:
     """Everything ``amplint verify PATH::FACTORY`` reports, as plain data."""
+    output = CapturedOutput()
     with isolated_import():
-        make, files = _load(target)
-        for path, root in _class_files(make).items():
-            files.setdefault(path, root)
-        user_files = set(files)
-        before, ref_out = _run_all(make, user_files, cfg, progress)
+        with output.capturing():
+            make, files, import_lines = _load(target)
+            for path, root in _class_files(make).items():
+                files.setdefault(path, root)
+            user_files = set(files)
+            before, ref_out = _run_all(make, user_files, cfg, progress)
+        _add_import_lines(before, import_lines)
     for path in user_files:
         if path not in files:
             files[path] = os.path.dirname(path)
-    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target)
+    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output)
 
 
 def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> dict:
     """Verify a model given as a factory in this process (the pytest plugin)."""
-    files = _class_files(make)
-    user_files = set(files)
-    before, ref_out = _run_all(make, user_files, cfg)
+    output = CapturedOutput()
+    with output.capturing():
+        files = _class_files(make)
+        user_files = set(files)
+        before, ref_out = _run_all(make, user_files, cfg)
     for path in user_files:
         files.setdefault(path, os.path.dirname(path))
-    return finish(name, before, ref_out, files, cfg, False, False, None, None, lint, None)
+    return finish(name, before, ref_out, files, cfg, False, False, None, None, lint, None, output)
 
 
-def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target) -> dict:
+def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
     from . import lintfix
 
     tolerance = cfg.resolved_tolerance()
@@ -127,6 +147,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
         "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
         "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
+        "notes": [],
     }
     lint_files = sorted(p for p in files if p.endswith(".py"))
     findings: list[dict] = []
@@ -139,9 +160,13 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         f["evidence"] = []
         for level in selected:
             if level in f["levels"]:  # only where the finding's own settings predict it
-                f["evidence"].extend(analysis.evidence(f["code"], f["path"], f["line"], f["end_line"], level, before[level], tolerance, f["message"]))
+                f["evidence"].extend(analysis.evidence(f, level, before[level], tolerance))
         f["status"] = STATUS_CONFIRMED if f["evidence"] else STATUS_NOT_REPRODUCED
         f["after_evidence"] = None
+        if not f["evidence"]:
+            why = _not_executed(f, before, selected)
+            if why:
+                f["status"], f["not_executed"] = STATUS_NOT_EXECUTED, why
     after = None
     if fix and target is not None and lint_files:
         if progress:
@@ -155,16 +180,19 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         tmp, mapping, roots = lintfix.mirror(files, texts)
         try:
             with isolated_import(tuple(roots)):
-                copy_target = Target(mapping[target.path], target.factory)
-                make2, _ = _load(copy_target)
-                stale = sorted({os.path.abspath(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
+                copy_target = Target(mapping[canonical(target.path)], target.factory)
+                with output.capturing() if output is not None else contextlib.nullcontext():
+                    make2, _, import_lines2 = _load(copy_target)
+                stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
                 if stale:
                     report["warnings"].append(
                         "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
                         + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
                 # the originals too: a harness that imports them anyway must show up as such
                 user_files2 = set(mapping.values()) | set(files)
-                after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
+                with output.capturing() if output is not None else contextlib.nullcontext():
+                    after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
+                _add_import_lines(after, import_lines2)
                 report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
         finally:
             lintfix.cleanup(tmp)
@@ -183,11 +211,16 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             ev = []
             for level in selected:
                 if level in f["levels"]:
-                    ev.extend(analysis.evidence(f["code"], f["path"], start, end, level, after[level], tolerance, f["message"]))
+                    # the after run is in the original files' lines already (_rename_paths)
+                    ev.extend(analysis.evidence(f, level, after[level], tolerance))
             f["after_evidence"] = ev
             # gone from the fixed text (its own fix, or another fix on the same lines)
             f["fixed_by_lint"] = f["path"] in changed and not any(
                 (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
+            if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
+                # the fixes removed the crash that kept this line from running: judge it now
+                _judge_reached(f, ev)
+                continue
             if f["status"] != STATUS_CONFIRMED:
                 continue
             if not f["fixed_by_lint"]:
@@ -210,8 +243,63 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
     report["runtime_only"] = [p for p in probs if not p["explained_by"]]
     report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
     report["failing_levels_after"] = analysis.failing(after) if after else None
+    eps = optimizer_eps(cfg, "O3") if "O3" in selected else None
+    if eps is not None and eps != ADAM_EPS:
+        report["notes"].append(
+            f"optimizer eps below the {cfg.dtype} range: at O3 the optimizer state is {cfg.dtype} (no fp32 master "
+            f"weights) and Adam's eps={ADAM_EPS:g} is 0 there, so every update where a gradient underflowed is 0/0 = "
+            f"NaN from the first step, in any model. The verifier's {cfg.optimizer} used eps={eps:.3g} at O3; "
+            f"train at O3 with eps >= {eps:.3g} (e.g. torch.optim.AdamW(..., eps={eps:.3g})), or use O2")
     report["exit_status"] = exit_status(report)
+    report["model_output"] = output.tail() if output is not None else ""
     return report
+
+
+def _ran(finding: dict, run: dict) -> Optional[bool]:
+    """Whether any line of the finding ran in ``run`` (None: lines were not traced)."""
+    executed = run.get("executed")
+    if executed is None:
+        return None
+    lines = executed.get(finding["path"], ())
+    return any(finding["line"] <= n <= finding["end_line"] for n in lines)
+
+
+def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
+    """Why none of the finding's lines ran at any of its levels, or None when one did (or
+    when lines were not traced)."""
+    levels = [lvl for lvl in selected if lvl in finding["levels"] and lvl in runs]
+    if not levels:
+        return None
+    reasons = []
+    for level in levels:
+        ran = _ran(finding, runs[level])
+        if ran is None or ran:
+            return None
+        crash = runs[level].get("crash")
+        where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash and crash.get("file") else ""
+        if crash and crash.get("file") == finding["path"] and crash.get("line") and finding["end_line"] < crash["line"] \
+                and crash["step"] == 0:
+            # above the crash in the same file: passed over on the way to it
+            reasons.append(f"never ran at {level} (a branch not taken; the level then crashed{where})")
+        elif crash:
+            reasons.append(f"{level} crashed{where} ({crash['phase']}, step {crash['step']}) before reaching it")
+        else:
+            reasons.append(f"never ran at {level} (a branch not taken, or code the model does not call)")
+    return "; ".join(dict.fromkeys(reasons))
+
+
+def _judge_reached(finding: dict, after_evidence: list) -> None:
+    """A finding first reached after the fixes removed an earlier crash."""
+    if finding["fixed_by_lint"]:
+        # only its fixed form ran: whether the original would have failed is unknown
+        finding["not_executed"] += "; after the fixes it ran in its fixed form" + (
+            ", which still fails" if after_evidence else " without failures")
+        if after_evidence:
+            finding["status"] = STATUS_STILL_FAILS
+        return
+    finding["reached_after_fix"] = True
+    finding["evidence"] = list(after_evidence)
+    finding["status"] = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
 
 
 def _matches(problem: dict, ev: dict, finding: dict) -> bool:
@@ -249,21 +337,57 @@ def _remaining(files, texts, cfg, selected, device, config, mapping) -> set:
 
 
 def _rename_paths(runs: dict, back: dict, texts: dict, originals: dict) -> dict:
-    """Copies' paths -> original paths in a run (lines stay those of the fixed text)."""
+    """A run of the fixed copies -> the same run in the original files' terms: the copies'
+    paths become the originals' and their lines the original lines (``LineMap.back``), so
+    that every location shown next to an original path is a line of that file.  On lines a
+    fix changed, columns are dropped (they are the fixed text's)."""
+    from .lintfix import LineMap
+
+    maps: dict = {}
+
+    def line_map(path):
+        if path not in maps:
+            maps[path] = LineMap(originals[path], texts[path]) if path in originals and texts.get(path) != originals[path] else None
+        return maps[path]
+
+    def remap(item: dict, file_key: str = "file", line_keys=("line", "end_line"), col_keys=("column", "end_column")):
+        if not item or item.get(file_key) not in back:
+            return
+        item[file_key] = path = back[item[file_key]]
+        m = line_map(path)
+        if m is None:
+            return
+        exact = True
+        for key in line_keys:
+            if item.get(key) is not None:
+                item[key], same = m.back(item[key])
+                exact = exact and same
+        if not exact:
+            for key in col_keys:
+                if key in item:
+                    item[key] = None
+
     for run in runs.values():
         crash = run.get("crash")
         if crash and crash.get("file") in back:
             crash["file_copy"] = crash["file"]
-            crash["file"] = back[crash["file"]]
+        remap(crash)
         for site in run.get("sites", ()):
-            site["file"] = back.get(site["file"], site["file"])
-        if run.get("first_nonfinite_site"):
-            s = run["first_nonfinite_site"]
-            s["file"] = back.get(s["file"], s["file"])
+            remap(site)
+        remap(run.get("first_nonfinite_site"))
+        remap(run.get("origin"))
         for mod in run.get("modules", ()):
-            for k in ("source", "constructed"):
-                if mod.get(k) and mod[k].get("file") in back:
-                    mod[k]["file"] = back[mod[k]["file"]]
+            remap(mod.get("source"), line_keys=("line", "forward_line", "end_line"))
+            remap(mod.get("constructed"))
+        executed = run.get("executed")
+        if executed:
+            renamed = {}
+            for file, lines in executed.items():
+                path = back.get(file, file)
+                m = line_map(path) if file in back else None
+                mapped = {m.back(n)[0] for n in lines} if m else set(lines)
+                renamed[path] = sorted(set(renamed.get(path, ())) | mapped)
+            run["executed"] = renamed
     return runs
 
 

@@ -15,6 +15,8 @@ from amplint.files import read_source
 from amplint.project import ProjectIndex, summarize
 from amplint.registry import all_rules, select_rules
 
+from .target import canonical
+
 
 def _resolver(dtype: str, level: str, device: str, config: Optional[str]) -> ConfigResolver:
     overrides = {"target": dtype, "opt_level": level, "device": device if device in ("cpu", "cuda") else None}
@@ -32,12 +34,13 @@ def lint(files: list[str], dtype: str, levels: list[str], device: str, config: O
             for e in r.errors:
                 errors.append(str(e))
             for f in r.findings:
-                key = (os.path.abspath(f.path), f.line, f.column, f.code)
+                key = (canonical(f.path), f.line, f.column, f.code)
                 entry = merged.get(key)
                 if entry is None:
                     entry = merged[key] = {
-                        "code": f.code, "rule": f.rule, "message": f.message, "path": os.path.abspath(f.path),
+                        "code": f.code, "rule": f.rule, "message": f.message, "path": canonical(f.path),
                         "line": f.line, "end_line": max(f.end_line, f.line), "column": f.column,
+                        "end_column": f.end_column if f.end_line > f.line or f.end_column > f.column else None,
                         "severity": f.severity.value if hasattr(f.severity, "value") else str(f.severity),
                         "fix": (f.fix.applicability.value if hasattr(f.fix.applicability, "value") else str(f.fix.applicability)) if f.fix else None,
                         "fix_description": f.fix.description if f.fix else None,
@@ -93,7 +96,24 @@ class LineMap:
     """Original line ranges -> the corresponding lines of the fixed text."""
 
     def __init__(self, old: str, new: str):
-        self.ops = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False).get_opcodes()
+        old_lines = old.splitlines()
+        self.old_count = len(old_lines)
+        self.ops = difflib.SequenceMatcher(None, old_lines, new.splitlines(), autojunk=False).get_opcodes()
+
+    def back(self, line: int) -> tuple[int, bool]:
+        """1-based line of the new text -> (line of the old text, whether it is unchanged).
+        A line a fix changed maps to the old line it replaced (an inserted one to the line
+        it was inserted before): columns there are not those of the old text."""
+        j = line - 1
+        for tag, i1, i2, j1, j2 in self.ops:
+            if not j1 <= j < j2:
+                continue
+            if tag == "equal":
+                return i1 + (j - j1) + 1, True
+            if tag == "replace":
+                return i1 + min(j - j1, i2 - i1 - 1) + 1, False
+            return max(1, i1 + 1 if i1 < self.old_count else i1), False  # insert
+        return line, False
 
     def range(self, start: int, end: int) -> tuple[int, int]:
         """1-based inclusive range in the old text -> range in the new text."""

@@ -33,12 +33,16 @@ def num(x) -> str:
 
 
 def level_status(run: dict) -> str:
+    from .analysis import mostly_skipped
+
     if run.get("crash"):
         return "CRASH"
     if run["level"] != "O0" and (run.get("first_nonfinite_site") or run.get("first_nonfinite_module")):
         return "inf/NaN"
     if run.get("nonfinite_loss"):
         return "inf/NaN"
+    if mostly_skipped(run):
+        return "skipped steps"
     return "ok"
 
 
@@ -47,11 +51,18 @@ def _first_problem(run: dict) -> str:
     if crash:
         where = f"{_rel(crash.get('file'))}:{crash.get('line')}" if crash.get("file") else f"in {crash['phase']}"
         return f"{where} {crash['type']}: {crash['message']}"
-    site = run.get("first_nonfinite_site")
+    site = run.get("origin") or run.get("first_nonfinite_site")
     mod = run.get("first_nonfinite_module")
     parts = []
     if site:
-        parts.append(f"{_rel(site['file'])}:{site['line']} ({site['op']})")
+        col = f":{site['column']}" if site.get("column") else ""
+        expr = f" `{site['expr']}`" if site.get("expr") else ""
+        parts.append(f"{_rel(site['file'])}:{site['line']}{col}{expr} ({site['op']})")
+    from .analysis import mostly_skipped
+
+    skipped = mostly_skipped(run)
+    if skipped and not parts:
+        parts.append(skipped)
     if mod:
         parts.append(f"module {mod}{_module_where(run, mod)}")
     return ", ".join(parts) if parts else "-"
@@ -86,7 +97,7 @@ def _levels_table(title: str, runs: dict, box):
         scale = "→".join(num(s) for s in _dedupe_runs(scales)) if scales else "-"
         err = "reference" if level == "O0" else num(run.get("output_rel_err"))
         status = level_status(run)
-        style = {"ok": "green", "CRASH": "bold red", "inf/NaN": "bold red"}[status]
+        style = {"ok": "green", "CRASH": "bold red", "inf/NaN": "bold red", "skipped steps": "bold red"}[status]
         t.add_row(level, f"[{style}]{status}[/]", loss, scale, str(run.get("skipped_steps", 0)), err, _first_problem(run))
     return t
 
@@ -99,7 +110,7 @@ def _dedupe_runs(values):
     return out
 
 
-STATUS_STYLE = {"confirmed": "bold yellow", "fixed": "bold green", "not reproduced": "dim",
+STATUS_STYLE = {"confirmed": "bold yellow", "fixed": "bold green", "not reproduced": "dim", "not executed": "dim",
                 "fix did not remove it": "bold red", "fix changes fp32 results": "bold red"}
 
 
@@ -128,7 +139,10 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                 t.add_column(col, overflow="fold")
             for f in findings:
                 ev = f.get("evidence") or []
-                text = "; ".join(f"{e['level']} {e['kind']}: {e['detail']}" for e in ev[:3]) or "no crash, inf/NaN, underflow or divergence on this line"
+                text = "; ".join(f"{e['level']} {e['kind']}: {e['detail']}" for e in ev[:3]) or (
+                    f.get("not_executed") or "ran: no crash, inf/NaN, underflow or divergence in this expression")
+                if f.get("reached_after_fix"):
+                    text = "reached only after the fixes removed an earlier crash: " + text
                 if f.get("after_evidence"):
                     text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f["after_evidence"][:3])
                 style = STATUS_STYLE.get(f["status"], "")
@@ -157,6 +171,16 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                 console.print(f"[dim]{d.rstrip()}[/]", markup=True, highlight=False)
             if not report.get("fixed_files"):
                 console.print("No fixes to apply.")
+        printed = (report.get("model_output") or "").rstrip()
+        if printed:
+            lines = printed.splitlines()
+            shown = lines[-40:]
+            more = f", the last {len(shown)} of {len(lines)} lines" if len(lines) > len(shown) else ""
+            console.print(f"[bold]Model output[/] (its stdout and stderr while imported, built and trained{more}):")
+            for line in shown:
+                console.print("  | " + line, markup=False, highlight=False)
+        for note in report.get("notes") or []:
+            console.print(f"[cyan]note:[/] {note}")
         for warning in report.get("warnings") or []:
             console.print(f"[yellow]warning:[/] {warning}")
         for err in report.get("lint_errors") or []:
@@ -173,7 +197,7 @@ def _why(report: dict) -> str:
     parts = []
     bad = report["failing_levels_after"] if report.get("after") is not None else report["failing_levels"]
     if bad:
-        parts.append(f"{', '.join(bad)} crash or produce inf/NaN" + (" even after the fixes" if report.get("after") is not None else ""))
+        parts.append(f"{', '.join(bad)} crash, produce inf/NaN or skip most steps" + (" even after the fixes" if report.get("after") is not None else ""))
     change = report.get("fp32_change")
     if report.get("after") is not None and change is not None and change > report["tolerance"]:
         parts.append(f"the fixes change fp32 results by {num(change)}")

@@ -17,6 +17,7 @@ in :class:`Reference` and are dropped with it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -31,7 +32,8 @@ from torch.overrides import TorchFunctionMode
 
 from amplint.amp.policy import OPT_LEVELS as LEVELS
 
-from .target import AMP_DIR, ConstructionSites, class_source, normalize_example
+from .target import AMP_DIR, ConstructionSites, canonical, class_source, normalize_example
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: default --tolerance: max |out - ref| / max |ref| against the fp32 (O0) run
 DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 5e-2}
@@ -47,7 +49,7 @@ view reshape view_as reshape_as flatten unflatten squeeze unsqueeze transpose pe
 expand_as split chunk unbind __getitem__ narrow select detach detach_ clone requires_grad_ retain_grad
 register_hook __setstate__ __reduce_ex__ __deepcopy__ dtype device shape is_cuda numpy cpu cuda
 """.split())
-_VERIFY_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_VERIFY_DIR = os.path.dirname(canonical(__file__)) + os.sep
 _CAST_OPS = frozenset(("to", "float", "half", "bfloat16", "type", "type_as", "_to_copy"))
 
 
@@ -200,6 +202,7 @@ class _Pending:
 
     def __init__(self):
         self.items: list[tuple] = []  # (agg, key, tensor, stats tensor, has_ref, order, step)
+        self.bad: dict = {}  # key -> most inf/NaN values seen in one call (for Census.origin)
 
     def add(self, agg, key, d, ref, order, step, full=True):
         if full:
@@ -240,6 +243,7 @@ class _Pending:
             bad = inf + nan_count
             if bad:
                 agg.nonfinite_calls += 1
+                self.bad[key] = max(self.bad.get(key, 0), bad)
             agg.max_call_nonfinite = max(agg.max_call_nonfinite, bad)
             if record_nonfinite is not None:
                 record_nonfinite[key] = max(record_nonfinite.get(key, 0), bad)
@@ -278,9 +282,103 @@ class Reference:
         return self.tensors.get(key)
 
 
-# --- the census: torch calls per user source line --------------------------------------------
+# --- which user lines ran -------------------------------------------------------------------
+
+class LineTrace:
+    """The user source lines executed while active (``sys.settrace``; frames of other files
+    are not traced), so that a finding on a line that never ran is reported as *not
+    executed* -- after a crash, or on a branch not taken -- rather than *not reproduced*.
+
+    Active only while a model is imported and built and during step 0 at each level."""
+
+    def __init__(self, user_files):
+        self.is_user = user_files.__contains__ if isinstance(user_files, (set, frozenset, dict)) else user_files
+        self.lines: set[tuple[str, int]] = set()
+        self._files: dict = {}  # code object -> its canonical file when a user file, else None
+
+    def _file(self, code) -> Optional[str]:
+        try:
+            return self._files[code]
+        except KeyError:
+            path = canonical(code.co_filename)
+            file = self._files[code] = path if self.is_user(path) else None
+            return file
+
+    def _call(self, frame, event, arg):
+        file = self._file(frame.f_code)
+        if file is None:
+            return None
+        self.lines.add((file, frame.f_lineno))
+        return self._line
+
+    def _line(self, frame, event, arg):
+        if event == "line":
+            self.lines.add((self._files[frame.f_code], frame.f_lineno))
+        return self._line
+
+    @contextlib.contextmanager
+    def active(self):
+        previous = sys.gettrace()
+        sys.settrace(self._call)
+        try:
+            yield self
+        finally:
+            sys.settrace(previous)
+
+    def by_file(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for file, line in self.lines:
+            out.setdefault(file, []).append(line)
+        return {f: sorted(lines) for f, lines in out.items()}
+
+
+# --- the census: torch calls per source expression -------------------------------------------
+
+_USER, _AMP, _VERIFY, _OTHER = range(4)
+
+
+def _positions(code, lasti: int) -> Optional[tuple]:
+    """(line, end_line, col, end_col) of the instruction at ``lasti`` (the call in progress),
+    columns 0-based in UTF-8 bytes, as ``co_positions`` gives them; None when unknown."""
+    try:
+        pos = list(code.co_positions())[lasti // 2]
+    except (AttributeError, IndexError):  # Python < 3.11 has no column table
+        return None
+    return None if None in pos else pos
+
+
+def _char_column(file: str, line: int, byte_col: int) -> int:
+    """0-based UTF-8 byte column -> 1-based character column (the linter's columns)."""
+    import linecache
+
+    text = linecache.getline(file, line)
+    return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")) + 1
+
+
+def source_span(file: str, line: int, end_line: int, col: int, end_col: int) -> str:
+    """The source text between two 0-based byte columns (one line, elided when long)."""
+    import linecache
+
+    lines = [linecache.getline(file, n).encode("utf-8") for n in range(line, end_line + 1)]
+    if not lines or not any(lines):
+        return ""
+    if len(lines) == 1:
+        text = lines[0][col:end_col]
+    else:
+        text = lines[0][col:] + b"".join(lines[1:-1]) + lines[-1][:end_col]
+    text = " ".join(text.decode("utf-8", errors="replace").split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
 
 class Census(TorchFunctionMode):
+    """Every torch call made from a user source expression during one forward, with the
+    statistics of its output, keyed by (file, line, op, columns).
+
+    It also keeps, per call in order, whether all its floating inputs were finite (a device
+    flag, read in one sync by :meth:`origin`): the first call whose inputs were finite and
+    whose output has new inf/NaN is where the non-finite values *originate*; every later one
+    only propagates them."""
+
     def __init__(self, user_files: set, reference: Reference, is_reference: bool, pending: _Pending, order: list):
         super().__init__()
         self.user_files = user_files
@@ -290,23 +388,41 @@ class Census(TorchFunctionMode):
         self.sites: dict[tuple, _Agg] = {}
         self.counts: dict[tuple, int] = {}
         self.order = order
+        self.calls: list[tuple] = []  # (site, output keys, inputs-finite flag tensor)
+        self._kinds: dict = {}
+        self._positions: dict = {}
+
+    def _kind(self, code) -> int:
+        kind = self._kinds.get(code)
+        if kind is None:
+            path = canonical(code.co_filename)
+            if path in self.user_files:
+                kind = _USER
+            elif path.startswith(AMP_DIR):
+                kind = _AMP
+            elif path.startswith(_VERIFY_DIR):
+                kind = _VERIFY
+            else:
+                kind = _OTHER
+            self._kinds[code] = kind
+        return kind
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         name = getattr(func, "__name__", None) or type(func).__name__
         if name in _SKIP_OPS:
             return out
         try:
             frame = sys._getframe(1)
             from_amp = False
-            user_files = self.user_files
             while frame is not None:
-                filename = frame.f_code.co_filename
-                if filename in user_files:
+                kind = self._kind(frame.f_code)
+                if kind == _USER:
                     break
-                if filename.startswith(AMP_DIR):
+                if kind == _AMP:
                     from_amp = True
-                elif filename.startswith(_VERIFY_DIR):
+                elif kind == _VERIFY:
                     return out  # the verifier's own statistics (module hooks, loss)
                 frame = frame.f_back
             if frame is None or (from_amp and name in _CAST_OPS):
@@ -314,47 +430,118 @@ class Census(TorchFunctionMode):
             tensors = floating_tensors(out, limit=2)
             if not tensors:
                 return out
-            site = (frame.f_code.co_filename, frame.f_lineno, name)
+            code = frame.f_code
+            pkey = (code, frame.f_lasti)
+            pos = self._positions.get(pkey, False)
+            if pos is False:
+                pos = self._positions[pkey] = _positions(code, frame.f_lasti)
+            file = canonical(code.co_filename)
+            if pos is not None:
+                site = (file, pos[0], name, pos[2], pos[1], pos[3])
+            else:
+                site = (file, frame.f_lineno, name, None, None, None)
             agg = self.sites.get(site)
             if agg is None:
                 agg = self.sites[site] = _Agg()
             n = self.counts.get(site, 0)
             self.counts[site] = n + 1
             self.order[0] += 1
+            keys = []
             for i, t in enumerate(tensors):
                 d = t.detach()
                 key = ("site",) + site + (n, i)
+                keys.append(key)
                 if self.is_reference:
                     self.reference.keep(key, d)
                     ref = None
                 else:
                     ref = self.reference.get(key)
                 self.pending.add(agg, key, d, ref, self.order[0], 0)
+            inputs = floating_tensors((args, kwargs), limit=8)
+            if inputs:
+                flag = torch.stack([torch.isfinite(t.detach()).all() for t in inputs]).all()
+            else:
+                flag = None
+            self.calls.append((site, keys, flag))
         except Exception:  # the census must never break the user's forward
             pass
         return out
 
+    def origin(self, bad: dict, ref_nonfinite: Optional[dict]) -> Optional[dict]:
+        """The first call whose output has more inf/NaN than the fp32 run (``ref_nonfinite``;
+        None: this is the fp32 run, any inf/NaN counts) and whose floating inputs were all
+        finite: where the non-finite values were made.  When every such output had non-finite
+        inputs already, the first one (``inputs_finite`` False)."""
+        flags = [c[2] for c in self.calls]
+        present = [f for f in flags if f is not None]
+        values = iter(torch.stack(present).tolist()) if present else iter(())
+        finite = [True if f is None else bool(next(values)) for f in flags]
+        first = None
+        for (site, keys, _), ok in zip(self.calls, finite):
+            new = any(bad.get(k, 0) > (ref_nonfinite.get(k, 0) if ref_nonfinite is not None else 0) for k in keys)
+            if not new:
+                continue
+            if ok:
+                return _origin_dict(site, True)
+            if first is None:
+                first = site
+        return _origin_dict(first, False) if first is not None else None
+
+
+def _origin_dict(site: tuple, inputs_finite: bool) -> dict:
+    file, line, op, col, end_line, end_col = site
+    out = {"file": file, "line": line, "op": op, "end_line": end_line or line, "column": None, "end_column": None,
+           "expr": None, "inputs_finite": inputs_finite}
+    if col is not None:
+        out["column"] = _char_column(file, line, col)
+        out["end_column"] = _char_column(file, end_line, end_col)
+        out["expr"] = source_span(file, line, end_line, col, end_col)
+    return out
+
 
 # --- loss functions --------------------------------------------------------------------------
 
+def _is_scalar(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 0
+
+
+def _children(out) -> list:
+    """The values inside a model output, in order (tuple, list, dict, dataclass, ModelOutput)."""
+    if isinstance(out, dict):  # ModelOutput is an OrderedDict of its non-None fields
+        return list(out.values())
+    if isinstance(out, (list, tuple)):
+        return list(out)
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        return [getattr(out, f.name, None) for f in dataclasses.fields(out)]
+    return []
+
+
+def first_scalar(out, depth: int = 0) -> Optional[torch.Tensor]:
+    """The loss a model returns: its ``loss`` key or attribute, else the first floating 0-d
+    tensor anywhere in it (depth first, in order): ``(logits, loss)`` -> loss."""
+    if _is_scalar(out):
+        return out
+    if depth > 4 or isinstance(out, torch.Tensor):
+        return None
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None) if not isinstance(out, (list, tuple, str, bytes)) else None
+    if _is_scalar(loss):
+        return loss
+    for value in _children(out):
+        found = first_scalar(value, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 def _auto_loss(out):
-    if isinstance(out, torch.Tensor):
-        if out.is_floating_point() and out.dim() == 0:
-            return out.float()
-        if out.is_floating_point():
-            return out.float().pow(2).mean()
+    """``--loss auto``: the first scalar in the output (:func:`first_scalar`), else the sum
+    over its floating tensors of the mean of squares."""
+    if isinstance(out, torch.Tensor) and not out.is_floating_point():
         raise TypeError(f"the model returned a {out.dtype} tensor; pass --loss to say how to get a scalar from it")
-    if isinstance(out, dict):
-        if isinstance(out.get("loss"), torch.Tensor):
-            return out["loss"].float()
-        values = list(out.values())
-    elif isinstance(out, (list, tuple)):
-        values = list(out)
-        if values and isinstance(values[0], torch.Tensor) and values[0].dim() == 0 and values[0].is_floating_point():
-            return values[0].float()
-    else:
-        values = floating_tensors(out)
-    terms = [t.float().pow(2).mean() for t in floating_tensors(values) if t.requires_grad or True]
+    scalar = first_scalar(out)
+    if scalar is not None:
+        return scalar.float()
+    terms = [t.float().pow(2).mean() for t in floating_tensors(out)]
     if not terms:
         raise TypeError(f"cannot derive a loss from a {type(out).__name__}; pass --loss")
     return sum(terms)
@@ -395,14 +582,22 @@ def make_loss(spec: str) -> Callable:
 
 def describe_crash(exc: BaseException, user_files: set, phase: str, step: int) -> dict:
     frames = traceback.extract_tb(exc.__traceback__)
-    user = [f for f in frames if os.path.abspath(f.filename) in user_files or f.filename in user_files]
+    user = [f for f in frames if canonical(f.filename) in user_files]
     where = user[-1] if user else None
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return {
+    crash = {
         "type": type(exc).__name__, "message": message[:500], "phase": phase, "step": step,
-        "file": os.path.abspath(where.filename) if where else None, "line": where.lineno if where else None,
+        "file": canonical(where.filename) if where else None, "line": where.lineno if where else None,
+        "end_line": None, "column": None, "end_column": None,
         "code": (where.line or "").strip() if where else None,
     }
+    # the expression that raised (Python 3.11+ tracebacks carry its columns)
+    if where is not None and getattr(where, "colno", None) is not None and getattr(where, "end_colno", None) is not None:
+        end_line = getattr(where, "end_lineno", None) or where.lineno
+        crash["end_line"] = end_line
+        crash["column"] = _char_column(crash["file"], where.lineno, where.colno)
+        crash["end_column"] = _char_column(crash["file"], end_line, where.end_colno)
+    return crash
 
 
 # --- one level -------------------------------------------------------------------------------
@@ -486,15 +681,37 @@ class SGD(torch.optim.Optimizer):
         return loss
 
 
-def _optimizer(cfg: RunConfig, params):
+#: Adam's usual epsilon; the verifier's own optimizer uses it wherever the state can hold it
+ADAM_EPS = 1e-8
+
+
+def optimizer_eps(cfg: RunConfig, level: str) -> Optional[float]:
+    """The epsilon the verifier's Adam(W) uses at ``level`` (None for SGD).
+
+    At O3 there are no fp32 master weights: the parameters, and so Adam's state, are half,
+    and ``1e-8`` is 0 in fp16 -- ``sqrt(v) + eps`` is then 0 wherever a gradient underflowed
+    and the update is 0/0 = NaN on the first step, in *every* model.  That is the
+    optimizer's problem, not a layer's: at O3 the verifier uses fp16's smallest normal
+    (6.1e-5) instead, and the report says so (with the same fix for the user's training)."""
+    if cfg.optimizer == "sgd":
+        return None
+    if level == "O3":
+        tiny = torch.finfo(DTYPES[cfg.dtype]).tiny
+        if ADAM_EPS < tiny:
+            return float(tiny)
+    return ADAM_EPS
+
+
+def _optimizer(cfg: RunConfig, params, level: str = "O0"):
     params = [p for p in params if p.requires_grad]
     if not params:
         return None
     if cfg.optimizer == "sgd":
         return SGD(params, lr=cfg.lr)
+    eps = optimizer_eps(cfg, level)
     if cfg.optimizer == "adam":
-        return AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    return AdamW(params, lr=cfg.lr)
+        return AdamW(params, lr=cfg.lr, eps=eps, weight_decay=0.0)
+    return AdamW(params, lr=cfg.lr, eps=eps)
 
 
 def _relative_error(outs: list[torch.Tensor], refs: Optional[list[torch.Tensor]]) -> Optional[float]:
@@ -539,18 +756,20 @@ class LevelRunner:
         out: dict[str, Any] = {"level": level, "dtype": "fp32" if is_ref else cfg.dtype, "crash": None, "losses": [],
                                "loss_scales": [], "skipped_steps": 0, "output_rel_err": None, "loss_rel_err": None,
                                "modules": [], "sites": [], "first_nonfinite_module": None, "first_nonfinite_site": None,
-                               "seconds": 0.0, "nonfinite_loss": False}
+                               "origin": None, "seconds": 0.0, "nonfinite_loss": False}
         started = time.perf_counter()
         amp.reset()
-        sites = ConstructionSites(lambda f: os.path.abspath(f) in self.user_files)
+        sites = ConstructionSites(lambda f: canonical(f) in self.user_files)
         phase, step = "build", 0
         handles = []
         pending = _Pending()
         modules: list[tuple[str, Any, _Agg, _Agg]] = []
         order = [0]
         census = None
+        lines = LineTrace(self.user_files) if cfg.census else None
         try:
-            model, args, kwargs = self.build(sites)
+            with lines.active() if lines else contextlib.nullcontext():
+                model, args, kwargs = self.build(sites)
             model = model.to(device)
             args, kwargs = _to_device(args, device), _to_device(kwargs, device)
             model.train()
@@ -561,7 +780,7 @@ class LevelRunner:
                     fwd, grd = _Agg(), _Agg()
                     modules.append((name or "(model)", mod, fwd, grd))
                     handles.append(mod.register_forward_hook(self._hook(idx, fwd, grd, pending, state, order, is_ref)))
-            optimizer = _optimizer(cfg, model.parameters())
+            optimizer = _optimizer(cfg, model.parameters(), level)
             phase = "initialize"
             kw: dict[str, Any] = {"opt_level": level, "verbosity": 0}
             if not is_ref and cfg.dtype == "bf16":
@@ -577,14 +796,16 @@ class LevelRunner:
                 if optimizer is not None:
                     optimizer.zero_grad(set_to_none=True)
                 phase = "forward"
-                if step == 0 and cfg.census:
-                    census = Census(self.user_files, self.reference, is_ref, pending, order)
-                    with census:
+                traced = lines.active() if lines and step == 0 else contextlib.nullcontext()
+                with traced:
+                    if step == 0 and cfg.census:
+                        census = Census(self.user_files, self.reference, is_ref, pending, order)
+                        with census:
+                            output = model(*args, **kwargs)
+                    else:
                         output = model(*args, **kwargs)
-                else:
-                    output = model(*args, **kwargs)
-                phase = "loss"
-                loss = self.loss_fn(output, (args, kwargs))
+                    phase = "loss"
+                    loss = self.loss_fn(output, (args, kwargs))
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                     raise TypeError(f"the loss must be a scalar tensor, got {type(loss).__name__}")
                 loss_value = float(loss.detach().float())
@@ -601,8 +822,9 @@ class LevelRunner:
                 if optimizer is not None and loss.requires_grad:
                     phase = "backward"
                     skipped_before = amp.skipped_steps(0)
-                    with amp.scale_loss(loss, optimizer) as scaled:
-                        scaled.backward()
+                    with lines.active() if lines and step == 0 else contextlib.nullcontext():  # custom backward()s
+                        with amp.scale_loss(loss, optimizer) as scaled:
+                            scaled.backward()
                     phase = "step"
                     optimizer.step()
                     out["loss_scales"].append(float(amp.loss_scale(0)))
@@ -628,8 +850,14 @@ class LevelRunner:
             for a, b in zip(out["losses"][:n], self.reference.losses[:n]):
                 errs.append(abs(a - b) / abs(b) if b else abs(a - b) if _finite(a) else math.inf)
             out["loss_rel_err"] = max(errs) if errs else None
+        out["executed"] = lines.by_file() if lines else None
         out["modules"] = self._module_report(modules, sites)
         out["sites"] = self._site_report(census)
+        if census is not None:
+            try:
+                out["origin"] = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
+            except Exception:  # a device error while reading the flags: no origin rather than no report
+                out["origin"] = None
         first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
         if first:
             out["first_nonfinite_module"] = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
@@ -677,7 +905,7 @@ class LevelRunner:
         rows = []
         for name, mod, fwd, grd in modules:
             cls = type(mod)
-            src = class_source(cls) if os.path.abspath(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files else None
+            src = class_source(cls) if canonical(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files else None
             built = sites.get(mod)
             f, g = fwd.to_dict(), grd.to_dict()
             f["first_new_nonfinite"] = fwd.first_new_nonfinite
@@ -698,10 +926,12 @@ class LevelRunner:
         if census is None:
             return []
         rows = []
-        for (file, line, op), agg in census.sites.items():
+        for (file, line, op, col, end_line, end_col), agg in census.sites.items():
             d = agg.to_dict()
             d.update({"file": file, "line": line, "op": op, "first_new_nonfinite": agg.first_new_nonfinite,
-                      "order": agg.first_order[1] if agg.first_order else None})
+                      "order": agg.first_order[1] if agg.first_order else None, "end_line": end_line or line,
+                      "column": _char_column(file, line, col) if col is not None else None,
+                      "end_column": _char_column(file, end_line, end_col) if col is not None else None})
             rows.append(d)
         rows.sort(key=lambda r: (r["order"] or 0))
         return rows

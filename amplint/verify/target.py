@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -23,9 +24,20 @@ from typing import Any, Callable, Optional
 
 import amplint
 
-AMPLINT_DIR = os.path.dirname(os.path.abspath(amplint.__file__))
+
+
+@functools.lru_cache(maxsize=None)
+def canonical(path: str) -> str:
+    """The one spelling of a file's path used everywhere in verify: absolute, ``..`` and
+    symlinks resolved.  ``co_filename``, ``__file__`` and traceback paths keep whatever path
+    the import used (``harness/../src/model.py``, a symlink), the linter gets another; only
+    their real paths compare equal."""
+    return os.path.realpath(path)
+
+
+AMPLINT_DIR = os.path.dirname(canonical(amplint.__file__))
 AMP_DIR = os.path.join(AMPLINT_DIR, "amp")
-_STDLIB_DIRS = tuple({os.path.abspath(p) for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
+_STDLIB_DIRS = tuple({canonical(p) for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
                                                     sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")) if p})
 
 
@@ -62,7 +74,7 @@ def is_user_file(path: Optional[str]) -> bool:
     package (torch, numpy...) or amplint itself."""
     if not path or not path.endswith(".py"):
         return False
-    path = os.path.abspath(path)
+    path = canonical(path)
     if path.startswith(AMPLINT_DIR + os.sep):
         return False
     if any(path.startswith(d + os.sep) for d in _STDLIB_DIRS):
@@ -126,7 +138,7 @@ def import_file(path: str):
         sys.path.insert(0, root)
     if "." in dotted:
         stale = sys.modules.get(dotted)
-        if stale is not None and os.path.abspath(getattr(stale, "__file__", "") or "") != path:
+        if stale is not None and canonical(getattr(stale, "__file__", "") or "") != canonical(path):
             for name in [n for n in sys.modules if n == dotted or n.startswith(dotted.split(".")[0] + ".") or n == dotted.split(".")[0]]:
                 del sys.modules[name]
         return importlib.import_module(dotted)
@@ -162,7 +174,7 @@ class ConstructionSites:
                 frame = sys._getframe(1)
                 while frame is not None:
                     if frame.f_locals.get("self") is not module and user_file(frame.f_code.co_filename):
-                        sites[module] = (os.path.abspath(frame.f_code.co_filename), frame.f_lineno)
+                        sites[module] = (canonical(frame.f_code.co_filename), frame.f_lineno)
                         break
                     frame = frame.f_back
             except Exception:
@@ -185,7 +197,7 @@ def class_source(cls) -> Optional[dict]:
         _, line = inspect.getsourcelines(cls)
     except (TypeError, OSError):
         return None
-    info = {"file": os.path.abspath(path) if path else None, "line": line, "forward_line": None, "end_line": None}
+    info = {"file": canonical(path) if path else None, "line": line, "forward_line": None, "end_line": None}
     try:
         lines, start = inspect.getsourcelines(cls)
         info["end_line"] = start + len(lines) - 1
