@@ -8,25 +8,21 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-pytest.importorskip("torch")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def amplint(*args, cwd=ROOT):
-    env = dict(os.environ, NO_COLOR="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "amplint", "verify", *args, "--device", "cpu"], cwd=cwd,
-                          capture_output=True, text=True, env=env, timeout=120)
+def run_verify(amplint, *args, cwd=ROOT):
+    """``amplint verify ARGS --device cpu`` through the console script (conftest's runner)."""
+    return amplint("verify", *args, "--device", "cpu", cwd=cwd, env={"NO_COLOR": "1", "OMP_NUM_THREADS": "1"},
+                   timeout=120)
 
 
-def verify_json(*args, cwd=ROOT) -> tuple[int, dict]:
-    proc = amplint(*args, "--format", "json", cwd=cwd)
+def verify_json(amplint, *args, cwd=ROOT) -> tuple[int, dict]:
+    proc = run_verify(amplint, *args, "--format", "json", cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     data = json.loads(proc.stdout)  # nothing else on stdout
     return proc.returncode, data
@@ -102,10 +98,10 @@ MASK_THEN_SOFTMAX_SUM = """
 """
 
 
-def test_origin_of_nan_confirms_only_the_finding_that_made_it(tmp_path):
+def test_origin_of_nan_confirms_only_the_finding_that_made_it(tmp_path, amplint):
     norm = write(tmp_path, "norm_model.py", NORMALIZE_THEN_SOFTMAX)
     mask = write(tmp_path, "mask_model.py", MASK_THEN_SOFTMAX_SUM)
-    status, data = verify_json(norm + "::example", mask + "::example", "--opt-level", "O2", "--steps", "1")
+    status, data = verify_json(amplint, norm + "::example", mask + "::example", "--opt-level", "O2", "--steps", "1")
     norm_report, mask_report = data["results"]
 
     # the softmax only propagated normalize's NaN: not confirmed; the origin is listed with its expression
@@ -126,7 +122,7 @@ def test_origin_of_nan_confirms_only_the_finding_that_made_it(tmp_path):
     assert status == 1
 
 
-def test_model_imported_through_dotdot_and_symlink_is_matched(tmp_path):
+def test_model_imported_through_dotdot_and_symlink_is_matched(tmp_path, amplint):
     write(tmp_path, "src/mask_model.py", MASK_THEN_SOFTMAX_SUM)
     harness = write(tmp_path, "harness/make.py", """
         import os
@@ -140,7 +136,7 @@ def test_model_imported_through_dotdot_and_symlink_is_matched(tmp_path):
             return upstream()
     """)
     os.symlink(str(tmp_path / "src" / "mask_model.py"), str(tmp_path / "linked.py"))
-    _, data = verify_json(harness + "::example", str(tmp_path / "linked.py") + "::example", "--opt-level", "O2",
+    _, data = verify_json(amplint, harness + "::example", str(tmp_path / "linked.py") + "::example", "--opt-level", "O2",
                           "--steps", "1")
     for report in data["results"]:
         # the per-expression trace saw the model's lines (not just its module classes)
@@ -203,9 +199,9 @@ LOSS_MODELS = """
     """
 
 
-def test_loss_is_the_first_scalar_in_a_tuple_or_dataclass(tmp_path):
+def test_loss_is_the_first_scalar_in_a_tuple_or_dataclass(tmp_path, amplint):
     write(tmp_path, "model.py", LOSS_MODELS)
-    status, data = verify_json("model.py::tuple_out", "model.py::dataclass_out", "--opt-level", "O1", "--steps", "2",
+    status, data = verify_json(amplint, "model.py::tuple_out", "model.py::dataclass_out", "--opt-level", "O1", "--steps", "2",
                                cwd=str(tmp_path))
     for report in data["results"]:
         o0, o1 = report["before"]["O0"], report["before"]["O1"]
@@ -214,24 +210,24 @@ def test_loss_is_the_first_scalar_in_a_tuple_or_dataclass(tmp_path):
     assert status == 0
 
 
-def test_loss_selected_in_pyproject_and_on_the_command_line(tmp_path):
+def test_loss_selected_in_pyproject_and_on_the_command_line(tmp_path, amplint):
     write(tmp_path, "model.py", LOSS_MODELS)
     (tmp_path / "pyproject.toml").write_text('[tool.amplint.verify]\nloss = "out[1] * 2"\n')
-    _, data = verify_json("model.py::tuple_out", "--opt-level", "O1", "--steps", "1", cwd=str(tmp_path))
-    _, plain = verify_json("model.py::tuple_out", "--opt-level", "O1", "--steps", "1", "--loss", "auto", cwd=str(tmp_path))
+    _, data = verify_json(amplint, "model.py::tuple_out", "--opt-level", "O1", "--steps", "1", cwd=str(tmp_path))
+    _, plain = verify_json(amplint, "model.py::tuple_out", "--opt-level", "O1", "--steps", "1", "--loss", "auto", cwd=str(tmp_path))
     doubled, auto = data["results"][0]["before"]["O0"]["losses"][0], plain["results"][0]["before"]["O0"]["losses"][0]
     assert data["results"][0]["loss"] == "out[1] * 2"
     assert doubled == pytest.approx(2 * auto) and auto < 10
 
 
-def test_most_steps_skipped_is_not_ok(tmp_path):
+def test_most_steps_skipped_is_not_ok(tmp_path, amplint):
     write(tmp_path, "model.py", LOSS_MODELS)
-    proc = amplint("model.py::exploding", "--opt-level", "O1", "--steps", "3", cwd=str(tmp_path))
+    proc = run_verify(amplint, "model.py::exploding", "--opt-level", "O1", "--steps", "3", cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stdout
     assert "skipped steps" in proc.stdout and "3 of 3 steps skipped, loss scale fell to 8192" in proc.stdout
 
 
-def test_model_output_is_captured_and_json_stays_parsable(tmp_path):
+def test_model_output_is_captured_and_json_stays_parsable(tmp_path, amplint):
     write(tmp_path, "noisy.py", """
         import sys
 
@@ -256,25 +252,25 @@ def test_model_output_is_captured_and_json_stays_parsable(tmp_path):
             print("building")
             return Net(), (torch.randn(2, 8),)
     """)
-    _, data = verify_json("noisy.py::example", "--opt-level", "O1", "--steps", "1", cwd=str(tmp_path))
+    _, data = verify_json(amplint, "noisy.py::example", "--opt-level", "O1", "--steps", "1", cwd=str(tmp_path))
     printed = data["results"][0]["model_output"]
     for text in ("importing the noisy model", "building", "forward (2, 8)", "a warning of its own"):
         assert text in printed
-    proc = amplint("noisy.py::example", "--opt-level", "O1", "--steps", "1", cwd=str(tmp_path))
+    proc = run_verify(amplint, "noisy.py::example", "--opt-level", "O1", "--steps", "1", cwd=str(tmp_path))
     assert proc.returncode == 0
     head, _, shown = proc.stdout.partition("Model output")
     assert "forward (2, 8)" not in head and "  | forward (2, 8)" in shown
     assert "a warning of its own" not in proc.stderr
 
 
-def test_o3_with_adamw_passes_a_clean_model_and_names_the_optimizer_eps():
-    proc = amplint("fixtures/verify/clean/mlp.py::example", "--opt-level", "O3", "--steps", "2")
+def test_o3_with_adamw_passes_a_clean_model_and_names_the_optimizer_eps(amplint):
+    proc = run_verify(amplint, "fixtures/verify/clean/mlp.py::example", "--opt-level", "O3", "--steps", "2")
     assert proc.returncode == 0, proc.stdout
     assert "optimizer eps below the fp16 range" in proc.stdout and "eps=6.1e-05" in proc.stdout
     assert "Runtime problems" not in proc.stdout
 
 
-def test_lines_never_run_are_not_executed_and_judged_once_a_fix_reaches_them(tmp_path):
+def test_lines_never_run_are_not_executed_and_judged_once_a_fix_reaches_them(tmp_path, amplint):
     path = write(tmp_path, "attention.py", """
         import torch
         from torch import nn
@@ -300,7 +296,7 @@ def test_lines_never_run_are_not_executed_and_judged_once_a_fix_reaches_them(tmp
             mask[:, :, 6:] = True
             return Attention(), (torch.randn(2, 8, 16), mask)
     """)
-    _, data = verify_json(path + "::example", "--opt-level", "O2", "--steps", "1")
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O2", "--steps", "1")
     [report] = data["results"]
     assert report["before"]["O2"]["crash"]["line"] == 15  # masked_fill(-1e9) on a half tensor
     branch = by_code(report, "AMP301")
@@ -309,7 +305,7 @@ def test_lines_never_run_are_not_executed_and_judged_once_a_fix_reaches_them(tmp
     assert after_crash["line"] == 16
     assert after_crash["status"] == "not executed" and "crashed at" in after_crash["not_executed"]
 
-    _, data = verify_json(path + "::example", "--opt-level", "O2", "--steps", "1", "--unsafe-fixes")
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O2", "--steps", "1", "--unsafe-fixes")
     [report] = data["results"]
     assert by_code(report, "AMP101")["status"] == "fixed"
     reached = by_code(report, "AMP302")  # no fix of its own: the crash's fix let it run
@@ -317,7 +313,7 @@ def test_lines_never_run_are_not_executed_and_judged_once_a_fix_reaches_them(tmp
     assert by_code(report, "AMP301")["status"] == "not executed"
 
 
-def test_after_fix_locations_are_lines_of_the_original_file(tmp_path):
+def test_after_fix_locations_are_lines_of_the_original_file(tmp_path, amplint):
     # the einsum fix inserts two lines after the imports; the gram matrix overflows (no rule
     # predicts it) and must be shown at its line in the original file, before and after
     path = write(tmp_path, "mixer.py", """
@@ -339,7 +335,7 @@ def test_after_fix_locations_are_lines_of_the_original_file(tmp_path):
         def example():
             return Mixer(), (torch.randn(2, 8, 16) * 4,)
     """)
-    _, data = verify_json(path + "::example", "--opt-level", "O1", "--steps", "1", "--fix")
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O1", "--steps", "1", "--fix")
     [report] = data["results"]
     assert "register_half_function" in "".join(report["fixed_files"].values())
     before, after = report["before"]["O1"], report["after"]["O1"]
