@@ -20,9 +20,9 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .amp.policy import OPT_LEVELS
 from .numerics import TARGETS
 
-OPT_LEVELS = ("O0", "O1", "O2", "O3")
 DEVICES = ("cuda", "cpu", "any")
 ENGINES = ("amplint", "torch")
 FIX_STYLES = ("functional", "module")

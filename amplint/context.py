@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
+from .bindings import BINDING_NAMES as _BINDING_NAMES
+from .bindings import bound_names, parent_of
+from .dtypes import dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
@@ -44,41 +47,10 @@ _SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 #: node types every walk collects, whatever the rules ask for (call graph, rule summaries)
 _ALWAYS_BUCKETED = frozenset(("Call", "BinOp"))
-#: statements and expressions that bind names (the evaluator's local-variable tables)
-_BINDING_NAMES = frozenset(("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor", "With", "AsyncWith", "NamedExpr"))
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
     return tuple(reversed([f for f in cls._fields if f not in _SKIPPED_FIELDS]))
-
-
-def bound_names(node: ast.AST) -> list[str]:
-    """Names a binding statement or expression binds (targets of =, for, with, :=)."""
-    cls = node.__class__
-    if cls is ast.Assign:
-        targets = node.targets
-    elif cls is ast.With or cls is ast.AsyncWith:
-        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
-    elif cls in (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr):
-        targets = [node.target]
-    else:
-        return []
-    out: list[str] = []
-    stack = list(targets)
-    while stack:  # names inside tuple / list / starred targets; attributes and subscripts bind none
-        target = stack.pop()
-        cls = target.__class__
-        if cls is ast.Name:
-            out.append(target.id)
-        elif cls is ast.Tuple or cls is ast.List:
-            stack.extend(target.elts)
-        elif cls is ast.Starred:
-            stack.append(target.value)
-    return out
-
-
-def parent_of(node: ast.AST) -> Optional[ast.AST]:
-    return getattr(node, "amplint_parent", None)
 
 
 class FileContext:
@@ -100,6 +72,8 @@ class FileContext:
         self.project = project
         self.newline = "\r\n" if "\r\n" in source[:10000] else "\n"
         self.findings: list[Finding] = []
+        #: each rule's per-file state, as its ``begin_file`` returned it
+        self._rule_states: dict[type, Any] = {}
         self._lines: Optional[list[str]] = None
         self._ascii = source.isascii()
         self._imports: dict[str, str] = {}
@@ -481,8 +455,6 @@ class FileContext:
         ``else`` of ``if x.dtype == torch.float16:`` (or the body of ``if x.dtype ==
         torch.float32:``), True in a branch only half reaches, None when no dtype check
         decides it.  ``-1e4 if x.dtype == torch.half else -1e9`` works the same way."""
-        from .analysis.constants import dtype_branch
-
         return dtype_branch(self, node, target)
 
     # --- source text -----------------------------------------------------------------
@@ -533,6 +505,16 @@ class FileContext:
         text = self.line_text(node.lineno)
         return text[: len(text) - len(text.lstrip(" \t"))]
 
+    # --- rule state ------------------------------------------------------------------
+
+    def begin(self, rule: Rule) -> None:
+        """Run ``rule.begin_file`` and keep the state it returns for :meth:`state`."""
+        self._rule_states[type(rule)] = rule.begin_file(self)
+
+    def state(self, rule: Rule) -> Any:
+        """The state ``rule.begin_file`` returned for this file."""
+        return self._rule_states.get(type(rule))
+
     # --- reporting -------------------------------------------------------------------
 
     def report(
@@ -558,8 +540,8 @@ class FileContext:
             severity=Severity(severity) if severity is not None else rule.severity,
             fix=fix,
             related=list(related),
+            node=node,
         )
-        finding.node = node  # for suppression lookup; dropped before results leave the worker
         self.findings.append(finding)
         return finding
 

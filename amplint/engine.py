@@ -59,10 +59,10 @@ class _Rules:
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "_Rules":
-        key = ("_Rules", settings.fingerprint())
-        found = _WORKER.get(key)
+        key = settings.fingerprint()
+        found = _WORKER.rule_sets.get(key)
         if found is None:
-            found = _WORKER[key] = cls(_rules_for(settings))
+            found = _WORKER.rule_sets[key] = cls(_rules_for(settings))
         return found
 
     def relevant(self, text: str) -> bool:
@@ -108,15 +108,13 @@ def lint_text(
             errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
 
     for rule in selected.instances:
-        if hasattr(rule, "begin_file"):
-            guarded(rule, rule.begin_file, ctx)
+        guarded(rule, ctx.begin, rule)
     for node_type, visitors in selected.dispatch.items():
         for node in buckets.get(node_type, ()):
             for rule, method in visitors:
                 guarded(rule, method, node, ctx)
     for rule in selected.instances:
-        if hasattr(rule, "end_file"):
-            guarded(rule, rule.end_file, ctx)
+        guarded(rule, rule.end_file, ctx)
 
     ignored = settings.ignored_for(path)
     findings = [f for f in ctx.findings if not any(f.code.startswith(c) for c in ignored)]
@@ -291,17 +289,30 @@ def _finding_from_dict(d: dict) -> Finding:
     )
 
 
-# Worker state: set in each pool process by _init_worker (or in-process).
-_WORKER: dict = {}
+@dataclasses.dataclass
+class WorkerState:
+    """What one process (a pool worker, or this one) keeps between files."""
+
+    #: the run's project index; None in the first check pass (each file gets an empty one)
+    project: Optional[ProjectIndex] = None
+    #: settings fingerprint -> the rule classes those settings select
+    rule_classes: dict[str, list[type[Rule]]] = dataclasses.field(default_factory=dict)
+    #: settings fingerprint -> those rules instantiated, with their dispatch table
+    rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
+
+
+# Set in each pool process by _init_worker (or in-process).
+_WORKER = WorkerState()
 
 
 def _init_worker(project_json: Optional[list]) -> None:
-    _WORKER["project"] = ProjectIndex(FileSummary.from_json(s) for s in project_json) if project_json is not None else None
-    _WORKER["rules"] = {}
+    global _WORKER
+    project = ProjectIndex(FileSummary.from_json(s) for s in project_json) if project_json is not None else None
+    _WORKER = WorkerState(project)
 
 
 def _rules_for(settings: Settings) -> list[type[Rule]]:
-    cache = _WORKER.setdefault("rules", {})
+    cache = _WORKER.rule_classes
     key = settings.fingerprint()
     if key not in cache:
         cache[key] = select_rules(all_rules(settings.rule_paths), settings)
@@ -334,7 +345,7 @@ def _check_task(args) -> dict:
         if not _worth_parsing(source.text, settings, unused):
             entry["summary"] = FileSummary(path).to_json()
             return entry  # cannot involve torch or any selected rule: not even parsed
-        given = _WORKER.get("project")
+        given = _WORKER.project
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
         if given is None:
@@ -344,7 +355,7 @@ def _check_task(args) -> dict:
         entry["errors"].append(_error_dict(exc))
         return entry
     for f in findings:
-        f.__dict__.pop("node", None)
+        f.node = None  # ast nodes stay in the worker
     entry["findings"] = [f.to_dict() for f in findings]
     entry["frames"] = _frames(findings, source.text)
     entry["errors"] = [_error_dict(e) for e in errors]
@@ -360,7 +371,7 @@ def _fix_task(args) -> FileResult:
         result.errors.append(exc)
         return result
     rules = _rules_for(settings)
-    project = _WORKER.get("project")
+    project = _WORKER.project
     try:
         new_text, fixed, findings, errors = fix_text(path, source.text, settings, rules, project, options.unsafe_fixes)
         result.errors.extend(errors)
@@ -383,17 +394,17 @@ def _fix_task(args) -> FileResult:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
         return result
     for f in findings:
-        f.__dict__.pop("node", None)
+        f.node = None  # ast nodes stay in the worker
     result.findings = findings
     result.frames = _frames(findings, source.text)
     return result
 
 
 def _summary_markers(settings: Settings) -> tuple[str, ...]:
-    rules = all_rules(settings.rule_paths)
-    if any(hasattr(r, "collect") and not getattr(r, "collect_markers", ()) for r in rules):
+    collecting = [r for r in all_rules(settings.rule_paths) if r.collects()]
+    if any(not r.collect_markers for r in collecting):
         return ("",)  # a rule collects from every file
-    return CONFIG_MARKERS + tuple(m for r in rules for m in getattr(r, "collect_markers", ()))
+    return CONFIG_MARKERS + tuple(m for r in collecting for m in r.collect_markers)
 
 
 def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:

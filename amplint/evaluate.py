@@ -26,7 +26,7 @@ import math
 import operator
 from typing import TYPE_CHECKING, Optional
 
-from .context import bound_names
+from .bindings import bound_names
 from .rule import Related
 
 if TYPE_CHECKING:

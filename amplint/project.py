@@ -8,9 +8,10 @@ therefore runs in two phases: every file is summarised (a small, JSON-able
 :class:`FileSummary`), the summaries are merged into a :class:`ProjectIndex`, and
 then every file is linted with that index in its context.
 
-Rules contribute facts by defining ``collect(ctx) -> JSON-able or None`` (and
-``collect_markers``: substrings a file needs for ``collect`` to matter); the merged
-per-file results are available to every rule as ``ctx.project.facts(code)``.
+Rules contribute facts by overriding :meth:`amplint.rule.Rule.collect` (a classmethod:
+``collect(ctx) -> JSON-able or None``, with ``collect_markers``: substrings a file needs
+for ``collect`` to matter); the merged per-file results are available to every rule as
+``ctx.project.facts(code)``.
 """
 from __future__ import annotations
 
@@ -63,15 +64,12 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
                     ConfigDefault(cls.name, field, value.value, ctx.path, node.lineno, ctx.char_col(node.lineno, node.col_offset) + 1)
                 )
     for rule in rules:
-        if isinstance(rule, type):
-            rule = rule()
-        collect = getattr(rule, "collect", None)
-        if collect is None:
+        if not rule.collects():
             continue
-        markers = getattr(rule, "collect_markers", ())
+        markers = rule.collect_markers
         if markers and not any(m in ctx.source for m in markers):
             continue
-        data = collect(ctx)
+        data = rule.collect(ctx)
         if data is not None:
             summary.facts[rule.code] = data
     return summary

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-from typing import ClassVar, Iterable, Optional, Sequence, Union
+from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 
 
 class Severity(str, enum.Enum):
@@ -117,6 +117,9 @@ class Finding:
     severity: Severity
     fix: Optional[Fix] = None
     related: list[Related] = dataclasses.field(default_factory=list)
+    #: the reported node, for suppression lookup in the file it came from; never
+    #: serialised, compared or sent between processes (the engine drops it first)
+    node: Optional[ast.AST] = dataclasses.field(default=None, compare=False, repr=False)
 
     def sort_key(self):
         return (self.path, self.line, self.column, self.code)
@@ -175,9 +178,17 @@ class Invalid:
 
 
 class Rule:
-    """Base class of every rule.  Subclasses set the class attributes and define
-    ``visit_<ast node class name>(self, node, ctx)`` methods; optional
-    ``begin_file(ctx)`` / ``end_file(ctx)`` hooks run before and after the walk."""
+    """Base class of every rule.
+
+    Subclasses set the class attributes and define ``visit_<ast node class
+    name>(self, node, ctx)`` methods, which the engine calls in source order during its
+    one walk of each file.  The hooks below are no-ops here; override the ones a rule
+    needs.  The engine calls every hook on every rule, so none is looked up by name.
+
+    One instance of a rule lints many files (one per worker process and settings), so a
+    rule keeps nothing about a file on ``self``: what it needs across visits of one
+    file lives in the state object ``begin_file`` returns, read back with
+    ``ctx.state(self)``."""
 
     code: ClassVar[str] = ""
     name: ClassVar[str] = ""
@@ -192,8 +203,35 @@ class Rule:
     #: substrings of which at least one must occur in a file for the rule to matter;
     #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
     markers: ClassVar[tuple[str, ...]] = ()
+    #: substrings of which at least one must occur in a file for :meth:`collect` to
+    #: find anything there.  Empty with ``collect`` overridden: every file is summarised.
+    collect_markers: ClassVar[tuple[str, ...]] = ()
     VALID: ClassVar[Sequence[Union[Valid, str]]] = ()
     INVALID: ClassVar[Sequence[Union[Invalid, str]]] = ()
+
+    # --- hooks ---------------------------------------------------------------------
+
+    def begin_file(self, ctx) -> Any:
+        """Called once per file before the walk.  Returns this rule's state for the
+        file (best a small dataclass; None when the rule needs none); visitors and
+        :meth:`end_file` get it back from ``ctx.state(self)``."""
+        return None
+
+    def end_file(self, ctx) -> None:
+        """Called once per file after the walk: for findings that need the whole file
+        (collected in the state during the walk, reported here)."""
+
+    @classmethod
+    def collect(cls, ctx) -> Any:
+        """Facts this file gives the other files of the run (JSON-able, or None for
+        none).  Runs in the summary pass, before any file is linted; the merged results
+        reach every rule as ``ctx.project.facts(code)``.  See :mod:`amplint.project`."""
+        return None
+
+    @classmethod
+    def collects(cls) -> bool:
+        """Whether the rule overrides :meth:`collect` (the summary pass skips it otherwise)."""
+        return cls.collect.__func__ is not Rule.collect.__func__
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

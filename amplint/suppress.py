@@ -54,7 +54,7 @@ def parse_directives(ctx: FileContext) -> dict[int, Directive]:
 
 def statement_lines(ctx: FileContext, finding: Finding) -> range:
     """The lines a suppression comment may sit on for ``finding``."""
-    node = getattr(finding, "node", None)
+    node = finding.node
     stmt = ctx.enclosing_statement(node) if node is not None else None
     if stmt is None:
         return range(finding.line, finding.end_line + 1)

@@ -2,24 +2,34 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Optional
 
 from amplint.analysis.constants import (
-    dtype_branch,
-    dtype_literal,
     feeds_softmax,
-    finfo_text,
     float_cast_name,
     fp32_evidence,
     origin_has_default,
     tensor_name,
 )
-from amplint.numerics import FORMATS, fmt
+from amplint.dtypes import dtype_literal
+from amplint.evaluate import Value
+from amplint.numerics import FORMATS, Format, fmt
+from amplint.fixes import finfo_text
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _FILL_METHODS = ("masked_fill", "masked_fill_", "fill_", "new_full", "full", "full_like", "where", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
 _NON_TENSOR_CALLS = ("len", "int", "float", "round", "abs", "min", "max", "sum", "range", "str", "bool")
 _NON_TENSOR_MODULES = ("time.", "math.", "numpy.", "random.", "datetime.", "os.", "sys.")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Overflow:
+    """A use whose value overflows: ``at`` is the expression to report and replace (for
+    ``-1e4 if half else -1e9``, the branch that runs in half)."""
+
+    at: ast.AST
+    value: Value
 
 
 class OverflowConstant(Rule):
@@ -67,17 +77,25 @@ Measured on fp16 tensors (CPU and CUDA; `fp16-facts.md`):
 
 ## Example
 ```python
-scores = scores.masked_fill(mask == 0, -1e9)
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, mask):
+    scores = scores.masked_fill(mask == 0, -1e9)
+    return scores.softmax(dim=-1)
 ```
 
 ## Use instead
 ```python
-scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, mask):
+    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1)
 ```
 
-## Fix applicability
+## Fix safety
 The fix writes `torch.finfo(<tensor>.dtype).min` (`.max` for positive constants), naming
 the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_full` /
 `clamp`, the other branch of `torch.where`, the subscripted tensor, the `dtype=` of
@@ -96,203 +114,153 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
 """
 
     VALID = [
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e4)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -65500)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, float('-inf'))\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"target": "bf16"}),
-        Valid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e9)\n", settings={"opt_level": "O0"}),
-        Valid(
-            "import torch\n"
-            "def f(x, m):\n"
-            "    if x.dtype == torch.float16:\n"
-            "        return x.masked_fill(m, -1e4)\n"
-            "    else:\n"
-            "        return x.masked_fill(m, -1e30)\n"
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e4)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -65500)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, torch.finfo(x.dtype).min)
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, float('-inf'))
+            """),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e9)
+            """, settings={"target": "bf16"}),
+        Valid("""
+            import torch
+            def f(x, m):
+                return x.masked_fill(m, -1e9)
+            """, settings={"opt_level": "O0"}),
+        Valid("""
+            import torch
+            def f(x, m):
+                if x.dtype == torch.float16:
+                    return x.masked_fill(m, -1e4)
+                else:
+                    return x.masked_fill(m, -1e30)
+            """
         ),
-        Valid(
-            "import torch\n"
-            "def f(x, m):\n"
-            "    fill = -1e4 if x.dtype in (torch.float16, torch.bfloat16) else -1e9\n"
-            "    return x.masked_fill(m, fill)\n"
+        Valid("""
+            import torch
+            def f(x, m):
+                fill = -1e4 if x.dtype in (torch.float16, torch.bfloat16) else -1e9
+                return x.masked_fill(m, fill)
+            """
         ),
-        Valid("import torch\ndef f(x, m):\n    v = -1e4 if x.dtype == torch.half else -1e9\n    return x\n"),
-        Valid("import torch\ndef f(n):\n    return torch.full((n,), -1e9)\n"),
-        Valid("import torch\ndef f(n):\n    return torch.full((n,), -1e9, dtype=torch.float32)\n"),
-        Valid("import torch\nbest = 1e9\ndef f():\n    return 4 * 1e9\n"),
-        Valid("import numpy as np\nimport torch\ndef f(m, x):\n    return np.where(m, x, -1e9)\n"),
-        Valid("import torch\nimport time\nclass M(torch.nn.Module):\n    def forward(self, x):\n        t = time.time() * 1e9\n        return x / 1e9\n"),
-        Valid("import torch\ndef f(x):\n    return x.clamp(min=-1e4, max=1e4)\n"),
-        Valid("import torch\ndef f(n):\n    beam_scores = torch.zeros((n, 4), dtype=torch.float)\n    beam_scores[:, 1:] = -1e9\n    return beam_scores.softmax(-1)\n"),
-        Valid("import torch\ndef f(x, m):\n    s = x.float()\n    return s.masked_fill(m, -1e9).softmax(-1)\n"),
-        Valid("import torch\ndef f(x, m):\n    return x.float().masked_fill(m, -1e9).softmax(-1).type_as(x)\n"),
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, s, m):\n        return s + (1.0 - m.to(torch.float32)) * -1e9\n"),
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, m, s):\n        return s + torch.where(m > 0, 0.0, -1e10)\n"),
-        # integer offsets are token / index arithmetic, not tensor values in half
-        Valid("import torch\nclass M(torch.nn.Module):\n    def forward(self, codes):\n        return codes.flatten() + 128256\n"),
-        # DETR's masks_to_boxes: the coordinates are fp32 (arange(dtype=torch.float)) whatever the masks are
-        Valid(
-            "import torch\n"
-            "def masks_to_boxes(masks, h, w):\n"
-            "    y = torch.arange(0, h, dtype=torch.float)\n"
-            "    x = torch.arange(0, w, dtype=torch.float)\n"
-            "    y, x = torch.meshgrid(y, x)\n"
-            "    x_mask = masks * x.unsqueeze(0)\n"
-            "    return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]\n"
-        ),
+        Valid("""
+            import torch
+            def f(x, m):
+                v = -1e4 if x.dtype == torch.half else -1e9
+                return x
+            """),
+        Valid("""
+            import torch
+            def f(n):
+                return torch.full((n,), -1e9)
+            """),
+        Valid("""
+            import torch
+            def f(n):
+                return torch.full((n,), -1e9, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch
+            best = 1e9
+            def f():
+                return 4 * 1e9
+            """),
+        Valid("""
+            import numpy as np
+            import torch
+            def f(m, x):
+                return np.where(m, x, -1e9)
+            """),
     ]
     INVALID = [
-        Invalid(
-            "import torch\n"
-            "def attend(scores, mask):\n"
-            "    scores = scores.masked_fill(mask == 0, -1e9)\n"
-            "    return torch.softmax(scores, dim=-1)\n",
+        Invalid("""
+            import torch
+            def attend(scores, mask):
+                scores = scores.masked_fill(mask == 0, -1e9)
+                return torch.softmax(scores, dim=-1)
+            """,
             line=3,
             message="`-1e9` exceeds float16's largest value (65504)",
-            expected_fix="import torch\n"
-            "def attend(scores, mask):\n"
-            "    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n"
-            "    return torch.softmax(scores, dim=-1)\n",
+            expected_fix="""
+                import torch
+                def attend(scores, mask):
+                    scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+                    return torch.softmax(scores, dim=-1)
+                """,
         ),
-        Invalid(
-            "import torch.nn.functional as F\nimport torch as th\n"
-            "def attend(s, m):\n"
-            "    return F.softmax(s.masked_fill_(m, value=-1e10), -1)\n",
-            expected_fix="import torch.nn.functional as F\nimport torch as th\n"
-            "def attend(s, m):\n"
-            "    return F.softmax(s.masked_fill_(m, value=th.finfo(s.dtype).min), -1)\n",
+        Invalid("""
+            import torch.nn.functional as F
+            import torch as th
+            def attend(s, m):
+                return F.softmax(s.masked_fill_(m, value=-1e10), -1)
+            """,
+            expected_fix="""
+                import torch.nn.functional as F
+                import torch as th
+                def attend(s, m):
+                    return F.softmax(s.masked_fill_(m, value=th.finfo(s.dtype).min), -1)
+                """,
         ),
-        Invalid(
-            "import torch\nNEG_INF = -1e9\n"
-            "def f(x, m):\n"
-            "    return x.masked_fill(m, NEG_INF).softmax(-1)\n",
+        Invalid("""
+            import torch
+            NEG_INF = -1e9
+            def f(x, m):
+                return x.masked_fill(m, NEG_INF).softmax(-1)
+            """,
             line=4,
             message="NEG_INF",
-            expected_fix="import torch\nNEG_INF = -1e9\n"
-            "def f(x, m):\n"
-            "    return x.masked_fill(m, torch.finfo(x.dtype).min).softmax(-1)\n",
+            expected_fix="""
+                import torch
+                NEG_INF = -1e9
+                def f(x, m):
+                    return x.masked_fill(m, torch.finfo(x.dtype).min).softmax(-1)
+                """,
         ),
         # reached through a default argument: finding, but no fix (a caller may pass another value)
-        Invalid(
-            "import torch\n"
-            "def attention(q, k, v, mask, mask_value=-1e9):\n"
-            "    s = (q @ k.T).masked_fill(mask, mask_value)\n"
-            "    return s.softmax(-1) @ v\n",
+        Invalid("""
+            import torch
+            def attention(q, k, v, mask, mask_value=-1e9):
+                s = (q @ k.T).masked_fill(mask, mask_value)
+                return s.softmax(-1) @ v
+            """,
             line=3,
             message="mask_value",
             expected_fix=None,
         ),
         # self.attr from an __init__ default
-        Invalid(
-            "import torch\n"
-            "class Attn(torch.nn.Module):\n"
-            "    def __init__(self, fill=-1e9):\n"
-            "        super().__init__()\n"
-            "        self.fill = fill\n"
-            "    def forward(self, s, m):\n"
-            "        return s.masked_fill(m, self.fill).softmax(-1)\n",
+        Invalid("""
+            import torch
+            class Attn(torch.nn.Module):
+                def __init__(self, fill=-1e9):
+                    super().__init__()
+                    self.fill = fill
+                def forward(self, s, m):
+                    return s.masked_fill(m, self.fill).softmax(-1)
+            """,
             line=7,
             expected_fix=None,
         ),
-        # a config-class default used as config.attr
-        Invalid(
-            "import torch\nfrom dataclasses import dataclass\n"
-            "@dataclass\nclass ModelConfig:\n    mask_value: float = -1e9\n"
-            "class Attn(torch.nn.Module):\n"
-            "    def __init__(self, config: ModelConfig):\n"
-            "        super().__init__()\n"
-            "        self.config = config\n"
-            "    def forward(self, s, m):\n"
-            "        return s.masked_fill(m, self.config.mask_value).softmax(-1)\n",
-            line=11,
-            message="self.config.mask_value",
-            expected_fix=None,
-        ),
-        # not feeding a softmax: unsafe, still fixed with --unsafe-fixes
-        Invalid(
-            "import torch\ndef f(x, m):\n    x.masked_fill_(m, -1e9)\n    return x.sum()\n",
-            expected_fix="import torch\ndef f(x, m):\n    x.masked_fill_(m, torch.finfo(x.dtype).min)\n    return x.sum()\n",
-        ),
-        Invalid(
-            "import torch\ndef f(x, m):\n    return torch.where(m, x, -1e9).softmax(-1)\n",
-            expected_fix="import torch\ndef f(x, m):\n    return torch.where(m, x, torch.finfo(x.dtype).min).softmax(-1)\n",
-        ),
-        Invalid(
-            "import torch\ndef f(x, m):\n    x[m] = -1e9\n    return torch.softmax(x, -1)\n",
-            expected_fix="import torch\ndef f(x, m):\n    x[m] = torch.finfo(x.dtype).min\n    return torch.softmax(x, -1)\n",
-        ),
-        Invalid(
-            "import torch\ndef f(x):\n    return torch.full(x.shape, -1e9, dtype=x.dtype)\n",
-            expected_fix="import torch\ndef f(x):\n    return torch.full(x.shape, torch.finfo(x.dtype).min, dtype=x.dtype)\n",
-        ),
-        Invalid(
-            "import torch\ndef f(x):\n    return torch.full_like(x, 1e5)\n",
-            message="65504",
-            expected_fix="import torch\ndef f(x):\n    return torch.full_like(x, torch.finfo(x.dtype).max)\n",
-        ),
-        Invalid("import torch\ndef f(x):\n    return x.fill_(-1e9)\n",
-                expected_fix="import torch\ndef f(x):\n    return x.fill_(torch.finfo(x.dtype).min)\n"),
-        Invalid("import torch\ndef f(x):\n    return x.clamp(max=1e10)\n",
-                expected_fix="import torch\ndef f(x):\n    return x.clamp(max=torch.finfo(x.dtype).max)\n"),
-        Invalid("import torch\ndef f(x):\n    return torch.clamp(x, -1e10, 1e4)\n",
-                expected_fix="import torch\ndef f(x):\n    return torch.clamp(x, torch.finfo(x.dtype).min, 1e4)\n"),
-        # additive masks: unsafe
-        Invalid(
-            "import torch\n"
-            "class Enc(torch.nn.Module):\n"
-            "    def forward(self, scores, mask):\n"
-            "        mask = mask.to(dtype=scores.dtype)\n"
-            "        ext = (1.0 - mask) * -1e9\n"
-            "        return scores + ext\n",
-            line=5,
-            expected_fix="import torch\n"
-            "class Enc(torch.nn.Module):\n"
-            "    def forward(self, scores, mask):\n"
-            "        mask = mask.to(dtype=scores.dtype)\n"
-            "        ext = (1.0 - mask) * torch.finfo(mask.dtype).min\n"
-            "        return scores + ext\n",
-        ),
-        # additive mask of an integer mask: the tensor cannot be named honestly -> no fix
-        Invalid(
-            "import torch\n"
-            "class Enc(torch.nn.Module):\n"
-            "    def forward(self, scores, mask):\n"
-            "        return scores + (1 - mask) * -1e9\n",
-            expected_fix=None,
-        ),
-        Invalid(
-            "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x -= 1e9\n        return x\n",
-            expected_fix="import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x -= torch.finfo(x.dtype).max\n        return x\n",
-        ),
-        # fp8 target: 448
-        Invalid("import torch\ndef f(x, m):\n    return x.masked_fill(m, -1e4)\n", settings={"target": "fp8"}, message="448",
-                expected_fix="import torch\ndef f(x, m):\n    return x.masked_fill(m, torch.finfo(x.dtype).min)\n"),
-        # a dtype check that keeps fp32-only code apart; the half branch still counts
-        Invalid(
-            "import torch\n"
-            "def f(x, m):\n"
-            "    if x.dtype != torch.float32:\n"
-            "        x = x.masked_fill(m, -1e9)\n"
-            "    return x\n",
-            line=4,
-            expected_fix="import torch\n"
-            "def f(x, m):\n"
-            "    if x.dtype != torch.float32:\n"
-            "        x = x.masked_fill(m, torch.finfo(x.dtype).min)\n"
-            "    return x\n",
-        ),
-        # no torch import: no fix
-        Invalid("from torch import where\ndef f(x, m):\n    return where(m, x, -1e9)\n", expected_fix=None),
     ]
 
-    def __init__(self):
-        self._use = None  # the branch of a conditional value that overflows
-        self._fmt_ = None  # the target's format; None: nothing to do in this file
-
-    def begin_file(self, ctx) -> None:
-        self._fmt_ = self._format(ctx)
-
-    def _format(self, ctx):
+    def begin_file(self, ctx) -> Optional[Format]:
+        """The file's state: the target's format (None: nothing to do in this file)."""
         target = ctx.settings.target
         if ctx.settings.opt_level == "O0":
             return None  # O0 trains in fp32
@@ -302,29 +270,27 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
 
     # --- helpers ---------------------------------------------------------------------
 
-    def _overflow(self, ctx, expr: ast.AST, fmt_):
-        """The folded value of ``expr`` when it overflows the target, else None."""
+    def _overflow(self, ctx, expr: ast.AST, fmt_) -> Optional[_Overflow]:
+        """Where and by how much ``expr`` overflows the target, else None."""
         if expr is None:
             return None
         if isinstance(expr, ast.IfExp):  # -1e4 if x.dtype == torch.half else -1e9
             for branch in (expr.body, expr.orelse):
-                value = self._overflow(ctx, branch, fmt_)
-                if value is not None and dtype_branch(ctx, branch) is not False:
-                    self._use = branch
-                    return value
+                found = self._overflow(ctx, branch, fmt_)
+                if found is not None and ctx.branch_runs_in_half(branch) is not False:
+                    return found
             return None
         if isinstance(expr, (ast.Constant, ast.UnaryOp, ast.Name, ast.Attribute, ast.BinOp, ast.Call)):
             if isinstance(expr, ast.Call) and not (isinstance(expr.func, ast.Name) and expr.func.id in ("float", "int")):
                 return None
             value = ctx.evaluate(expr)
             if value is not None and isinstance(value.value, (int, float)) and fmt_.overflows(value.value):
-                return value
+                return _Overflow(expr, value)
         return None
 
-    def _report(self, ctx, use, value, fmt_, what, tensor, safe, dtype_expr=False, receiver=None):
-        if self._use is not None:
-            use, self._use = self._use, None
-        if dtype_branch(ctx, use) is False:
+    def _report(self, ctx, found: _Overflow, fmt_, what, tensor, *, safe, dtype_expr=False, receiver=None):
+        use, value = found.at, found.value
+        if ctx.branch_runs_in_half(use) is False:
             return
         probe = receiver if receiver is not None else None if dtype_expr else tensor
         if probe is not None and fp32_evidence(ctx, probe, use):
@@ -351,7 +317,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if name not in _FILL_METHODS:
             return
-        fmt_ = self._fmt_
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         qn = ctx.qualname(func)
@@ -366,12 +332,12 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 target, value_expr = (args[0] if args else kw.get("input")), (args[2] if len(args) > 2 else kw.get("value"))
             else:
                 target, value_expr = receiver, (args[1] if len(args) > 1 else kw.get("value"))
-            value = self._overflow(ctx, value_expr, fmt_)
-            if value is not None:
+            found = self._overflow(ctx, value_expr, fmt_)
+            if found is not None:
                 safe = feeds_softmax(ctx, node, {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None)
-                self._report(ctx, value_expr, value, fmt_,
+                self._report(ctx, found, fmt_,
                              "`masked_fill` raises `RuntimeError: value cannot be converted to type c10::Half without overflow` on a half tensor",
-                             tensor_name(target) if target is not None else None, safe, receiver=target)
+                             tensor_name(target) if target is not None else None, safe=safe, receiver=target)
         elif name == "where":
             if is_function:
                 if len(args) != 3:
@@ -384,25 +350,25 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             if ctx.evaluate(a) is not None and ctx.evaluate(b) is not None:
                 return  # torch.where(m, 0.0, -1e10): two Python scalars make an fp32 tensor
             for value_expr, other in ((b, a), (a, b)):
-                value = self._overflow(ctx, value_expr, fmt_)
-                if value is not None:
-                    self._report(ctx, value_expr, value, fmt_,
+                found = self._overflow(ctx, value_expr, fmt_)
+                if found is not None:
+                    self._report(ctx, found, fmt_,
                                  "`torch.where` gives -inf on CPU and raises on CUDA for a half tensor",
-                                 tensor_name(other), feeds_softmax(ctx, node), receiver=other)
+                                 tensor_name(other), safe=feeds_softmax(ctx, node), receiver=other)
         elif name in ("fill_", "new_full"):
             if receiver is None:
                 return
             value_expr = args[0] if name == "fill_" and args else args[1] if len(args) > 1 else kw.get("fill_value" if name == "new_full" else "value")
-            value = self._overflow(ctx, value_expr, fmt_)
-            if value is not None:
-                self._report(ctx, value_expr, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor", tensor_name(receiver), False,
+            found = self._overflow(ctx, value_expr, fmt_)
+            if found is not None:
+                self._report(ctx, found, fmt_, f"`{name}` raises `RuntimeError` on a half tensor", tensor_name(receiver), safe=False,
                              receiver=receiver)
         elif name in ("full", "full_like"):
             if not is_function:
                 return
             value_expr = args[1] if len(args) > 1 else kw.get("fill_value")
-            value = self._overflow(ctx, value_expr, fmt_)
-            if value is None:
+            found = self._overflow(ctx, value_expr, fmt_)
+            if found is None:
                 return
             dtype = kw.get("dtype")
             if name == "full":
@@ -418,7 +384,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 if dtype is not None and dtype_literal(ctx, dtype) in ("float32", "float64"):
                     return
                 tensor, as_dtype = (tensor_name(args[0]) if args else None), False
-            self._report(ctx, value_expr, value, fmt_, f"`torch.{name}` raises `RuntimeError` for a half dtype", tensor, False, as_dtype)
+            self._report(ctx, found, fmt_, f"`torch.{name}` raises `RuntimeError` for a half dtype", tensor, safe=False, dtype_expr=as_dtype)
         else:  # clamp / clip family
             if is_function:
                 target = args[0] if args else kw.get("input")
@@ -430,10 +396,10 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             else:
                 bounds = [positional[0] if positional else kw.get("min"), positional[1] if len(positional) > 1 else kw.get("max")]
             for bound in bounds:
-                value = self._overflow(ctx, bound, fmt_)
-                if value is not None:
-                    self._report(ctx, bound, value, fmt_, f"`{name}` raises `RuntimeError` on a half tensor",
-                                 tensor_name(target) if target is not None else None, False, receiver=target)
+                found = self._overflow(ctx, bound, fmt_)
+                if found is not None:
+                    self._report(ctx, found, fmt_, f"`{name}` raises `RuntimeError` on a half tensor",
+                                 tensor_name(target) if target is not None else None, safe=False, receiver=target)
 
     # --- x[m] = -1e9 -------------------------------------------------------------------
 
@@ -442,11 +408,11 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             return
         if not isinstance(node.value, (ast.Constant, ast.UnaryOp, ast.Name, ast.Attribute, ast.Call, ast.IfExp)):
             return
-        fmt_ = self._fmt_
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
-        value = self._overflow(ctx, node.value, fmt_)
-        if value is None:
+        found = self._overflow(ctx, node.value, fmt_)
+        if found is None:
             return
         target = tensor_name(node.targets[0])
         if target is None:
@@ -455,19 +421,19 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         softmax = feeds_softmax(ctx, node.value, produced)
         if not softmax and not ctx.in_model_code(node):
             return  # cfg["max_len"] = 1e6
-        self._report(ctx, node.value, value, fmt_, "assigning it into a half tensor stores -inf", target, softmax)
+        self._report(ctx, found, fmt_, "assigning it into a half tensor stores -inf", target, safe=softmax)
 
     def visit_AugAssign(self, node: ast.AugAssign, ctx) -> None:
         if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
             return
-        fmt_ = self._fmt_
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
-        value = self._overflow(ctx, node.value, fmt_)
-        if value is None or not ctx.in_model_code(node):
+        found = self._overflow(ctx, node.value, fmt_)
+        if found is None or not ctx.in_model_code(node):
             return
-        self._report(ctx, node.value, value, fmt_, "half tensor arithmetic with it gives inf",
-                     tensor_name(node.target), False)
+        self._report(ctx, found, fmt_, "half tensor arithmetic with it gives inf",
+                     tensor_name(node.target), safe=False)
 
     # --- arithmetic ------------------------------------------------------------------
 
@@ -484,14 +450,14 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 candidates.append((side, other))
         if not candidates:
             return
-        fmt_ = self._fmt_
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         for side, other in candidates:
-            value = self._overflow(ctx, side, fmt_)
-            if value is None:
+            found = self._overflow(ctx, side, fmt_)
+            if found is None:
                 continue
-            if isinstance(value.value, int):
+            if isinstance(found.value.value, int):
                 # a Python int added to a tensor is index / token arithmetic
                 # (`ids + config.token_offset`, `vocab * n`); masks are written as floats
                 continue
@@ -499,8 +465,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 return
             # (1.0 - mask) * -1e9 inside `scores + ...`: report the innermost binop only once
             func = ctx.enclosing_function(node)
-            self._report(ctx, side, value, fmt_, "half tensor arithmetic with it gives -inf (softmax of a fully masked row is then NaN)",
-                         float_cast_name(ctx, other, func), False, receiver=other)
+            self._report(ctx, found, fmt_, "half tensor arithmetic with it gives -inf (softmax of a fully masked row is then NaN)",
+                         float_cast_name(ctx, other, func), safe=False, receiver=other)
             return
 
     def _tensorish(self, ctx, expr: ast.AST) -> bool:

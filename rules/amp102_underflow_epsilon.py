@@ -5,8 +5,8 @@ import ast
 import math
 from typing import Optional
 
-from amplint.analysis.constants import dtype_branch, fp32_evidence
-from amplint.numerics import FORMATS, fmt
+from amplint.analysis.constants import fp32_evidence
+from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 #: functions / methods for which an argument of the form `x + eps` is a stabiliser
@@ -122,22 +122,38 @@ on a constant row gives 0, not inf: the fused kernel adds eps in fp32. Adam's
 
 ## Example
 ```python
+import torch
+from torch import nn
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-8):
-        ...
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
     def forward(self, x):
-        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 ```
 
 ## Use instead
 ```python
+import torch
+from torch import nn
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-4):
-        ...
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 ```
 or compute the statistics in fp32 (`x.float()`, then cast the result back).
 
-## Fix applicability
+## Fix safety
 The fix raises the literal to the smallest "round" normal number of the target
 (fp16: `1e-4`, fp8 e4m3: `0.02`), where the literal is written in this file (a default
 argument, a module constant, the use itself); with none (an optimizer default) it adds
@@ -150,144 +166,117 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     VALID = [
         # a bare clip() of unknown origin is not torch's
-        Valid("import torch\nx = clip(value=1, min_val=16)\n"),
+        Valid("""
+            import torch
+            x = clip(value=1, min_val=16)
+            """),
         # the norm computes in fp32 (Qwen2/Llama RMSNorm): its eps is added in fp32
-        Valid(
-            "import torch\nimport torch.nn as nn\n\n"
-            "class RMSNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-6):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n\n"
-            "    def forward(self, x):\n"
-            "        h = x.to(torch.float32)\n"
-            "        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)\n\n"
-            "class Block(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.norm = RMSNorm(64, eps=1e-6)\n"
+        Valid("""
+            import torch
+            import torch.nn as nn
+
+            class RMSNorm(nn.Module):
+                def __init__(self, d, eps=1e-6):
+                    super().__init__()
+                    self.eps = eps
+
+                def forward(self, x):
+                    h = x.to(torch.float32)
+                    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.norm = RMSNorm(64, eps=1e-6)
+            """
         ),
-        Valid("import torch\nimport torch.nn as nn\nln = nn.LayerNorm(8, eps=1e-12)\n"),
-        Valid("import torch\nimport torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self, d, eps=1e-4):\n        super().__init__()\n        self.norm = nn.LayerNorm(d, eps=eps)\n    def forward(self, x):\n        return self.norm(x)\nb = Block(8, eps=1e-12)\n"),
-        Valid("import torch\nimport torch.nn.functional as F\ndef f(x):\n    return F.normalize(x, eps=1e-12)\n"),
-        Valid("import torch\ndef f(x):\n    return x / (x.norm() + 1e-4)\n"),
-        Valid("import torch\ndef f(x):\n    return torch.log(x + 1e-8)\n", settings={"target": "bf16"}),
-        Valid("import torch\ndef f(x):\n    return torch.log(x.exp() + 1e-8)\n", settings={"opt_level": "O0"}),
-        Valid("import numpy as np\nimport torch\ndef f(p):\n    return np.log(p + 1e-10)\n"),
-        Valid("import torch\ndef f(x):\n    x = x.float()\n    var = x.pow(2).mean(-1)\n    return x * torch.rsqrt(var + 1e-6)\n"),
-        Valid("import torch\ndef f(h, eps=1e-6):\n    h = h.to(torch.float32)\n    v = h.pow(2).mean(-1)\n    return h * torch.rsqrt(v + eps)\n"),
-        Valid("import torch\nopt = torch.optim.Adam([], lr=1e-3, eps=1e-8)\n"),
-        Valid("import torch\nclass Kron(torch.optim.Optimizer):\n    def step(self):\n        for p in self.params:\n            p.grad.div_(p.grad.square().mean().sqrt() + 1e-8)\n"),
-        Valid("import torch\ndef f(x):\n    if x.dtype == torch.float32:\n        return torch.log(x + 1e-10)\n    return torch.log(x + 1e-4)\n"),
-        Valid("import torch\ndef f(x):\n    return x + 1e-8\n"),
-        Valid("import torch\ndef f(lr):\n    return lr / (1 + 1e-8)\n"),
-        Valid("import torch\ndef warmup(step, total):\n    return step / (total + 1e-8)\n"),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            ln = nn.LayerNorm(8, eps=1e-12)
+            """),
+        Valid("""
+            import torch
+            import torch.nn as nn
+            class Block(nn.Module):
+                def __init__(self, d, eps=1e-4):
+                    super().__init__()
+                    self.norm = nn.LayerNorm(d, eps=eps)
+                def forward(self, x):
+                    return self.norm(x)
+            b = Block(8, eps=1e-12)
+            """),
+        Valid("""
+            import torch
+            import torch.nn.functional as F
+            def f(x):
+                return F.normalize(x, eps=1e-12)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                return x / (x.norm() + 1e-4)
+            """),
+        Valid("""
+            import torch
+            def f(x):
+                return torch.log(x + 1e-8)
+            """, settings={"target": "bf16"}),
+        Valid("""
+            import torch
+            def f(x):
+                return torch.log(x.exp() + 1e-8)
+            """, settings={"opt_level": "O0"}),
     ]
     INVALID = [
-        Invalid(
-            "import torch\ndef f(x):\n    return x / (x.norm(dim=-1, keepdim=True) + 1e-8)\n",
+        Invalid("""
+            import torch
+            def f(x):
+                return x / (x.norm(dim=-1, keepdim=True) + 1e-8)
+            """,
             line=3, severity="error", message="becomes 0",
-            expected_fix="import torch\ndef f(x):\n    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)\n",
+            expected_fix="""
+                import torch
+                def f(x):
+                    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)
+                """,
         ),
-        Invalid(
-            "import torch\ndef nll(p):\n    return -torch.log(p + 1e-10).mean()\n",
-            expected_fix="import torch\ndef nll(p):\n    return -torch.log(p + 1e-4).mean()\n",
+        Invalid("""
+            import torch
+            def nll(p):
+                return -torch.log(p + 1e-10).mean()
+            """,
+            expected_fix="""
+                import torch
+                def nll(p):
+                    return -torch.log(p + 1e-4).mean()
+                """,
         ),
-        Invalid(
-            "import torch\nimport torch.nn as nn\n"
-            "class LayerNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-6):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        u = x.mean(-1, keepdim=True)\n"
-            "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
-            "        return (x - u) / torch.sqrt(s + self.eps)\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            class LayerNorm(nn.Module):
+                def __init__(self, d, eps=1e-6):
+                    super().__init__()
+                    self.eps = eps
+                def forward(self, x):
+                    u = x.mean(-1, keepdim=True)
+                    s = (x - u).pow(2).mean(-1, keepdim=True)
+                    return (x - u) / torch.sqrt(s + self.eps)
+            """,
             line=10, severity="warning", message="subnormal",
-            expected_fix="import torch\nimport torch.nn as nn\n"
-            "class LayerNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-4):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        u = x.mean(-1, keepdim=True)\n"
-            "        s = (x - u).pow(2).mean(-1, keepdim=True)\n"
-            "        return (x - u) / torch.sqrt(s + self.eps)\n",
-        ),
-        # the softmax runs in fp32, but is cast back before the log
-        Invalid(
-            "import torch\nimport torch.nn.functional as F\n"
-            "def f(logits):\n"
-            "    p = F.softmax(logits.float(), -1).type_as(logits)\n"
-            "    return torch.log(p + 1e-8)\n",
-            line=5,
-            expected_fix="import torch\nimport torch.nn.functional as F\n"
-            "def f(logits):\n"
-            "    p = F.softmax(logits.float(), -1).type_as(logits)\n"
-            "    return torch.log(p + 1e-4)\n",
-        ),
-        Invalid(
-            "import torch\nEPS = 1e-12\ndef f(v):\n    return (v + EPS).rsqrt()\n",
-            line=4,
-            expected_fix="import torch\nEPS = 1e-4\ndef f(v):\n    return (v + EPS).rsqrt()\n",
-        ),
-        Invalid(
-            "import torch\nclass N(torch.nn.Module):\n    def forward(self, v):\n        return 1 / (v + 1e-9) ** 0.5\n",
-            expected_fix="import torch\nclass N(torch.nn.Module):\n    def forward(self, v):\n        return 1 / (v + 1e-4) ** 0.5\n",
-        ),
-        Invalid(
-            "import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-12))\n",
-            expected_fix="import torch\ndef f(p):\n    return torch.log(p.clamp(min=1e-4))\n",
-        ),
-        Invalid(
-            "import torch\ndef f(p):\n    return torch.clamp(p, 1e-12, 1.0)\n",
-            expected_fix="import torch\ndef f(p):\n    return torch.clamp(p, 1e-4, 1.0)\n",
-        ),
-        Invalid(
-            "import torch\nopt = torch.optim.AdamW([], lr=1e-3)\n",
-            settings={"opt_level": "O3"}, message="O3",
-            expected_fix="import torch\nopt = torch.optim.AdamW([], lr=1e-3, eps=1e-4)\n",
-        ),
-        Invalid(
-            "import torch\nfrom torch.optim import Adam\nopt = Adam([], eps=1e-8)\n",
-            settings={"opt_level": "O3"},
-            expected_fix="import torch\nfrom torch.optim import Adam\nopt = Adam([], eps=1e-4)\n",
-        ),
-        Invalid(
-            "import torch\ndef f(x):\n    return x / (x.abs().sum() + 1e-3)\n",
-            settings={"target": "fp8"}, message="float8",
-            expected_fix="import torch\ndef f(x):\n    return x / (x.abs().sum() + 2e-2)\n",
-        ),
-        # an argument to a hand-written norm of this file
-        Invalid(
-            "import torch\nimport torch.nn as nn\n"
-            "class RMSNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-4):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)\n"
-            "norm = RMSNorm(64, eps=1e-12)\n",
-            line=9, severity="error",
-            expected_fix="import torch\nimport torch.nn as nn\n"
-            "class RMSNorm(nn.Module):\n"
-            "    def __init__(self, d, eps=1e-4):\n"
-            "        super().__init__()\n"
-            "        self.eps = eps\n"
-            "    def forward(self, x):\n"
-            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)\n"
-            "norm = RMSNorm(64, eps=1e-4)\n",
-        ),
-        # a config default in this file: the finding names it, no fix at the use
-        Invalid(
-            "import torch\nfrom dataclasses import dataclass\n"
-            "@dataclass\nclass NormConfig:\n    eps: float = 1e-12\n"
-            "def f(x, config: NormConfig):\n"
-            "    return x / (x.std(-1) + config.eps)\n",
-            line=7,
-            expected_fix="import torch\nfrom dataclasses import dataclass\n"
-            "@dataclass\nclass NormConfig:\n    eps: float = 1e-4\n"
-            "def f(x, config: NormConfig):\n"
-            "    return x / (x.std(-1) + config.eps)\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                class LayerNorm(nn.Module):
+                    def __init__(self, d, eps=1e-4):
+                        super().__init__()
+                        self.eps = eps
+                    def forward(self, x):
+                        u = x.mean(-1, keepdim=True)
+                        s = (x - u).pow(2).mean(-1, keepdim=True)
+                        return (x - u) / torch.sqrt(s + self.eps)
+                """,
         ),
     ]
 
@@ -341,7 +330,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                    severity=Severity.ERROR if zero else Severity.WARNING)
 
     def _runs_in_half(self, ctx, node, operand) -> bool:
-        if dtype_branch(ctx, node) is False:
+        if ctx.branch_runs_in_half(node) is False:
             return False
         if ctx.settings.opt_level != "O3":
             cls = ctx.enclosing_class(node)
@@ -353,13 +342,14 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
 
     # --- x + eps in a stabilising position --------------------------------------------
 
-    def begin_file(self, ctx) -> None:
-        self._eps_fmt = self._format(ctx)
+    def begin_file(self, ctx) -> Optional[Format]:
+        """The file's state: the target's format (None: nothing to do in this file)."""
+        return self._format(ctx)
 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         if not isinstance(node.op, ast.Add):
             return
-        fmt_ = self._eps_fmt
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         for side, other in ((node.right, node.left), (node.left, node.right)):
@@ -420,7 +410,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
     def _norm_argument(self, node, cls, ctx):
         """``MyLayerNorm(d, eps=1e-12)`` where ``MyLayerNorm`` is a hand-written norm of
         this file: a module whose ``forward`` divides, takes a root or a log."""
-        fmt_ = self._eps_fmt
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         for kw in node.keywords:
@@ -439,7 +429,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                          f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision")
 
     def _clamp(self, node, name, ctx):
-        fmt_ = self._eps_fmt
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         qn = ctx.qualname(node.func)
@@ -467,7 +457,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         qn = ctx.qualname(node.func)
         if qn is None or not (qn.startswith("torch.optim.") or qn.startswith("apex.optimizers.") or qn.startswith("amplint.")):
             return
-        fmt_ = self._format(ctx)
+        fmt_ = ctx.state(self)
         if fmt_ is None:
             return
         where = "at O3 the optimizer state is half (no fp32 master weights), so eps vanishes from the update's denominator"

@@ -9,11 +9,11 @@ from amplint.analysis.constants import (
     SOFTMAX_ATTRS,
     feeds_softmax,
     may_hold_inf,
-    finfo_text,
     mask_kind,
     origin_has_default,
     tensor_name,
 )
+from amplint.fixes import finfo_text
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 
@@ -71,17 +71,25 @@ NaN; with -1e4, -65504 or `finfo.min` it is uniform (`fp16-facts.md`).
 
 ## Example
 ```python
-scores = scores.masked_fill(key_padding_mask, float("-inf"))
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, key_padding_mask):
+    scores = scores.masked_fill(key_padding_mask, float("-inf"))
+    return scores.softmax(dim=-1)
 ```
 
 ## Use instead
 ```python
-scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)
-probs = scores.softmax(dim=-1)
+import torch
+
+
+def attention(scores, key_padding_mask):
+    scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1)
 ```
 
-## Fix applicability
+## Fix safety
 `unsafe`: it changes fp32 results (a fully masked row becomes uniform instead of NaN,
 which is the point, but it is a behaviour change). The fix needs a nameable tensor (the
 receiver of `masked_fill`, the other branch of `where`, the subscripted tensor) and a
@@ -91,113 +99,162 @@ parameter default, the use is not rewritten (a caller may pass another value).
 
     VALID = [
         # nanoGPT: a registered causal buffer
-        Valid(
-            "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
-            "class CausalSelfAttention(nn.Module):\n"
-            "    def __init__(self, n):\n"
-            "        super().__init__()\n"
-            "        self.register_buffer('bias', torch.tril(torch.ones(n, n)).view(1, 1, n, n))\n"
-            "    def forward(self, q, k, v):\n"
-            "        T = q.size(-2)\n"
-            "        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))\n"
-            "        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))\n"
-            "        att = F.softmax(att, dim=-1)\n"
-            "        return att @ v\n"
+        Valid("""
+            import math
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class CausalSelfAttention(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.register_buffer('bias', torch.tril(torch.ones(n, n)).view(1, 1, n, n))
+                def forward(self, q, k, v):
+                    T = q.size(-2)
+                    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+                    att = F.softmax(att, dim=-1)
+                    return att @ v
+            """
         ),
         # a causal mask built locally with triu
-        Valid(
-            "import torch\n"
-            "def attend(s):\n"
-            "    n = s.size(-1)\n"
-            "    m = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)\n"
-            "    return s.masked_fill(m, float('-inf')).softmax(-1)\n"
+        Valid("""
+            import torch
+            def attend(s):
+                n = s.size(-1)
+                m = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+                return s.masked_fill(m, float('-inf')).softmax(-1)
+            """
         ),
-        Valid("import torch\ndef f(s, causal_mask):\n    return torch.softmax(s.masked_fill(causal_mask, -torch.inf), -1)\n"),
+        Valid("""
+            import torch
+            def f(s, causal_mask):
+                return torch.softmax(s.masked_fill(causal_mask, -torch.inf), -1)
+            """),
         # top-k filtering (nanoGPT's generate): the largest logit is never masked
-        Valid(
-            "import torch\nimport torch.nn.functional as F\n"
-            "def sample(logits, top_k):\n"
-            "    v, _ = torch.topk(logits, top_k)\n"
-            "    logits[logits < v[:, [-1]]] = -float('Inf')\n"
-            "    return F.softmax(logits, dim=-1)\n"
+        Valid("""
+            import torch
+            import torch.nn.functional as F
+            def sample(logits, top_k):
+                v, _ = torch.topk(logits, top_k)
+                logits[logits < v[:, [-1]]] = -float('Inf')
+                return F.softmax(logits, dim=-1)
+            """
         ),
-        Valid("import torch\ndef f(logits, indices_to_remove):\n    return logits.masked_fill(indices_to_remove, -float('inf')).softmax(-1)\n"),
+        Valid("""
+            import torch
+            def f(logits, indices_to_remove):
+                return logits.masked_fill(indices_to_remove, -float('inf')).softmax(-1)
+            """),
         # not feeding a softmax (a masked max)
-        Valid("import torch\ndef f(x, pad):\n    return x.masked_fill(pad, float('-inf')).max(dim=1).values\n"),
+        Valid("""
+            import torch
+            def f(x, pad):
+                return x.masked_fill(pad, float('-inf')).max(dim=1).values
+            """),
         # finite fill
-        Valid("import torch\ndef f(s, pad):\n    return s.masked_fill(pad, torch.finfo(s.dtype).min).softmax(-1)\n"),
+        Valid("""
+            import torch
+            def f(s, pad):
+                return s.masked_fill(pad, torch.finfo(s.dtype).min).softmax(-1)
+            """),
     ]
     INVALID = [
-        Invalid(
-            "import torch\n"
-            "def attend(scores, key_padding_mask):\n"
-            "    scores = scores.masked_fill(key_padding_mask, float('-inf'))\n"
-            "    return scores.softmax(dim=-1)\n",
+        Invalid("""
+            import torch
+            def attend(scores, key_padding_mask):
+                scores = scores.masked_fill(key_padding_mask, float('-inf'))
+                return scores.softmax(dim=-1)
+            """,
             line=3, severity="warning", message="padding",
-            expected_fix="import torch\n"
-            "def attend(scores, key_padding_mask):\n"
-            "    scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)\n"
-            "    return scores.softmax(dim=-1)\n",
+            expected_fix="""
+                import torch
+                def attend(scores, key_padding_mask):
+                    scores = scores.masked_fill(key_padding_mask, torch.finfo(scores.dtype).min)
+                    return scores.softmax(dim=-1)
+                """,
         ),
         # unknown mask: info
-        Invalid(
-            "import math\nimport torch.nn.functional as F\nimport torch\n"
-            "def attend(s, mask):\n"
-            "    return F.softmax(s.masked_fill(mask == 0, -math.inf), dim=-1)\n",
+        Invalid("""
+            import math
+            import torch.nn.functional as F
+            import torch
+            def attend(s, mask):
+                return F.softmax(s.masked_fill(mask == 0, -math.inf), dim=-1)
+            """,
             severity="info",
-            expected_fix="import math\nimport torch.nn.functional as F\nimport torch\n"
-            "def attend(s, mask):\n"
-            "    return F.softmax(s.masked_fill(mask == 0, torch.finfo(s.dtype).min), dim=-1)\n",
+            expected_fix="""
+                import math
+                import torch.nn.functional as F
+                import torch
+                def attend(s, mask):
+                    return F.softmax(s.masked_fill(mask == 0, torch.finfo(s.dtype).min), dim=-1)
+                """,
         ),
         # -inf through a module constant
-        Invalid(
-            "import numpy as np\nimport torch\nNEG = -np.inf\n"
-            "def f(s, pad_mask):\n"
-            "    s.masked_fill_(pad_mask, NEG)\n"
-            "    p = torch.softmax(s, -1)\n"
-            "    return p\n",
+        Invalid("""
+            import numpy as np
+            import torch
+            NEG = -np.inf
+            def f(s, pad_mask):
+                s.masked_fill_(pad_mask, NEG)
+                p = torch.softmax(s, -1)
+                return p
+            """,
             line=5,
-            expected_fix="import numpy as np\nimport torch\nNEG = -np.inf\n"
-            "def f(s, pad_mask):\n"
-            "    s.masked_fill_(pad_mask, torch.finfo(s.dtype).min)\n"
-            "    p = torch.softmax(s, -1)\n"
-            "    return p\n",
+            expected_fix="""
+                import numpy as np
+                import torch
+                NEG = -np.inf
+                def f(s, pad_mask):
+                    s.masked_fill_(pad_mask, torch.finfo(s.dtype).min)
+                    p = torch.softmax(s, -1)
+                    return p
+                """,
         ),
         # a causal mask combined with padding is not causal any more
-        Invalid(
-            "import torch\n"
-            "def f(s, attention_mask):\n"
-            "    n = s.size(-1)\n"
-            "    m = torch.tril(torch.ones(n, n)).bool() & attention_mask[:, None, :].bool()\n"
-            "    return torch.where(m, s, float('-inf')).softmax(-1)\n",
+        Invalid("""
+            import torch
+            def f(s, attention_mask):
+                n = s.size(-1)
+                m = torch.tril(torch.ones(n, n)).bool() & attention_mask[:, None, :].bool()
+                return torch.where(m, s, float('-inf')).softmax(-1)
+            """,
             line=5,
-            expected_fix="import torch\n"
-            "def f(s, attention_mask):\n"
-            "    n = s.size(-1)\n"
-            "    m = torch.tril(torch.ones(n, n)).bool() & attention_mask[:, None, :].bool()\n"
-            "    return torch.where(m, s, torch.finfo(s.dtype).min).softmax(-1)\n",
+            expected_fix="""
+                import torch
+                def f(s, attention_mask):
+                    n = s.size(-1)
+                    m = torch.tril(torch.ones(n, n)).bool() & attention_mask[:, None, :].bool()
+                    return torch.where(m, s, torch.finfo(s.dtype).min).softmax(-1)
+                """,
         ),
         # an additive mask for scaled_dot_product_attention
-        Invalid(
-            "import torch\nimport torch.nn.functional as F\n"
-            "def f(q, k, v, pad):\n"
-            "    bias = torch.zeros(pad.shape, dtype=q.dtype).masked_fill(pad, float('-inf'))\n"
-            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)\n",
+        Invalid("""
+            import torch
+            import torch.nn.functional as F
+            def f(q, k, v, pad):
+                bias = torch.zeros(pad.shape, dtype=q.dtype).masked_fill(pad, float('-inf'))
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            """,
             expected_fix=None,
         ),
         # the receiver cannot be named: no fix
-        Invalid(
-            "import torch\ndef f(q, k, pad):\n    return (q @ k.T).masked_fill(pad, float('-inf')).softmax(-1)\n",
+        Invalid("""
+            import torch
+            def f(q, k, pad):
+                return (q @ k.T).masked_fill(pad, float('-inf')).softmax(-1)
+            """,
             expected_fix=None,
         ),
     ]
 
-    def begin_file(self, ctx) -> None:
-        # -inf is spelled with "inf" (float("-inf"), math.inf, np.NINF...) or comes from a config
-        self._active = may_hold_inf(ctx.source)
+    def begin_file(self, ctx) -> bool:
+        """The file's state: whether it can hold -inf at all -- spelled with "inf"
+        (float("-inf"), math.inf, np.NINF...) or from a config."""
+        return may_hold_inf(ctx.source)
 
     def _is_neg_inf(self, ctx, expr):
-        if expr is None or not self._active:
+        if expr is None or not ctx.state(self):
             return None
         if not isinstance(expr, (ast.Call, ast.UnaryOp, ast.Name, ast.Attribute)):
             return None
@@ -265,7 +322,7 @@ parameter default, the use is not rewritten (a caller may pass another value).
         self._check(ctx, node, value, mask, target, produced)
 
     def visit_Assign(self, node: ast.Assign, ctx) -> None:
-        if not self._active or len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
+        if not ctx.state(self) or len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
             return
         if self._is_neg_inf(ctx, node.value) is None:
             return

@@ -1,56 +1,18 @@
 """AMP201 unaligned-dimension: a Tensor Core layer size that is not a multiple of 8
-(16 for fp8/int8, or the configured ``alignment``)."""
+(16 for fp8/int8, or the configured ``alignment``).
+
+Finding the sizes is :mod:`amplint.analysis.layer_sizes` (this file) and
+:mod:`amplint.analysis.config_dims` (sizes defined in another file); this file holds the
+rule's docs, examples, messages and fixes."""
 from __future__ import annotations
 
 import ast
-import collections
-import math
-import os
-import re
-from typing import Optional
 
-from amplint.analysis.dims import (
-    CHECKPOINT_MARKERS,
-    GEMM_FUNCTIONS,
-    LAYERS,
-    Root,
-    argument,
-    as_size,
-    data_named,
-    find_root,
-    is_torch_layer,
-    layer_name,
-    lcm,
-    next_multiple,
-    parameter_shape,
-)
-from amplint.evaluate import config_fields, is_config_class
+from amplint.analysis.config_dims import layer_size_uses, unaligned_definitions
+from amplint.analysis.dims import CHECKPOINT_MARKERS, LAYER_MARKERS, next_multiple
+from amplint.analysis.layer_sizes import LayerSurvey, UnalignedSize
 from amplint.numerics import FORMATS
 from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
-
-#: output widths below this are heads (classes, regression targets): too narrow for the
-#: alignment to matter, and a hidden width that small is caught as the next layer's input
-SMALL_HEAD = 64
-#: sizes below this are input features, latent codes, pixel rows, tiny toy widths: the
-#: data's, not the design's, and too small for the alignment to cost measurable time
-MIN_SIZE = 32
-#: an embedding's row count is a GEMM size only for a vocabulary (tied to the output layer)
-VOCAB_NAME_PARTS = ("vocab", "token", "word", "char")
-#: the variable / field a provenance note names: "`x` is defined here", "default of
-#: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
-_NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
-_PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
-_GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
-_LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
-
-
-class _Size:
-    """One unaligned size of one layer call."""
-
-    __slots__ = ("label", "size", "root", "origin")
-
-    def __init__(self, label: str, size: int, root: Optional[Root], origin):
-        self.label, self.size, self.root, self.origin = label, size, root, origin
 
 
 def _why(settings, alignment: int) -> str:
@@ -64,55 +26,12 @@ def _why(settings, alignment: int) -> str:
     )
 
 
-def _sizes_text(sizes: list[_Size], alignment: int) -> str:
+def _sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:
     if len(sizes) == 1:
         s = sizes[0]
         return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
     parts = ", ".join(f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})" for s in sizes)
     return f"sizes not multiples of {alignment}: {parts}"
-
-
-def _names_in(expr: ast.AST) -> list[str]:
-    out = []
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name):
-            out.append(node.id)
-        elif isinstance(node, ast.Attribute):
-            out.append(node.attr)
-    return out
-
-
-def _pixels_in(expr: ast.AST) -> bool:
-    """``patch_size * patch_size * 3`` / ``p * p * channels``: the pixels of a patch."""
-    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult)):
-        return False
-    stack, names, channels = [expr], [], False
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            stack += [node.left, node.right]
-        elif isinstance(node, ast.Constant) and node.value in (1, 3):
-            channels = True
-        elif isinstance(node, (ast.Name, ast.Attribute)):
-            name = (node.id if isinstance(node, ast.Name) else node.attr).lower()
-            names.append(name)
-            channels = channels or "chan" in name
-    patch = any("patch" in n for n in names) or len(names) != len(set(names))
-    return patch and channels
-
-
-def _self_attr(expr: ast.AST) -> Optional[str]:
-    """``self.w`` / ``self.w.t()`` / ``self.w.T`` / ``self.w.transpose(0, 1)`` -> "w"."""
-    while True:
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("t", "transpose", "to", "half", "float"):
-            expr = expr.func.value
-        elif isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT"):
-            expr = expr.value
-        else:
-            break
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-        return expr.attr
-    return None
 
 
 class UnalignedDimension(Rule):
@@ -121,7 +40,7 @@ class UnalignedDimension(Rule):
     summary = "Layer size not a multiple of 8 (16 for fp8/int8): Tensor Core GEMMs fall back to slow kernels"
     severity = Severity.WARNING
     fix_applicability = "unsafe"
-    markers = _LAYER_MARKERS + ("Config", "dataclass")
+    markers = LAYER_MARKERS + ("Config", "dataclass")
     #: a file can only use another file's config field through a config-like name
     collect_markers = ("config", "cfg", "hparams", "params.", "args.", "opt.", "hp.", "conf.")
     docs = """
@@ -197,7 +116,47 @@ median of 20-30 steps, the GPT-2 rows over three runs; H200, torch 2.11):
 The single GEMMs: 8192x770x3080 takes 0.239 ms, the larger 8192x800x3200 0.076 ms;
 8192x650x2600 0.194 ms against 8192x656x2624 0.058 ms.
 
-## The fix (unsafe)
+## Example
+```python
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    n_embd: int = 768
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+```
+
+## Use instead
+```python
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50304  # 50257 padded to a multiple of 64
+    n_embd: int = 768
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+```
+
+## Fix safety
 The fix pads the number where it is written (the literal, the constant, the default
 or the config field), so that every layer using it -- a hidden width is one layer's
 `out_features` and the next one's `in_features`, `4 * n_embd` of the MLP -- stays
@@ -225,420 +184,238 @@ It is `unsafe` because it changes the architecture: saved checkpoints no longer 
 
 For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
 `model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=8)`.
-
-## Example
-```python
-@dataclass
-class GPTConfig:
-    vocab_size: int = 50257
-    n_embd: int = 768
-
-class GPT(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-```
-
-## Use instead
-```python
-@dataclass
-class GPTConfig:
-    vocab_size: int = 50304  # 50257 padded to a multiple of 64
-    n_embd: int = 768
-```
 """
 
     VALID = [
-        Valid("import torch.nn as nn\nfc = nn.Linear(768, 3072)\n"),
+        Valid("""
+            import torch.nn as nn
+            fc = nn.Linear(768, 3072)
+            """),
         # data-bound: RGB stem, binary head, class count through a name
-        Valid("import torch.nn as nn\nstem = nn.Conv2d(3, 64, kernel_size=7)\nhead = nn.Linear(512, 2)\n"),
-        Valid(
-            "import torch.nn as nn\n"
-            "class Net(nn.Module):\n"
-            "    def __init__(self, num_classes=10):\n"
-            "        super().__init__()\n"
-            "        self.fc = nn.Linear(512, num_classes)\n"
+        Valid("""
+            import torch.nn as nn
+            stem = nn.Conv2d(3, 64, kernel_size=7)
+            head = nn.Linear(512, 2)
+            """),
+        Valid("""
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, num_classes=10):
+                    super().__init__()
+                    self.fc = nn.Linear(512, num_classes)
+            """
         ),
-        Valid("import torch.nn as nn\nD = 768\nmlp = nn.Linear(D, 4 * D)\n"),
+        Valid("""
+            import torch.nn as nn
+            D = 768
+            mlp = nn.Linear(D, 4 * D)
+            """),
         # a relative-position bias table and a ViT patch embedding (3 colour channels)
-        Valid(
-            "import torch.nn as nn\n"
-            "def make(window_size=7, heads=8, patch_size=14, dim=768, p=14, in_chans=3):\n"
-            "    bias = nn.Embedding((2 * window_size - 1) ** 2, heads)\n"
-            "    patches = nn.Linear(patch_size * patch_size * 3, dim)\n"
-            "    pixels = nn.Linear(p * p * in_chans, dim)\n"
-            "    return bias, patches, pixels\n"
+        Valid("""
+            import torch.nn as nn
+            def make(window_size=7, heads=8, patch_size=14, dim=768, p=14, in_chans=3):
+                bias = nn.Embedding((2 * window_size - 1) ** 2, heads)
+                patches = nn.Linear(patch_size * patch_size * 3, dim)
+                pixels = nn.Linear(p * p * in_chans, dim)
+                return bias, patches, pixels
+            """
         ),
         # not computable
-        Valid("import torch.nn as nn\ndef make(n):\n    return nn.Linear(n, 100 * n)\n"),
+        Valid("""
+            import torch.nn as nn
+            def make(n):
+                return nn.Linear(n, 100 * n)
+            """),
         # not torch
-        Valid("from mylib import Linear\nfc = Linear(771, 30522)\n"),
+        Valid("""
+            from mylib import Linear
+            fc = Linear(771, 30522)
+            """),
         # depthwise convolution (groups != 1) is not a Tensor Core GEMM
-        Valid("import torch.nn as nn\nc = nn.Conv2d(100, 100, 3, groups=100)\n"),
-        Valid("import torch.nn as nn\nfc = nn.Linear(768, 50304)\n", settings={"alignment": 64}),
+        Valid("""
+            import torch.nn as nn
+            c = nn.Conv2d(100, 100, 3, groups=100)
+            """),
+        Valid("""
+            import torch.nn as nn
+            fc = nn.Linear(768, 50304)
+            """, settings={"alignment": 64}),
         # bias (1-D) and 3-D parameters are not GEMM weights
-        Valid(
-            "import torch, torch.nn as nn\n"
-            "class M(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.bias = nn.Parameter(torch.zeros(771))\n"
-            "        self.pos = nn.Parameter(torch.zeros(1, 197, 768))\n"
+        Valid("""
+            import torch, torch.nn as nn
+            class M(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.bias = nn.Parameter(torch.zeros(771))
+                    self.pos = nn.Parameter(torch.zeros(1, 197, 768))
+            """
         ),
     ]
     INVALID = [
-        Invalid(
-            "import torch.nn as nn\nlm_head = nn.Linear(768, 50257)\n",
+        Invalid("""
+            import torch.nn as nn
+            lm_head = nn.Linear(768, 50257)
+            """,
             line=2,
             message="out_features is 50257, not a multiple of 8: pad to 50264",
-            expected_fix="import torch.nn as nn\nlm_head = nn.Linear(768, 50264)\n",
+            expected_fix="""
+                import torch.nn as nn
+                lm_head = nn.Linear(768, 50264)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\nlm_head = nn.Linear(768, 50257)\n",
+        Invalid("""
+            import torch.nn as nn
+            lm_head = nn.Linear(768, 50257)
+            """,
             message="pad to 50304",
             settings={"alignment": 64},
-            expected_fix="import torch.nn as nn\nlm_head = nn.Linear(768, 50304)\n",
+            expected_fix="""
+                import torch.nn as nn
+                lm_head = nn.Linear(768, 50304)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\nfc = nn.Linear(in_features=771, out_features=1000)\n",
+        Invalid("""
+            import torch.nn as nn
+            fc = nn.Linear(in_features=771, out_features=1000)
+            """,
             message="in_features is 771",
-            expected_fix="import torch.nn as nn\nfc = nn.Linear(in_features=776, out_features=1000)\n",
+            expected_fix="""
+                import torch.nn as nn
+                fc = nn.Linear(in_features=776, out_features=1000)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\nfc = nn.Linear(1000, 1000)\n",
+        Invalid("""
+            import torch.nn as nn
+            fc = nn.Linear(1000, 1000)
+            """,
             message="multiples of 16",
             settings={"target": "fp8"},
-            expected_fix="import torch.nn as nn\nfc = nn.Linear(1008, 1008)\n",
+            expected_fix="""
+                import torch.nn as nn
+                fc = nn.Linear(1008, 1008)
+                """,
         ),
         # a hidden width defined once, used as out of one layer and in of the next
-        Invalid(
-            "import torch.nn as nn\n"
-            "HIDDEN = 650\n"
-            "net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))\n",
+        Invalid("""
+            import torch.nn as nn
+            HIDDEN = 650
+            net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))
+            """,
             line=3,
             count=2,
-            expected_fix="import torch.nn as nn\n"
-            "HIDDEN = 656\n"
-            "net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))\n",
+            expected_fix="""
+                import torch.nn as nn
+                HIDDEN = 656
+                net = nn.Sequential(nn.Linear(512, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 512))
+                """,
         ),
         # dataclass config default, `4 * n_embd`, and the head constraint n_embd % n_head
-        Invalid(
-            "from dataclasses import dataclass\n"
-            "import torch.nn as nn\n"
-            "@dataclass\n"
-            "class Config:\n"
-            "    n_embd: int = 771\n"
-            "    n_head: int = 3\n"
-            "class MLP(nn.Module):\n"
-            "    def __init__(self, config):\n"
-            "        super().__init__()\n"
-            "        assert config.n_embd % config.n_head == 0\n"
-            "        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)\n",
+        Invalid("""
+            from dataclasses import dataclass
+            import torch.nn as nn
+            @dataclass
+            class Config:
+                n_embd: int = 771
+                n_head: int = 3
+            class MLP(nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    assert config.n_embd % config.n_head == 0
+                    self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+            """,
             line=11,
             message="in_features 771 (pad to 776), out_features 3084 (pad to 3088)",
-            expected_fix="from dataclasses import dataclass\n"
-            "import torch.nn as nn\n"
-            "@dataclass\n"
-            "class Config:\n"
-            "    n_embd: int = 792\n"
-            "    n_head: int = 3\n"
-            "class MLP(nn.Module):\n"
-            "    def __init__(self, config):\n"
-            "        super().__init__()\n"
-            "        assert config.n_embd % config.n_head == 0\n"
-            "        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)\n",
+            expected_fix="""
+                from dataclasses import dataclass
+                import torch.nn as nn
+                @dataclass
+                class Config:
+                    n_embd: int = 792
+                    n_head: int = 3
+                class MLP(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        assert config.n_embd % config.n_head == 0
+                        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\n"
-            "class Attn(nn.Module):\n"
-            "    def __init__(self, d_model=770, heads=10):\n"
-            "        super().__init__()\n"
-            "        self.attn = nn.MultiheadAttention(d_model, heads)\n",
+        Invalid("""
+            import torch.nn as nn
+            class Attn(nn.Module):
+                def __init__(self, d_model=770, heads=10):
+                    super().__init__()
+                    self.attn = nn.MultiheadAttention(d_model, heads)
+            """,
             message="embed_dim is 770",
-            expected_fix="import torch.nn as nn\n"
-            "class Attn(nn.Module):\n"
-            "    def __init__(self, d_model=800, heads=10):\n"
-            "        super().__init__()\n"
-            "        self.attn = nn.MultiheadAttention(d_model, heads)\n",
+            expected_fix="""
+                import torch.nn as nn
+                class Attn(nn.Module):
+                    def __init__(self, d_model=800, heads=10):
+                        super().__init__()
+                        self.attn = nn.MultiheadAttention(d_model, heads)
+                """,
         ),
-        Invalid(
-            "import torch.nn as nn\n"
-            "class LM(nn.Module):\n"
-            "    def __init__(self, ntoken=10000, nhid=650):\n"
-            "        super().__init__()\n"
-            "        self.nhid = nhid\n"
-            "        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)\n",
+        Invalid("""
+            import torch.nn as nn
+            class LM(nn.Module):
+                def __init__(self, ntoken=10000, nhid=650):
+                    super().__init__()
+                    self.nhid = nhid
+                    self.rnn = nn.LSTM(self.nhid, self.nhid, 2)
+            """,
             message="input_size 650 (pad to 656), hidden_size 650",
-            expected_fix="import torch.nn as nn\n"
-            "class LM(nn.Module):\n"
-            "    def __init__(self, ntoken=10000, nhid=656):\n"
-            "        super().__init__()\n"
-            "        self.nhid = nhid\n"
-            "        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)\n",
-        ),
-        # F.linear weight
-        Invalid(
-            "import torch, torch.nn as nn, torch.nn.functional as F\n"
-            "class Proj(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.w = nn.Parameter(torch.empty(1000, 771))\n"
-            "    def forward(self, x):\n"
-            "        return F.linear(x, self.w)\n",
-            line=5,
-            message="dim 1 is 771",
-            expected_fix="import torch, torch.nn as nn, torch.nn.functional as F\n"
-            "class Proj(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.w = nn.Parameter(torch.empty(1000, 776))\n"
-            "    def forward(self, x):\n"
-            "        return F.linear(x, self.w)\n",
-        ),
-        # the hidden width is also written in forward: padding the layers alone would break the model
-        Invalid(
-            "import torch, torch.nn as nn\n"
-            "class Seq(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
-            "        self.cell = nn.LSTMCell(1, 51)\n"
-            "    def forward(self, x):\n"
-            "        h = torch.zeros(x.size(0), 51)\n"
-            "        return self.cell(x, (h, h))\n",
-            line=5,
-            message="51 is also written elsewhere in this file",
-            expected_fix=None,
-        ),
-        # an MLP's `4 * width` input and a fusion of three `hidden` vectors are design sizes
-        Invalid(
-            "import torch.nn as nn\n"
-            "def mlp(width=769, hidden=100):\n"
-            "    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)\n",
-            count=2,
-            message="in_features 3076 (pad to 3080), out_features 769 (pad to 776)",
-            expected_fix="import torch.nn as nn\n"
-            "def mlp(width=776, hidden=104):\n"
-            "    return nn.Linear(4 * width, width), nn.Linear(3 * hidden, 256)\n",
-        ),
-        # arithmetic that padding one name cannot align: reported, no fix
-        Invalid(
-            "import torch.nn as nn\nN = 196\nproj = nn.Linear(N + 1, 768)\n",
-            message="197",
-            expected_fix=None,
-        ),
-        # a checkpoint fixes the size: info, no fix
-        Invalid(
-            "import torch.nn as nn\n"
-            "class GPT2Config:\n"
-            "    def __init__(self, vocab_size=50257):\n"
-            "        self.vocab_size = vocab_size\n"
-            "class GPT2(nn.Module):\n"
-            "    def __init__(self, config):\n"
-            "        super().__init__()\n"
-            "        self.wte = nn.Embedding(config.vocab_size, 768)\n"
-            "    @classmethod\n"
-            "    def from_pretrained(cls, path):\n"
-            "        return cls(GPT2Config())\n",
-            line=8,
-            severity="info",
-            message="pretrained checkpoint",
-            expected_fix=None,
-        ),
-        Invalid(
-            "from torch.nn import ConvTranspose2d\nup = ConvTranspose2d(in_channels=250, out_channels=125, kernel_size=2)\n",
-            count=1,
-            expected_fix="from torch.nn import ConvTranspose2d\nup = ConvTranspose2d(in_channels=256, out_channels=128, kernel_size=2)\n",
+            expected_fix="""
+                import torch.nn as nn
+                class LM(nn.Module):
+                    def __init__(self, ntoken=10000, nhid=656):
+                        super().__init__()
+                        self.nhid = nhid
+                        self.rnn = nn.LSTM(self.nhid, self.nhid, 2)
+                """,
         ),
     ]
 
-    # --- per file state ----------------------------------------------------------------
+    # --- per file --------------------------------------------------------------------
 
-    def begin_file(self, ctx) -> None:
-        self._alignment = ctx.settings.effective_alignment()
-        self._floor = FORMATS[ctx.settings.target].alignment
-        self._checkpoint = any(m in ctx.source for m in CHECKPOINT_MARKERS)
-        self._pending: list[tuple[ast.AST, str, list[_Size]]] = []
-        self._params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = []
-        self._gemm_attrs: set[tuple[Optional[str], str]] = set()
-        self._divisors: dict = collections.defaultdict(set)
-        self._splits: list[ast.BinOp] = []
-        self._matmuls: list[ast.BinOp] = []
-
-    # --- visitors ----------------------------------------------------------------------
+    def begin_file(self, ctx) -> LayerSurvey:
+        return LayerSurvey(
+            alignment=ctx.settings.effective_alignment(),
+            floor=FORMATS[ctx.settings.target].alignment,
+            checkpoint=any(m in ctx.source for m in CHECKPOINT_MARKERS),
+        )
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        name = layer_name(node)
-        if name is not None:
-            if is_torch_layer(ctx, node, name):
-                self._layer(node, name, ctx)
-            return
-        func = node.func
-        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if attr == "Parameter":
-            if ctx.qualname(func) in _PARAMETER_QUALNAMES:
-                self._parameter(node, ctx)
-        elif attr in _GEMM_ATTRS:
-            indexes = GEMM_FUNCTIONS.get(ctx.qualname(func) or "")
-            if indexes:
-                cls = ctx.enclosing_class(node)
-                for i in indexes:
-                    if i < len(node.args):
-                        used = _self_attr(node.args[i])
-                        if used:
-                            self._gemm_attrs.add((cls.name if cls else None, used))
+        ctx.state(self).add_call(node, ctx)
 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
-        # only remembered here; looked at in end_file when there is something to report
-        op = node.op
-        if isinstance(op, (ast.FloorDiv, ast.Mod)):
-            if not isinstance(node.left, ast.Constant):
-                self._splits.append(node)
-        elif isinstance(op, ast.MatMult):
-            self._matmuls.append(node)
-
-    def _collect_splits(self, ctx) -> None:
-        """Divisors the model relies on: ``width // heads``, ``width % heads``."""
-        splits, self._splits = self._splits, []
-        for node in splits:
-            root = find_root(ctx, node.left)
-            if root is not None and root.kind == "literal":
-                divisor = ctx.evaluate(node.right)
-                self._add_divisor(root, as_size(divisor.value) if divisor else None)
-
-    def _collect_matmuls(self, ctx) -> None:
-        for node in self._matmuls:
-            cls = ctx.enclosing_class(node)
-            for side in (node.left, node.right):
-                used = _self_attr(side)
-                if used:
-                    self._gemm_attrs.add((cls.name if cls else None, used))
-
-    def _add_divisor(self, root: Root, divisor: Optional[int]) -> None:
-        if not divisor or divisor < 2:
-            return
-        value = root.mult * root.node.value
-        if value % divisor == 0:  # a split the model relies on (heads); keep it exact
-            self._divisors[root.key].add(divisor // math.gcd(divisor, root.mult))
-
-    def _layer(self, call: ast.Call, name: str, ctx) -> None:
-        dims, heads, groups = LAYERS[name]
-        if groups is not None:
-            g = argument(call, *groups)
-            if g is not None:
-                gv = ctx.evaluate(g)
-                if gv is None or gv.value != 1:
-                    return
-        if heads is not None:
-            h, first = argument(call, *heads), argument(call, dims[0].index, dims[0].keyword)
-            if h is not None and first is not None:
-                root = find_root(ctx, first)
-                hv = ctx.evaluate(h)
-                if root is not None and root.kind == "literal" and hv is not None:
-                    self._add_divisor(root, as_size(hv.value))
-        sizes = []
-        for dim in dims:
-            expr = argument(call, dim.index, dim.keyword)
-            if expr is not None:
-                size = self._unaligned(expr, ctx, dim.keyword, dim.role)
-                if size is not None:
-                    sizes.append(size)
-        if sizes:
-            self._pending.append((call, f"`nn.{name}`", sizes))
-
-    def _parameter(self, call: ast.Call, ctx) -> None:
-        shape = parameter_shape(ctx, call)
-        if shape is None:
-            return
-        stmt = ctx.parent(call)
-        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is not call:
-            return
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        attr = _self_attr(targets[0]) if len(targets) == 1 else None
-        if attr is None:
-            return
-        cls = ctx.enclosing_class(call)
-        self._params.append((call, attr, cls.name if cls else None, shape))
-
-    def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[_Size]:
-        value = ctx.evaluate(expr)
-        if value is None:
-            return None
-        size = as_size(value.value)
-        if size is None or size % self._alignment == 0 or size < max(self._floor, MIN_SIZE):
-            return None
-        if role == "out" and size < SMALL_HEAD:
-            return None  # a head (classes, targets); a hidden width shows up as the next layer's input
-        if role in ("in", "in_channels") and _pixels_in(expr):
-            return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
-        root = find_root(ctx, expr)
-        names = list(root.names) if root is not None else _names_in(expr)
-        names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
-        if data_named(names):
-            return None
-        if role == "vocab" and not (
-            any(part in n.lower() for n in names for part in VOCAB_NAME_PARTS) or (not names and size >= 1000)
-        ):
-            return None  # a lookup table (positions, relative-position bias): its row count is no GEMM size
-        if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
-            root = None  # the evaluator and the root disagree: do not guess an edit
-        return _Size(label, size, root, value.origin)
+        ctx.state(self).add_binop(node)  # only remembered: looked at in end_file
 
     # --- reporting ---------------------------------------------------------------------
 
     def end_file(self, ctx) -> None:
-        if self._params:
-            self._collect_matmuls(ctx)
-        for call, attr, cls, shape in self._params:
-            if (cls, attr) not in self._gemm_attrs and "weight" not in attr.lower():
-                continue
-            sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
-            if sizes:
-                self._pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
-        if self._pending:
-            self._collect_splits(ctx)
+        survey = ctx.state(self)
         fixed_keys: set = set()
-        self._scattered = self._scattered_literals(ctx)
-        for call, label, sizes in self._pending:
+        for call, label, sizes in survey.finish(ctx):
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
             self._report_config_definitions(ctx, fixed_keys)
 
-    def _split_note(self, divisors) -> str:
-        divisors = sorted(d for d in divisors if self._alignment % d)
+    def _split_note(self, st: LayerSurvey, divisors) -> str:
+        divisors = sorted(d for d in divisors if st.alignment % d)
         if not divisors:
             return ""
         return f" (also a multiple of {', '.join(map(str, divisors))}: the width is split into heads)"
 
-    def _padded(self, root: Root, extra_divisors=()) -> int:
-        step = lcm(self._alignment, *self._divisors.get(root.key, ()), *extra_divisors)
-        return next_multiple(root.node.value, step)
-
-    def _scattered_literals(self, ctx) -> set:
-        """Numbers written as bare literals in flagged layer calls that the file also
-        writes somewhere else (``torch.zeros(b, 51)`` next to ``nn.LSTMCell(51, 51)``, or
-        an unflagged layer): padding only the flagged literals would break the model."""
-        flagged: dict = collections.defaultdict(set)
-        for _, _, sizes in self._pending:
-            for s in sizes:
-                root = s.root
-                if root is not None and root.kind == "literal" and not root.names:
-                    flagged[root.node.value].add(root.key)
-        scattered = set()
-        for value, keys in flagged.items():
-            if len(re.findall(rf"(?<![\w.]){value}(?![\w.])", ctx.source)) > len(keys):
-                scattered.add(value)
-        return scattered
-
-    def _report_use(self, ctx, call, label, sizes: list[_Size], fixed_keys: set) -> None:
-        alignment = self._alignment
+    def _report_use(self, ctx, call, label, sizes: list[UnalignedSize], fixed_keys: set) -> None:
+        st = ctx.state(self)
+        alignment = st.alignment
         related: list[Related] = []
         for s in sizes:
             for r in s.origin:
                 if r not in related:
                     related.append(r)
         message = f"{label} {_sizes_text(sizes, alignment)}"
-        checkpoint = self._checkpoint and any(s.root is None or s.root.via_config for s in sizes)
+        checkpoint = st.checkpoint and any(s.root is None or s.root.via_config for s in sizes)
         if checkpoint:
             message += (
                 "; bound to a pretrained checkpoint (this file loads one): padding here breaks loading, "
@@ -649,16 +426,16 @@ class GPTConfig:
         edits, notes, elsewhere = {}, [], []
         for s in sizes:
             root = s.root
-            if root is not None and root.kind == "literal" and not root.names and root.node.value in self._scattered:
+            if root is not None and root.kind == "literal" and not root.names and root.node.value in st.scattered:
                 elsewhere.append(
                     f"{root.node.value} is also written elsewhere in this file: name it once and pad the name"
                 )
             elif root is not None and root.kind == "literal":
                 if root.key not in edits:
-                    new = self._padded(root)
+                    new = st.padded(root)
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
-                    notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(self._divisors.get(root.key, ())))
+                    notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(st, st.divisors.get(root.key, ())))
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
                 elsewhere.append(
@@ -673,135 +450,27 @@ class GPTConfig:
             fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(dict.fromkeys(notes)) + " (changes the architecture)")
         ctx.report(self, call, message, fix=fix, related=related)
 
+
     # --- sizes defined here, used as layer sizes in another file -----------------------
 
     @classmethod
     def collect(cls, ctx):
-        """Config fields this file uses as layer sizes (and head splits of them), for the
-        file that defines the config."""
-        source = ctx.source
-        if not any(m in source for m in _LAYER_MARKERS):
-            return None
-        checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
-        uses, divisors, splits = [], [], []
-        for node in ctx.nodes("Call") + ctx.nodes("BinOp"):  # collected by the engine's walk
-            if isinstance(node, ast.Call):
-                name = layer_name(node)
-                if name is None or not is_torch_layer(ctx, node, name):
-                    continue
-                dims, heads, _ = LAYERS[name]
-                for dim in dims:
-                    expr = argument(node, dim.index, dim.keyword)
-                    if not isinstance(expr, (ast.Attribute, ast.Name, ast.BinOp)):
-                        continue
-                    root = find_root(ctx, expr)
-                    if root is not None and root.kind == "config":
-                        uses.append({
-                            "field": root.field, "cls": root.cls, "mult": root.mult, "names": list(root.names),
-                            "line": node.lineno, "column": ctx.char_col(node.lineno, node.col_offset) + 1,
-                            "layer": f"nn.{name}", "arg": dim.keyword, "role": dim.role, "checkpoint": checkpoint,
-                        })
-                if heads is not None:
-                    first, h = argument(node, dims[0].index, dims[0].keyword), argument(node, *heads)
-                    if first is not None and h is not None:
-                        splits.append((first, h))
-            elif (
-                isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))
-                and isinstance(node.left, (ast.Attribute, ast.Name))
-            ):
-                splits.append((node.left, node.right))
-        if not uses:
-            return None
-        for left, right in splits:
-            divisors.extend(cls._divisor_fact(ctx, left, right))
-        return {"uses": uses, "divisors": divisors}
-
-    @staticmethod
-    def _divisor_fact(ctx, left, right) -> list:
-        root = find_root(ctx, left)
-        if root is None or root.kind != "config":
-            return []
-        fact = {"field": root.field, "cls": root.cls, "mult": root.mult}
-        divisor = find_root(ctx, right)
-        if divisor is not None and divisor.kind == "config" and divisor.mult == 1:
-            return [{**fact, "div_field": divisor.field}]
-        value = ctx.evaluate(right)
-        size = as_size(value.value) if value is not None else None
-        return [{**fact, "value": size}] if size else []
-
-    @staticmethod
-    def _resolves_here(ctx, path: str, use: dict) -> bool:
-        """Whether the use in ``path`` reads this file's definition: this file is the only
-        one defining that field (of that class), or the use sits in this file's folder."""
-        definers = {d.path for d in ctx.project.config_defaults(use["field"], use["cls"])}
-        if definers <= {ctx.path}:
-            return True
-        return os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(ctx.path))
+        return layer_size_uses(ctx)
 
     def _report_config_definitions(self, ctx, fixed_keys: set) -> None:
-        local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
-        if not local:
-            return
-        by_field: dict = {}  # (class, field) -> [(path, use)]
-        divisor_facts = []
-        for path, data in ctx.project.facts(self.code):
-            if path == ctx.path:
-                continue
-            divisor_facts.extend(data.get("divisors", ()))
-            for use in data.get("uses", ()):
-                owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
-                if len(owners) == 1 and owners[0] in local and self._resolves_here(ctx, path, use):
-                    by_field.setdefault((owners[0], use["field"]), []).append((path, use))
-        if by_field:
-            self._collect_splits(ctx)
-        for (cname, field), uses in by_field.items():
-            entry = config_fields(local[cname]).get(field)
-            if entry is None:
-                continue
-            default = entry[1]
-            root = find_root(ctx, default)
-            value = ctx.evaluate(default)
-            if root is None or root.kind != "literal" or value is None or as_size(value.value) != root.mult * root.node.value:
-                continue
-            if root.key in fixed_keys:
-                continue
-            base = root.mult * root.node.value
-            bad = []
-            for path, use in uses:
-                size = base * use["mult"]
-                if size % self._alignment == 0 or size < max(self._floor, MIN_SIZE) or data_named(use["names"] + [field]):
-                    continue
-                if use.get("role") == "vocab" and not any(
-                    part in n.lower() for n in use["names"] + [field] for part in VOCAB_NAME_PARTS
-                ):
-                    continue
-                if use.get("role") == "out" and size < SMALL_HEAD:
-                    continue
-                if use["checkpoint"]:
-                    bad = []  # the use site reports it as checkpoint-bound
-                    break
-                bad.append((path, use, size))
-            if not bad:
-                continue
-            extra = set()
-            for fact in divisor_facts:
-                if fact["field"] != field or fact["cls"] not in (None, cname):
-                    continue
-                d = fact.get("value")
-                if d is None and fact.get("div_field"):
-                    dv = ctx.evaluator.config_default(fact["div_field"], cname)
-                    d = as_size(dv.value) if dv is not None else None
-                if d and d > 1 and (base * fact["mult"]) % d == 0:
-                    extra.add(d // math.gcd(d, fact["mult"]))
-            new = self._padded(root, extra)
-            path, use, size = bad[0]
-            where = ", ".join(f"`{u['layer']}` {u['arg']} in {p}:{u['line']}" for p, u, _ in bad[:3])
+        st = ctx.state(self)
+        found = unaligned_definitions(ctx, self.code, st.alignment, st.floor, fixed_keys)
+        if found:
+            st.collect_splits(ctx)
+        for d in found:
+            new = st.padded(d.root, d.divisors)
+            where = ", ".join(f"`{u['layer']}` {u['arg']} in {p}:{u['line']}" for p, u, _ in d.uses[:3])
             message = (
-                f"`{cname}.{field}` = {base} is a layer size ({where}), not a multiple of {self._alignment}: "
-                f"pad to {next_multiple(base, self._alignment)} ({_why(ctx.settings, self._alignment)})"
+                f"`{d.cls}.{d.field}` = {d.base} is a layer size ({where}), not a multiple of {st.alignment}: "
+                f"pad to {next_multiple(d.base, st.alignment)} ({_why(ctx.settings, st.alignment)})"
             )
-            related = [Related(p, u["line"], u["column"], f"used as {u['arg']} of `{u['layer']}` here") for p, u, _ in bad]
-            fix = Fix([Edit.replace(root.node, str(new))], "unsafe",
-                      f"Pad `{field}` {root.node.value} -> {new}{self._split_note(extra | self._divisors.get(root.key, set()))} (changes the architecture)")
-            fixed_keys.add(root.key)
-            ctx.report(self, default, message, fix=fix, related=related)
+            related = [Related(p, u["line"], u["column"], f"used as {u['arg']} of `{u['layer']}` here") for p, u, _ in d.uses]
+            note = self._split_note(st, d.divisors | st.divisors.get(d.root.key, set()))
+            fix = Fix([Edit.replace(d.root.node, str(new))], "unsafe",
+                      f"Pad `{d.field}` {d.root.node.value} -> {new}{note} (changes the architecture)")
+            ctx.report(self, d.default, message, fix=fix, related=related)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import ast
 
-from amplint.analysis import reductions as R
+from amplint import fixes
+from amplint.analysis import calls, reductions
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _NAMES = frozenset({"softmax", "log_softmax", "softmin", "gumbel_softmax"})
@@ -90,6 +91,11 @@ upcast (`docs/fp16-facts.md`).
 
 ## Example
 ```python
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
 class Attention(nn.Module):
     def forward(self, q, k, v):
         scores = q @ k.transpose(-2, -1)
@@ -102,7 +108,16 @@ class Attention(nn.Module):
 result back to the operand's dtype, so the next half matmul still gets half (an fp32
 softmax meeting a half matmul would be a new crash under `model.half()`):
 ```python
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-2, -1)
         attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+        return attn @ v
 ```
 `fix-style = "module"` (the seed's advice: define softmax as a layer in `__init__`, so
 the engine's O2 can keep it in fp32 with `keep_fp32_modules`):
@@ -114,6 +129,8 @@ the engine's O2 can keep it in fp32 with `keep_fp32_modules`):
     def forward(self, q, k, v):
         attn = self.softmax(scores)
 ```
+
+## Fix safety
 Both fixes are `safe`: in fp32 they compute exactly what the original did. The module fix
 needs a literal `dim` and an `__init__` that calls the base initialiser; where it cannot
 be written (a helper function outside a class, no `__init__`, `F.gumbel_softmax`), the
@@ -123,181 +140,226 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
 
     VALID = [
         # already fp32
-        Valid("import torch\nimport torch.nn.functional as F\nclass A(torch.nn.Module):\n"
-              "    def forward(self, x):\n        return F.softmax(x, dim=-1, dtype=torch.float32)\n"),
-        Valid("import torch.nn as nn\nimport torch.nn.functional as F\nclass A(nn.Module):\n"
-              "    def forward(self, x):\n        return F.softmax(x.float(), dim=-1)\n"),
-        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-              "        x = x.to(torch.float32)\n        return x.softmax(-1)\n"),
-        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return torch.log_softmax(x.type(torch.float32), 1)\n"),
+        Valid("""
+            import torch
+            import torch.nn.functional as F
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return F.softmax(x, dim=-1, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class A(nn.Module):
+                def forward(self, x):
+                    return F.softmax(x.float(), dim=-1)
+            """),
+        Valid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    x = x.to(torch.float32)
+                    return x.softmax(-1)
+            """),
+        Valid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.log_softmax(x.type(torch.float32), 1)
+            """),
         # not model code
-        Valid("import torch.nn.functional as F\ndef probs(x):\n    return F.softmax(x, dim=-1)\n"),
-        Valid("import torch.nn.functional as F\nclass A:\n    def forward(self, x):\n        return F.softmax(x, dim=-1)\n"),
+        Valid("""
+            import torch.nn.functional as F
+            def probs(x):
+                return F.softmax(x, dim=-1)
+            """),
+        Valid("""
+            import torch.nn.functional as F
+            class A:
+                def forward(self, x):
+                    return F.softmax(x, dim=-1)
+            """),
         # the stable log-sum-exp is not a softmax
-        Valid("import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return torch.logsumexp(x, -1)\n"),
+        Valid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.logsumexp(x, -1)
+            """),
         # a module's own method, numpy
-        Valid("import torch\nimport numpy as np\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return self.softmax(x) + np.softmax(x)\n"),
+        Valid("""
+            import torch
+            import numpy as np
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return self.softmax(x) + np.softmax(x)
+            """),
         # pure fp32 training
-        Valid(
-            "import torch.nn.functional as F\nimport torch.nn as nn\nclass A(nn.Module):\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=-1)\n",
+        Valid("""
+            import torch.nn.functional as F
+            import torch.nn as nn
+            class A(nn.Module):
+                def forward(self, x):
+                    return F.softmax(x, dim=-1)
+            """,
             settings={"opt_level": "O0"},
         ),
         # a dtype we cannot see
-        Valid("import torch.nn as nn\nimport torch.nn.functional as F\nclass A(nn.Module):\n"
-              "    def forward(self, x, dt):\n        return F.softmax(x, dim=-1, dtype=dt)\n"),
+        Valid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class A(nn.Module):
+                def forward(self, x, dt):
+                    return F.softmax(x, dim=-1, dtype=dt)
+            """),
     ]
 
     INVALID = [
-        Invalid(
-            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def forward(self, q, k, v):\n"
-            "        scores = q @ k.transpose(-2, -1)\n"
-            "        attn = F.softmax(scores, dim=-1)  # probabilities\n"
-            "        return attn @ v\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def forward(self, q, k, v):
+                    scores = q @ k.transpose(-2, -1)
+                    attn = F.softmax(scores, dim=-1)  # probabilities
+                    return attn @ v
+            """,
             line=8,
             severity="info",
             message="6e-8",
-            expected_fix="import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def forward(self, q, k, v):\n"
-            "        scores = q @ k.transpose(-2, -1)\n"
-            "        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probabilities\n"
-            "        return attn @ v\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                import torch.nn.functional as F
+
+                class Attention(nn.Module):
+                    def forward(self, q, k, v):
+                        scores = q @ k.transpose(-2, -1)
+                        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probabilities
+                        return attn @ v
+                """,
         ),
         # O2: a warning; method form; operand with a constant scale
-        Invalid(
-            "import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return (x / self.t).log_softmax(-1)\n"
-            "    def __init__(self):\n        super().__init__()\n        self.t = 2.0\n",
+        Invalid("""
+            import torch
+
+            class Head(torch.nn.Module):
+                def forward(self, x):
+                    return (x / self.t).log_softmax(-1)
+                def __init__(self):
+                    super().__init__()
+                    self.t = 2.0
+            """,
             severity="warning",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return (x / self.t).log_softmax(-1, dtype=torch.float32).to(x.dtype)\n"
-            "    def __init__(self):\n        super().__init__()\n        self.t = 2.0\n",
+            expected_fix="""
+                import torch
+
+                class Head(torch.nn.Module):
+                    def forward(self, x):
+                        return (x / self.t).log_softmax(-1, dtype=torch.float32).to(x.dtype)
+                    def __init__(self):
+                        super().__init__()
+                        self.t = 2.0
+                """,
         ),
         # torch.autocast on CPU keeps softmax in half: a warning even at O1
-        Invalid(
-            "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, 1)\n",
+        Invalid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.softmax(x, 1)
+            """,
             severity="warning",
             settings={"engine": "torch", "device": "cpu"},
-            expected_fix="import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return torch.softmax(x, 1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+                class A(torch.nn.Module):
+                    def forward(self, x):
+                        return torch.softmax(x, 1, dtype=torch.float32).to(x.dtype)
+                """,
         ),
         # reached from forward through a helper function; gumbel_softmax takes no dtype
-        Invalid(
-            "import torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "def route(logits):\n    return F.gumbel_softmax(logits, tau=0.5)\n\n"
-            "class Router(nn.Module):\n    def forward(self, x):\n        return route(x)\n",
+        Invalid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            def route(logits):
+                return F.gumbel_softmax(logits, tau=0.5)
+
+            class Router(nn.Module):
+                def forward(self, x):
+                    return route(x)
+            """,
             line=5,
             severity="info",
-            expected_fix="import torch.nn as nn\nimport torch.nn.functional as F\n\n"
-            "def route(logits):\n    return F.gumbel_softmax(logits.float(), tau=0.5).to(logits.dtype)\n\n"
-            "class Router(nn.Module):\n    def forward(self, x):\n        return route(x)\n",
+            expected_fix="""
+                import torch.nn as nn
+                import torch.nn.functional as F
+
+                def route(logits):
+                    return F.gumbel_softmax(logits.float(), tau=0.5).to(logits.dtype)
+
+                class Router(nn.Module):
+                    def forward(self, x):
+                        return route(x)
+                """,
         ),
         # an explicit half dtype is still half; no fix offered for it
-        Invalid(
-            "import torch\nclass A(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return torch.softmax(x, -1, dtype=torch.half)\n",
+        Invalid("""
+            import torch
+            class A(torch.nn.Module):
+                def forward(self, x):
+                    return torch.softmax(x, -1, dtype=torch.half)
+            """,
             expected_fix=None,
         ),
         # module style: a layer in __init__, called in forward; existing alias `nn`
-        Invalid(
-            "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def __init__(self, d):\n"
-            "        super().__init__()  # base init\n"
-            "        self.proj = nn.Linear(d, d)\n\n"
-            "    def forward(self, x):\n"
-            "        s = self.proj(x) @ x.transpose(-2, -1)\n"
-            "        return F.softmax(s, dim=-1) @ x\n",
+        Invalid("""
+            import torch
+            from torch import nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, d):
+                    super().__init__()  # base init
+                    self.proj = nn.Linear(d, d)
+
+                def forward(self, x):
+                    s = self.proj(x) @ x.transpose(-2, -1)
+                    return F.softmax(s, dim=-1) @ x
+            """,
             settings={"fix_style": "module"},
-            expected_fix="import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n"
-            "class Attention(nn.Module):\n"
-            "    def __init__(self, d):\n"
-            "        super().__init__()  # base init\n"
-            "        self.softmax = nn.Softmax(dim=-1)\n"
-            "        self.proj = nn.Linear(d, d)\n\n"
-            "    def forward(self, x):\n"
-            "        s = self.proj(x) @ x.transpose(-2, -1)\n"
-            "        return self.softmax(s) @ x\n",
-        ),
-        # module style: name clash, a second call with the same dim reuses the layer,
-        # `torch.nn` spelled out when `nn` is not imported
-        Invalid(
-            "import torch\n\nclass M(torch.nn.Module):\n"
-            "    def __init__(self):\n"
-            "        torch.nn.Module.__init__(self)\n"
-            "        self.softmax = torch.nn.Identity()\n\n"
-            "    def forward(self, x, y):\n"
-            "        return x.log_softmax(1) + torch.log_softmax(y, dim=1) + torch.softmax(y, 1)\n",
-            count=3,
-            settings={"fix_style": "module"},
-            expected_fix="import torch\n\nclass M(torch.nn.Module):\n"
-            "    def __init__(self):\n"
-            "        torch.nn.Module.__init__(self)\n"
-            "        self.softmax_1 = torch.nn.Softmax(dim=1)\n"
-            "        self.log_softmax = torch.nn.LogSoftmax(dim=1)\n"
-            "        self.softmax = torch.nn.Identity()\n\n"
-            "    def forward(self, x, y):\n"
-            "        return self.log_softmax(x) + self.log_softmax(y) + self.softmax_1(y)\n",
-        ),
-        # module style: a one-line __init__ -> the functional fix
-        Invalid(
-            "import torch\nclass M(torch.nn.Module):\n    def __init__(self): super().__init__()\n"
-            "    def forward(self, x):\n        return x.softmax(1)\n",
-            settings={"fix_style": "module"},
-            expected_fix="import torch\nclass M(torch.nn.Module):\n    def __init__(self): super().__init__()\n"
-            "    def forward(self, x):\n        return x.softmax(1, dtype=torch.float32).to(x.dtype)\n",
-        ),
-        # module style: super().__init__() on the last line of the file
-        Invalid(
-            "import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        return x.softmax(1)\n"
-            "    def __init__(self):\n        super(M, self).__init__()",
-            settings={"fix_style": "module"},
-            expected_fix="import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        return self.softmax(x)\n"
-            "    def __init__(self):\n        super(M, self).__init__()\n        self.softmax = nn.Softmax(dim=1)",
-        ),
-        # module style: a dim that is not a literal -> no fix
-        Invalid(
-            "import torch.nn as nn\nimport torch.nn.functional as F\n\nclass M(nn.Module):\n"
-            "    def __init__(self, dim):\n        super().__init__()\n        self.dim = dim\n\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=self.dim)\n",
-            settings={"fix_style": "module"},
-            expected_fix=None,
-        ),
-        # module style without a base initialiser call: the functional fix instead
-        Invalid(
-            "import torch\nimport torch.nn.functional as F\n\nclass M(torch.nn.Module):\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=-1)\n",
-            settings={"fix_style": "module"},
-            expected_fix="import torch\nimport torch.nn.functional as F\n\nclass M(torch.nn.Module):\n"
-            "    def forward(self, x):\n        return F.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+                from torch import nn
+                import torch.nn.functional as F
+
+                class Attention(nn.Module):
+                    def __init__(self, d):
+                        super().__init__()  # base init
+                        self.softmax = nn.Softmax(dim=-1)
+                        self.proj = nn.Linear(d, d)
+
+                    def forward(self, x):
+                        s = self.proj(x) @ x.transpose(-2, -1)
+                        return self.softmax(s) @ x
+                """,
         ),
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        resolved = R.forward_call(ctx, node, _NAMES)
-        if resolved is None:
+        call = reductions.half_call(ctx, node, _NAMES, _FUNCTIONS)
+        if call is None:
             return
-        attr, qualname, operand, is_method = resolved
-        func = node.func
-        if qualname not in _FUNCTIONS:
-            return
-        dtype = R.dtype_kind(ctx, R.argument(node, "dtype", -1))
-        if dtype in ("fp32", "unknown") or R.is_fp32(ctx, operand):
-            return
-        severity = R.severity_for(ctx.settings, qualname)
+        attr, qualname, operand, is_method, shown = call.attr, call.qualname, call.operand, call.is_method, call.shown
+        severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return
-        shown = f".{attr}()" if is_method else ctx.segment(func)
-        note = R.policy_note(ctx.settings, qualname, severity)
-        if dtype == "low":
+        note = reductions.policy_note(ctx.settings, qualname, severity)
+        if call.dtype == "low":
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)
             return
@@ -307,7 +369,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             why = "probabilities below 6e-8 are stored as 0"
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         fix = None
-        if operand is not None and not R.has_double_star(node):
+        if operand is not None and not calls.has_double_star(node):
             fix = None
             if ctx.settings.fix_style == "module":
                 fix = self._module_fix(ctx, node, attr, operand, is_method)
@@ -323,17 +385,17 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
 
     @staticmethod
     def _functional_fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
-        source = R.dtype_source(ctx, operand)
+        source = reductions.dtype_source(ctx, operand)
         if source is None:
             return None
-        torch = R.torch_alias(ctx)
+        torch = calls.torch_alias(ctx)
         if attr != "gumbel_softmax" and torch is not None:
-            edits = [R.add_keyword_edit(ctx, node, f"dtype={torch}.float32")]
+            edits = [fixes.add_keyword(node, f"dtype={torch}.float32")]
             how = f"pass `dtype={torch}.float32`"
         else:
-            edits = R.upcast_operand_edits(operand)
+            edits = fixes.upcast(operand)
             how = "upcast the operand with `.float()`"
-        edits += R.cast_back_edits(ctx, node, source)
+        edits += reductions.cast_back_edits(ctx, node, source)
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast back to `{ctx.segment(source)}.dtype`")
 
     @staticmethod
@@ -369,7 +431,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         dim = _literal_int(dim_node)
         if dim is None:
             return False
-        nn = R.nn_alias(ctx)
+        nn = calls.nn_alias(ctx)
         if nn is None:
             return None
         assigned = _self_assignments(cls, (init_self, self_name))
@@ -388,7 +450,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             if len(values) == 1 and isinstance(values[0], ast.Call) and ctx.qualname(values[0].func) == wanted:
                 existing = values[0]
                 existing_dim = existing.args[0] if existing.args else (
-                    R.keyword(existing, "dim").value if R.keyword(existing, "dim") else None)
+                    calls.keyword(existing, "dim").value if calls.keyword(existing, "dim") else None)
                 if _literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
                     name = candidate  # reuse the layer
                     break

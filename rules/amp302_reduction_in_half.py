@@ -4,7 +4,8 @@ from __future__ import annotations
 import ast
 import re
 
-from amplint.analysis import reductions as R
+from amplint import fixes
+from amplint.analysis import calls, reductions
 from amplint.rule import Fix, Invalid, Rule, Severity, Valid
 
 #: ops whose API takes ``dtype=`` (accumulate and return in that dtype)
@@ -13,6 +14,7 @@ _DTYPE_OPS = frozenset({"sum", "nansum", "cumsum", "cumprod", "prod", "norm", "v
 _UPCAST_OPS = frozenset({"var", "exp", "pow"})
 _NAMES = _DTYPE_OPS | _UPCAST_OPS | {"mean"}
 _MODULES = ("torch.", "torch.Tensor.", "torch.linalg.")
+_QUALNAMES = frozenset(module + name for module in _MODULES for name in _NAMES)
 
 _WHY = {
     "sum": "a sum above 65504 is inf in fp16 (100,000 fp16 ones sum to inf)",
@@ -124,6 +126,10 @@ CPU autocast keeps all of them in fp16, and under pure-half training (apex O2/O3
 
 ## Example
 ```python
+import torch
+from torch import nn
+
+
 class Pool(nn.Module):
     def forward(self, x):
         return x / x.norm(dim=-1, keepdim=True)
@@ -133,8 +139,16 @@ class Pool(nn.Module):
 Accumulate in fp32 and cast back where the value is bounded again (the normalising
 division), so the rest of a half model still sees half:
 ```python
+import torch
+from torch import nn
+
+
+class Pool(nn.Module):
+    def forward(self, x):
         return (x / x.norm(dim=-1, keepdim=True, dtype=torch.float32)).to(x.dtype)
 ```
+
+## Fix safety
 The fix is `safe` (in fp32 it computes exactly what the original did). It passes
 `dtype=torch.float32` where the API takes it (`sum`, `cumsum`, `prod`, `norm`...) and
 upcasts the operand with `.float()` where it does not (`var`, `exp`, `pow`). It is offered
@@ -145,134 +159,234 @@ half matmul under `model.half()`.
 """
 
     VALID = [
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x.sum(1, dtype=torch.float32)\n"),
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x.float().norm(dim=-1)\n"),
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x, attention_mask):\n"
-              "        return attention_mask.sum(-1) + (x > 0).sum()\n"),
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return torch.logsumexp(x, -1) + torch.exp(x - x.max(-1, keepdim=True).values)\n"),
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x.std(-1) + x.pow(0.5) + sum([1, 2])\n"),
-        Valid("import torch\ndef total(x):\n    return x.sum()\n"),
-        Valid("import torch\nimport numpy as np\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return np.sum(x) + np.linalg.norm(x)\n"),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return x.sum(1, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return x.float().norm(dim=-1)
+            """),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x, attention_mask):
+                    return attention_mask.sum(-1) + (x > 0).sum()
+            """),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return torch.logsumexp(x, -1) + torch.exp(x - x.max(-1, keepdim=True).values)
+            """),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return x.std(-1) + x.pow(0.5) + sum([1, 2])
+            """),
+        Valid("""
+            import torch
+            def total(x):
+                return x.sum()
+            """),
+        Valid("""
+            import torch
+            import numpy as np
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return np.sum(x) + np.linalg.norm(x)
+            """),
         # counts, shapes and masks: exact in fp16, or consumed as integers
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x, grid_thw, attention_mask):\n"
-              "        a = (grid_thw.prod(-1) // 4).tolist()\n        b = (1 - attention_mask).sum(-1)\n"
-              "        c = attention_mask.flip([-1]).cumsum(-1)\n        d = int(x.sum())\n"
-              "        return (x.sum(-1) != 0), a, b, c, d\n"),
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x, row_max):\n"
-              "        return torch.exp(x - row_max - 1e4)\n"),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x, grid_thw, attention_mask):
+                    a = (grid_thw.prod(-1) // 4).tolist()
+                    b = (1 - attention_mask).sum(-1)
+                    c = attention_mask.flip([-1]).cumsum(-1)
+                    d = int(x.sum())
+                    return (x.sum(-1) != 0), a, b, c, d
+            """),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x, row_max):
+                    return torch.exp(x - row_max - 1e4)
+            """),
         # a hand-written softmax is AMP303's
-        Valid("import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)\n"),
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+            """),
     ]
 
     INVALID = [
-        Invalid(
-            "import torch\nimport torch.nn as nn\n\nclass Pool(nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        x = x / x.norm(dim=-1, keepdim=True)  # unit length\n"
-            "        return x\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+
+            class Pool(nn.Module):
+                def forward(self, x):
+                    x = x / x.norm(dim=-1, keepdim=True)  # unit length
+                    return x
+            """,
             line=6,
             severity="info",
             message="65504",
-            expected_fix="import torch\nimport torch.nn as nn\n\nclass Pool(nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        x = (x / x.norm(dim=-1, keepdim=True, dtype=torch.float32)).to(x.dtype)  # unit length\n"
-            "        return x\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+
+                class Pool(nn.Module):
+                    def forward(self, x):
+                        x = (x / x.norm(dim=-1, keepdim=True, dtype=torch.float32)).to(x.dtype)  # unit length
+                        return x
+                """,
         ),
         # O2: a warning; masked mean pooling: the division bounds the sum
-        Invalid(
-            "import torch\n\nclass Pool(torch.nn.Module):\n"
-            "    def forward(self, h, mask):\n"
-            "        return (h * mask).sum(1) / mask.sum(1).clamp(min=1)\n",
+        Invalid("""
+            import torch
+
+            class Pool(torch.nn.Module):
+                def forward(self, h, mask):
+                    return (h * mask).sum(1) / mask.sum(1).clamp(min=1)
+            """,
             severity="warning",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass Pool(torch.nn.Module):\n"
-            "    def forward(self, h, mask):\n"
-            "        return ((h * mask).sum(1, dtype=torch.float32) / mask.sum(1).clamp(min=1)).to(h.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class Pool(torch.nn.Module):
+                    def forward(self, h, mask):
+                        return ((h * mask).sum(1, dtype=torch.float32) / mask.sum(1).clamp(min=1)).to(h.dtype)
+                """,
         ),
         # RMS norm by hand: pow upcast, bounded by the product with rsqrt
-        Invalid(
-            "import torch\n\nclass RMSNorm(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)\n",
+        Invalid("""
+            import torch
+
+            class RMSNorm(torch.nn.Module):
+                def forward(self, x):
+                    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            """,
             count=2,  # pow (a warning on CPU autocast) and mean (info)
             settings={"engine": "torch", "device": "cpu"},
-            expected_fix="import torch\n\nclass RMSNorm(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class RMSNorm(torch.nn.Module):
+                    def forward(self, x):
+                        return (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+                """,
         ),
-        Invalid(
-            "import torch\nclass G(torch.nn.Module):\n    def forward(self, x):\n        return torch.pow(x, 3.0)\n",
+        Invalid("""
+            import torch
+            class G(torch.nn.Module):
+                def forward(self, x):
+                    return torch.pow(x, 3.0)
+            """,
             severity="warning",
             message="|x| above 40.31",
             settings={"engine": "torch", "device": "cpu"},
             expected_fix=None,
         ),
         # exp in a helper forward calls; no bounding point: no fix
-        Invalid(
-            "import torch\n\ndef scale(s):\n    return s.exp()\n\n"
-            "class Clip(torch.nn.Module):\n    def forward(self, a):\n        return a * scale(a)\n",
+        Invalid("""
+            import torch
+
+            def scale(s):
+                return s.exp()
+
+            class Clip(torch.nn.Module):
+                def forward(self, a):
+                    return a * scale(a)
+            """,
             line=4,
             message="11.09",
             expected_fix=None,
         ),
         # a cumulative sum that flows on unbounded: reported, no fix
-        Invalid(
-            "import torch\nclass C(torch.nn.Module):\n    def forward(self, x):\n        return torch.cumsum(x, dim=1)\n",
+        Invalid("""
+            import torch
+            class C(torch.nn.Module):
+                def forward(self, x):
+                    return torch.cumsum(x, dim=1)
+            """,
             severity="warning",
             settings={"opt_level": "O3"},
             expected_fix=None,
         ),
         # mean: info only, never a fix
-        Invalid(
-            "import torch\nclass R(torch.nn.Module):\n    def forward(self, x):\n        return x.mean((2, 3))\n",
+        Invalid("""
+            import torch
+            class R(torch.nn.Module):
+                def forward(self, x):
+                    return x.mean((2, 3))
+            """,
             severity="info",
             message="accumulates in fp32",
             settings={"opt_level": "O2"},
             expected_fix=None,
         ),
         # an in-place renormalisation: the target keeps its dtype, no cast back needed
-        Invalid(
-            "import torch\nclass Router(torch.nn.Module):\n    def forward(self, w):\n"
-            "        w /= w.sum(dim=-1, keepdim=True)\n        return w\n",
-            expected_fix="import torch\nclass Router(torch.nn.Module):\n    def forward(self, w):\n"
-            "        w /= w.sum(dim=-1, keepdim=True, dtype=torch.float32)\n        return w\n",
+        Invalid("""
+            import torch
+            class Router(torch.nn.Module):
+                def forward(self, w):
+                    w /= w.sum(dim=-1, keepdim=True)
+                    return w
+            """,
+            expected_fix="""
+                import torch
+                class Router(torch.nn.Module):
+                    def forward(self, w):
+                        w /= w.sum(dim=-1, keepdim=True, dtype=torch.float32)
+                        return w
+                """,
         ),
         # an explicit `dtype=None` is the default: its value is replaced
-        Invalid(
-            "import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return x / torch.sum(x, -1, keepdim=True, dtype=None)\n",
-            expected_fix="import torch\nclass P(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return (x / torch.sum(x, -1, keepdim=True, dtype=torch.float32)).to(x.dtype)\n",
+        Invalid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x):
+                    return x / torch.sum(x, -1, keepdim=True, dtype=None)
+            """,
+            expected_fix="""
+                import torch
+                class P(torch.nn.Module):
+                    def forward(self, x):
+                        return (x / torch.sum(x, -1, keepdim=True, dtype=torch.float32)).to(x.dtype)
+                """,
         ),
         # var has no dtype argument: the operand is upcast
-        Invalid(
-            "import torch\nclass N(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return (x - x.mean(0)) / x.var(0).sqrt()\n",
+        Invalid("""
+            import torch
+            class N(torch.nn.Module):
+                def forward(self, x):
+                    return (x - x.mean(0)) / x.var(0).sqrt()
+            """,
             count=2,
-            expected_fix="import torch\nclass N(torch.nn.Module):\n    def forward(self, x):\n"
-            "        return ((x - x.mean(0)) / x.float().var(0).sqrt()).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+                class N(torch.nn.Module):
+                    def forward(self, x):
+                        return ((x - x.mean(0)) / x.float().var(0).sqrt()).to(x.dtype)
+                """,
         ),
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        resolved = R.forward_call(ctx, node, _NAMES)
-        if resolved is None:
+        call = reductions.half_call(ctx, node, _NAMES, _QUALNAMES)
+        if call is None or call.operand is None:
             return
-        attr, qualname, operand, is_method = resolved
-        func = node.func
-        if not any(qualname == prefix + attr for prefix in _MODULES) or operand is None:
-            return
-        if attr in _DTYPE_OPS or attr == "mean":
-            if R.dtype_kind(ctx, R.argument(node, "dtype", -1)) in ("fp32", "unknown"):
-                return
-        if R.is_fp32(ctx, operand):
-            return
+        attr, qualname, operand, is_method, shown = call.attr, call.qualname, call.operand, call.is_method, call.shown
         if attr in ("sum", "nansum", "cumsum", "prod", "cumprod") and (
             _integer_like(ctx, operand) or _integer_consumer(ctx, node)
         ):
@@ -281,15 +395,14 @@ half matmul under `model.half()`.
             return
         exponent = None
         if attr == "pow":
-            value = ctx.evaluate(R.argument(node, "exponent", 0 if is_method else 1) or ast.Constant(None))
+            value = ctx.evaluate(calls.argument(node, "exponent", 0 if is_method else 1) or ast.Constant(None))
             if value is None or value.value <= 1:
                 return
             exponent = value.value
-        if attr in ("exp", "sum") and R.in_handwritten(ctx, node):
+        if attr in ("exp", "sum") and reductions.in_handwritten(ctx, node):
             return
-        if attr == "exp" and R.max_subtracted(ctx, operand):
+        if attr == "exp" and reductions.max_subtracted(ctx, operand):
             return
-        shown = f".{attr}()" if is_method else ctx.segment(func)
         if attr == "mean":
             if ctx.settings.opt_level == "O0":
                 return
@@ -300,30 +413,30 @@ half matmul under `model.half()`.
                 severity=Severity.INFO,
             )
             return
-        severity = R.severity_for(ctx.settings, qualname)
+        severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return
         why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
-        note = R.policy_note(ctx.settings, qualname, severity)
+        note = reductions.policy_note(ctx.settings, qualname, severity)
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)
 
     @staticmethod
     def _fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
-        if R.has_double_star(node):
+        if calls.has_double_star(node):
             return None
-        point = R.bounding_point(ctx, node)
+        point = reductions.bounding_point(ctx, node)
         if point is None:
             return None
-        source = R.dtype_source(ctx, operand)
+        source = reductions.dtype_source(ctx, operand)
         if source is None:
             return None
-        torch = R.torch_alias(ctx)
+        torch = calls.torch_alias(ctx)
         if attr in _DTYPE_OPS and torch is not None:
-            edits = [R.add_keyword_edit(ctx, node, f"dtype={torch}.float32")]
+            edits = [fixes.add_keyword(node, f"dtype={torch}.float32")]
             how = f"`dtype={torch}.float32`"
         else:
-            edits = R.upcast_operand_edits(operand)
+            edits = fixes.upcast(operand)
             how = "`.float()` on the operand"
-        edits += R.cast_back_edits(ctx, point, source)
+        edits += reductions.cast_back_edits(ctx, point, source)
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast the bounded result back to `{ctx.segment(source)}.dtype`")

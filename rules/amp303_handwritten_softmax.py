@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from amplint.analysis import reductions as R
+from amplint.analysis import calls, reductions
 from amplint.rule import Edit, Fix, Invalid, Position, Rule, Severity, Valid
 
 
@@ -20,7 +20,7 @@ def _int_text(ctx, node) -> str | None:
 def _stable_operand(ctx, operand):
     """``x`` when ``operand`` is ``x - <row max>`` (softmax is shift-invariant), else None."""
     if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Sub):
-        if R.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), operand.right)):
+        if reductions.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), operand.right)):
             return operand.left
     return None
 
@@ -62,6 +62,10 @@ with a policy that runs `exp` in fp32 the finding is `info`.
 
 ## Example
 ```python
+import torch
+from torch import nn
+
+
 class Head(nn.Module):
     def forward(self, scores):
         return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)
@@ -69,8 +73,16 @@ class Head(nn.Module):
 
 ## Use instead
 ```python
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def forward(self, scores):
         return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
 ```
+
+## Fix safety
 The fix is `safe` where the dimension is known (a literal or constant `dim` with
 `keepdim=True`): the fused softmax computes the same function, in fp32, and the result is
 cast back to the operand's dtype so a half model keeps running. Intermediate names that
@@ -79,97 +91,164 @@ only served the hand-written form are removed. No fix for a softmax over the who
 """
 
     VALID = [
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x - torch.logsumexp(x, dim=-1, keepdim=True)\n"),
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x, y):\n"
-              "        return torch.exp(x) / torch.exp(y).sum(-1, keepdim=True)\n"),
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return torch.softmax(x, -1, dtype=torch.float32)\n"),
-        Valid("import torch\ndef softmax(x):\n    return x.exp() / x.exp().sum(-1, keepdim=True)\n"),
-        Valid("import torch\nclass H(torch.nn.Module):\n    def forward(self, x):\n"
-              "        return x.exp() / x.exp().sum(-1, keepdim=True)\n", settings={"opt_level": "O0"}),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return x - torch.logsumexp(x, dim=-1, keepdim=True)
+            """),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x, y):
+                    return torch.exp(x) / torch.exp(y).sum(-1, keepdim=True)
+            """),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return torch.softmax(x, -1, dtype=torch.float32)
+            """),
+        Valid("""
+            import torch
+            def softmax(x):
+                return x.exp() / x.exp().sum(-1, keepdim=True)
+            """),
+        Valid("""
+            import torch
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return x.exp() / x.exp().sum(-1, keepdim=True)
+            """, settings={"opt_level": "O0"}),
     ]
 
     INVALID = [
-        Invalid(
-            "import torch\nimport torch.nn as nn\n\nclass Head(nn.Module):\n"
-            "    def forward(self, scores):\n"
-            "        return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)  # probs\n",
+        Invalid("""
+            import torch
+            import torch.nn as nn
+
+            class Head(nn.Module):
+                def forward(self, scores):
+                    return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)  # probs
+            """,
             line=6,
             severity="info",
             message="11.09",
-            expected_fix="import torch\nimport torch.nn as nn\n\nclass Head(nn.Module):\n"
-            "    def forward(self, scores):\n"
-            "        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probs\n",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+
+                class Head(nn.Module):
+                    def forward(self, scores):
+                        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # probs
+                """,
         ),
         # through names, method form, O2: the helper names go away
-        Invalid(
-            "import torch as th\n\nclass Head(th.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        e = x.exp()\n"
-            "        z = e.sum(1, keepdim=True)\n"
-            "        p = e / z\n"
-            "        return p\n",
+        Invalid("""
+            import torch as th
+
+            class Head(th.nn.Module):
+                def forward(self, x):
+                    e = x.exp()
+                    z = e.sum(1, keepdim=True)
+                    p = e / z
+                    return p
+            """,
             line=7,
             severity="warning",
             settings={"opt_level": "O2"},
-            expected_fix="import torch as th\n\nclass Head(th.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        p = th.softmax(x, dim=1, dtype=th.float32).to(x.dtype)\n"
-            "        return p\n",
+            expected_fix="""
+                import torch as th
+
+                class Head(th.nn.Module):
+                    def forward(self, x):
+                        p = th.softmax(x, dim=1, dtype=th.float32).to(x.dtype)
+                        return p
+                """,
         ),
         # an exp still used elsewhere stays
-        Invalid(
-            "import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        e = torch.exp(x)\n"
-            "        return e / torch.sum(e, -1, True), e\n",
-            expected_fix="import torch\n\nclass Head(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        e = torch.exp(x)\n"
-            "        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype), e\n",
+        Invalid("""
+            import torch
+
+            class Head(torch.nn.Module):
+                def forward(self, x):
+                    e = torch.exp(x)
+                    return e / torch.sum(e, -1, True), e
+            """,
+            expected_fix="""
+                import torch
+
+                class Head(torch.nn.Module):
+                    def forward(self, x):
+                        e = torch.exp(x)
+                        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype), e
+                """,
         ),
         # log-softmax by hand, CPU autocast: a warning
-        Invalid(
-            "import torch\n\nclass LM(torch.nn.Module):\n"
-            "    def forward(self, logits):\n"
-            "        return logits - logits.exp().sum(-1, keepdim=True).log()\n",
+        Invalid("""
+            import torch
+
+            class LM(torch.nn.Module):
+                def forward(self, logits):
+                    return logits - logits.exp().sum(-1, keepdim=True).log()
+            """,
             severity="warning",
             message="log-softmax",
             settings={"engine": "torch", "device": "cpu"},
-            expected_fix="import torch\n\nclass LM(torch.nn.Module):\n"
-            "    def forward(self, logits):\n"
-            "        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class LM(torch.nn.Module):
+                    def forward(self, logits):
+                        return torch.log_softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
+                """,
         ),
         # the max-subtracted form does not overflow: info, and the fused kernel on `x`
-        Invalid(
-            "import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        z = x - x.max(dim=-1, keepdim=True).values\n"
-            "        return z.exp() / z.exp().sum(-1, keepdims=True)\n",
+        Invalid("""
+            import torch
+
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    z = x - x.max(dim=-1, keepdim=True).values
+                    return z.exp() / z.exp().sum(-1, keepdims=True)
+            """,
             severity="info",
             message="no overflow",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        z = x - x.max(dim=-1, keepdim=True).values\n"
-            "        return torch.softmax(z, dim=-1, dtype=torch.float32).to(z.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class H(torch.nn.Module):
+                    def forward(self, x):
+                        z = x - x.max(dim=-1, keepdim=True).values
+                        return torch.softmax(z, dim=-1, dtype=torch.float32).to(z.dtype)
+                """,
         ),
-        Invalid(
-            "import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return torch.exp(x - x.amax(-1, keepdim=True)) / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdims=True)\n",
+        Invalid("""
+            import torch
+
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return torch.exp(x - x.amax(-1, keepdim=True)) / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdims=True)
+            """,
             severity="info",
             settings={"opt_level": "O2"},
-            expected_fix="import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)\n",
+            expected_fix="""
+                import torch
+
+                class H(torch.nn.Module):
+                    def forward(self, x):
+                        return torch.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)
+                """,
         ),
         # softmax over the whole tensor: reported, no fix
-        Invalid(
-            "import torch\n\nclass H(torch.nn.Module):\n"
-            "    def forward(self, x):\n"
-            "        return x.exp() / x.exp().sum()\n",
+        Invalid("""
+            import torch
+
+            class H(torch.nn.Module):
+                def forward(self, x):
+                    return x.exp() / x.exp().sum()
+            """,
             expected_fix=None,
         ),
     ]
@@ -181,15 +260,15 @@ only served the hand-written form are removed. No fix for a softmax over the who
         right = node.right
         if not isinstance(right, (ast.Call, ast.Name)):
             return
-        found = R.match_handwritten(ctx, node)
+        found = reductions.match_handwritten(ctx, node)
         if found is None or not ctx.in_forward(node):
             return
-        severity = R.severity_for(ctx.settings, "torch.exp")
+        severity = reductions.severity_for(ctx.settings, "torch.exp")
         if severity is None:
             return
-        note = R.policy_note(ctx.settings, "torch.exp", severity)
+        note = reductions.policy_note(ctx.settings, "torch.exp", severity)
         what = "softmax" if found.kind == "softmax" else "log-softmax"
-        if R.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), found.operand)) or _stable_operand(ctx, found.operand):
+        if reductions.max_subtracted(ctx, ast.BinOp(ast.Constant(0), ast.Sub(), found.operand)) or _stable_operand(ctx, found.operand):
             severity = Severity.INFO  # the row maximum is subtracted: no overflow, only slower
             message = (
                 f"hand-written {what} (maximum subtracted, so no overflow): three kernels where the fused "
@@ -206,13 +285,13 @@ only served the hand-written form are removed. No fix for a softmax over the who
     def _fix(ctx, node, found):
         call = found.sum_call
         method = ctx.qualname(call.func) is None
-        dim = R.argument(call, "dim", 0 if method else 1)
-        keepdim = R.argument(call, "keepdim", 1 if method else 2) or R.argument(call, "keepdims", -1)
+        dim = calls.argument(call, "dim", 0 if method else 1)
+        keepdim = calls.argument(call, "keepdim", 1 if method else 2) or calls.argument(call, "keepdims")
         if not (isinstance(keepdim, ast.Constant) and keepdim.value is True):
             return None
         dim_text = _int_text(ctx, dim)
-        torch = R.torch_alias(ctx)
-        source = R.dtype_source(ctx, _stable_operand(ctx, found.operand) or found.operand)
+        torch = calls.torch_alias(ctx)
+        source = reductions.dtype_source(ctx, _stable_operand(ctx, found.operand) or found.operand)
         if dim_text is None or torch is None or source is None or "\n" in dim_text:
             return None
         func = ctx.enclosing_function(node)
@@ -220,11 +299,11 @@ only served the hand-written form are removed. No fix for a softmax over the who
         operand_names = {n.id for n in ast.walk(found.operand) if isinstance(n, ast.Name)}
         statements = {id(stmt): (name, stmt) for name, stmt in found.bindings}
         for _, stmt in statements.values():
-            if any(R.assignments_between(ctx, n, func, stmt.lineno, node.lineno) for n in operand_names):
+            if any(reductions.assignments_between(ctx, n, func, stmt.lineno, node.lineno) for n in operand_names):
                 return None
         operand = _stable_operand(ctx, found.operand) or found.operand
         text = f"{torch}.{found.kind}({ctx.segment(operand)}, dim={dim_text}, dtype={torch}.float32)"
-        if not R.already_cast_back(ctx, node):
+        if not reductions.already_cast_back(ctx, node):
             text += f".to({ctx.segment(source)}.dtype)"
         edits = [Edit.replace(node, text)]
         # drop helper assignments nothing else reads

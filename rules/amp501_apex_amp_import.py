@@ -30,9 +30,6 @@ changes what is trained.
 line is enough: `initialize`, `scale_loss`, `state_dict` / `load_state_dict`,
 `master_params`, the `register_*_function` calls and decorators keep their meaning.
 
-The fix is `safe`: at O0 (fp32) the behaviour is identical, and the replaced import no
-longer exists in apex, so there is no working behaviour to preserve.
-
 ## Example
 ```python
 from apex import amp
@@ -46,40 +43,73 @@ from amplint import amp
 
 model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
 ```
+
+## Fix safety
+The fix is `safe`: at O0 (fp32) the behaviour is identical, and the replaced import no
+longer exists in apex, so there is no working behaviour to preserve.
+It is offered only where the import can be rewritten alone: not for `from apex import amp,
+optimizers` (apex's other modules stay) or a bare `import apex.amp` used as `apex.amp.x`.
 """
 
     VALID = [
-        Valid("from amplint import amp\n"),
-        Valid("from apex.normalization import FusedLayerNorm\n"),
-        Valid("import apex\nnorm = apex.normalization.FusedLayerNorm(8)\n"),
-        Valid("import torch\nscaler = torch.amp.GradScaler('cuda')\n"),
+        Valid("""
+            from amplint import amp
+            """),
+        Valid("""
+            from apex.normalization import FusedLayerNorm
+            """),
+        Valid("""
+            import apex
+            norm = apex.normalization.FusedLayerNorm(8)
+            """),
+        Valid("""
+            import torch
+            scaler = torch.amp.GradScaler('cuda')
+            """),
     ]
     INVALID = [
-        Invalid(
-            "from apex import amp\nmodel, opt = amp.initialize(model, opt)\n",
+        Invalid("""
+            from apex import amp
+            model, opt = amp.initialize(model, opt)
+            """,
             line=1,
             message="apex.amp",
-            expected_fix="from amplint import amp\nmodel, opt = amp.initialize(model, opt)\n",
+            expected_fix="""
+                from amplint import amp
+                model, opt = amp.initialize(model, opt)
+                """,
         ),
-        Invalid(
-            "import apex.amp as amp  # legacy\n",
-            expected_fix="from amplint import amp  # legacy\n",
+        Invalid("""
+            import apex.amp as amp  # legacy
+            """,
+            expected_fix="""
+                from amplint import amp  # legacy
+                """,
         ),
-        Invalid(
-            "import apex.amp as mp\n",
-            expected_fix="import amplint.amp as mp\n",
+        Invalid("""
+            import apex.amp as mp
+            """,
+            expected_fix="""
+                import amplint.amp as mp
+                """,
         ),
-        Invalid(
-            "from apex.amp import scale_loss, initialize as init\n",
-            expected_fix="from amplint.amp import scale_loss, initialize as init\n",
+        Invalid("""
+            from apex.amp import scale_loss, initialize as init
+            """,
+            expected_fix="""
+                from amplint.amp import scale_loss, initialize as init
+                """,
         ),
-        Invalid(
-            "from apex import amp, optimizers\n",
+        Invalid("""
+            from apex import amp, optimizers
+            """,
             message="apex.amp",
             expected_fix=None,
         ),
-        Invalid(
-            "import apex\nmodel, opt = apex.amp.initialize(model, opt)\n",
+        Invalid("""
+            import apex
+            model, opt = apex.amp.initialize(model, opt)
+            """,
             line=2,
             expected_fix=None,
         ),

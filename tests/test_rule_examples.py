@@ -2,7 +2,7 @@
 import pytest
 
 from amplint.registry import all_rules
-from amplint.testing import check_rule_examples
+from amplint.testing import check_rule_docs, check_rule_examples
 
 RULES = all_rules()
 
@@ -19,6 +19,19 @@ def test_rule_examples(rule):
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
-def test_rule_docs_have_ruff_sections(rule):
-    for section in ("## What it does", "## Why is this bad?", "## Example"):
-        assert section in rule.docs, f"{rule.code} docs lack {section!r}"
+def test_rule_docs(rule):
+    """One shape for every rule's docs (What it does / Why is this bad? / Example / Use
+    instead / Fix safety), and the doc examples are real: Example triggers the rule,
+    Use instead does not."""
+    failures = check_rule_docs(rule)
+    assert not failures, "\n".join(failures)
+
+
+def test_doc_check_catches_a_quiet_example():
+    """The doc check fails a rule whose Example does not trigger it."""
+    from amplint.rules.amp501_apex_amp_import import ApexAmpImport
+
+    class Quiet(ApexAmpImport):
+        docs = ApexAmpImport.docs.replace("from apex import amp", "from amplint import amp")
+
+    assert any("Example code does not trigger" in f for f in check_rule_docs(Quiet))

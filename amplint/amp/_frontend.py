@@ -23,8 +23,7 @@ from torch import nn
 from ._casting import CASTS
 from ._optimizer import MasterState, OptimizerState
 from ._scaler import LossScaler, _distributed
-
-OPT_LEVELS = ("O0", "O1", "O2", "O3")
+from .policy import OPT_LEVELS
 _FIELDS = ("enabled", "opt_level", "cast_model_type", "patch_torch_functions",
            "keep_batchnorm_fp32", "master_weights", "loss_scale")
 _PRESETS = {

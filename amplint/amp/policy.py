@@ -34,6 +34,10 @@ are left to PyTorch's own type promotion, which gives the fp32 result apex's wra
 """
 from __future__ import annotations
 
+#: apex's opt levels: O0 fp32, O1 per-op casting (these lists), O2 half model with fp32
+#: master weights, O3 everything half -- one tuple for the linter, engine and verifier
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+
 HALF = "half"
 FLOAT = "float"
 PROMOTE = "promote"

@@ -6,8 +6,9 @@ Everything here works on the ``ast`` the engine already parsed and on the shared
 Walks are bounded to one function and only happen for nodes that already passed the
 rules' cheap checks.
 
-* :func:`dtype_branch` -- does a node sit in a branch a dtype check selects or excludes
-  (``if x.dtype == torch.float16: -1e4 else: -1e9``)?
+Which branch of a dtype check runs in half is :mod:`amplint.dtypes`'s question
+(``ctx.branch_runs_in_half``).
+
 * :func:`feeds_softmax` -- does the tensor a call produces (or fills in place) flow into
   a softmax in the same function?
 * :func:`tensor_name` -- a side-effect-free expression naming a tensor whose ``dtype``
@@ -22,135 +23,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable, Optional
 
-# --- dtypes ------------------------------------------------------------------------
-
-#: torch dtype attribute -> canonical name
-DTYPE_ALIASES = {
-    "float16": "float16", "half": "float16",
-    "bfloat16": "bfloat16",
-    "float32": "float32", "float": "float32",
-    "float64": "float64", "double": "float64",
-    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
-    "float8_e4m3fnuz": "float8_e4m3fn", "float8_e5m2fnuz": "float8_e5m2",
-    "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int": "int32",
-    "int64": "int64", "long": "int64", "bool": "bool",
-}
-#: the dtypes a settings target means
-TARGET_DTYPES = {
-    "fp16": frozenset({"float16"}),
-    "bf16": frozenset({"bfloat16"}),
-    "fp8": frozenset({"float8_e4m3fn", "float8_e5m2"}),
-    "int8": frozenset({"int8"}),
-}
-FP32_DTYPES = frozenset({"float32", "float64"})
-
-
-def dtype_literal(ctx, expr: ast.AST) -> Optional[str]:
-    """``torch.float16`` / ``torch.half`` (any torch alias) -> ``"float16"``; else None."""
-    if isinstance(expr, ast.Attribute) and expr.attr in DTYPE_ALIASES:
-        qn = ctx.qualname(expr)
-        if qn is not None and qn.startswith("torch.") and qn.count(".") == 1:
-            return DTYPE_ALIASES[expr.attr]
-        if isinstance(expr.value, ast.Name) and expr.value.id == "torch":
-            return DTYPE_ALIASES[expr.attr]
-    if isinstance(expr, ast.Name):
-        qn = ctx.imports.get(expr.id)
-        if qn and qn.startswith("torch.") and qn[6:] in DTYPE_ALIASES:
-            return DTYPE_ALIASES[qn[6:]]
-    return None
-
-
-def _dtype_set(ctx, expr: ast.AST) -> Optional[frozenset]:
-    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
-        names = [dtype_literal(ctx, e) for e in expr.elts]
-        return None if any(n is None for n in names) else frozenset(names)
-    name = dtype_literal(ctx, expr)
-    return None if name is None else frozenset({name})
-
-
-def _is_dtype_probe(expr: ast.AST) -> bool:
-    """``x.dtype``, ``self.weight.dtype``, ``dtype``, ``hidden_dtype``."""
-    if isinstance(expr, ast.Attribute):
-        return expr.attr == "dtype"
-    if isinstance(expr, ast.Name):
-        return expr.id == "dtype" or expr.id.endswith("_dtype")
-    return False
-
-
-def _test_truth(ctx, test: ast.AST, dtypes: frozenset) -> Optional[bool]:
-    """Whether ``test`` is true when the probed tensor has one of ``dtypes`` (the
-    target), or None when the test is not a dtype check / cannot tell."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _test_truth(ctx, test.operand, dtypes)
-        return None if inner is None else not inner
-    if isinstance(test, ast.BoolOp):
-        parts = [_test_truth(ctx, v, dtypes) for v in test.values]
-        if isinstance(test.op, ast.And):
-            if any(p is False for p in parts):
-                return False
-            return True if all(p is True for p in parts) else None
-        if any(p is True for p in parts):
-            return True
-        return False if all(p is False for p in parts) else None
-    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
-        return None
-    left, op, right = test.left, test.ops[0], test.comparators[0]
-    if _is_dtype_probe(right) and not _is_dtype_probe(left):
-        left, right = right, left
-    if not _is_dtype_probe(left):
-        return None
-    wanted = _dtype_set(ctx, right)
-    if wanted is None:
-        return None
-    hit = bool(wanted & dtypes)
-    if hit and not dtypes <= wanted and isinstance(op, (ast.Eq, ast.Is, ast.In)):
-        return None  # fp8 target, only one fp8 flavour checked
-    if isinstance(op, (ast.Eq, ast.Is, ast.In)):
-        return hit
-    if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
-        return not hit
-    return None
-
-
-def dtype_branch(ctx, node: ast.AST, target: Optional[str] = None) -> Optional[bool]:
-    """Whether ``node`` runs when tensors have the ``target`` dtype (default: the
-    settings' target), judged from enclosing dtype checks::
-
-        if x.dtype == torch.float16:
-            fill = -1e4          # True: runs only in half
-        else:
-            fill = -1e9          # False: never runs in half
-        fill = -1e4 if scores.dtype == torch.half else -1e9
-
-    None: no enclosing dtype check decides it."""
-    dtypes = TARGET_DTYPES.get(target or ctx.settings.target)
-    if dtypes is None:
-        return None
-    result: Optional[bool] = None
-    child = node
-    for anc in ctx.ancestors(node):
-        branch = None
-        if isinstance(anc, ast.If):
-            if any(s is child for s in anc.body):
-                branch = True
-            elif any(s is child for s in anc.orelse):
-                branch = False
-        elif isinstance(anc, ast.IfExp):
-            if anc.body is child:
-                branch = True
-            elif anc.orelse is child:
-                branch = False
-        elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            break
-        if branch is not None:
-            truth = _test_truth(ctx, anc.test, dtypes)
-            if truth is not None:
-                if truth != branch:
-                    return False
-                result = True
-        child = anc
-    return result
-
+from amplint.dtypes import FP32_DTYPES, dtype_literal, is_dtype_probe
 
 # --- flows -------------------------------------------------------------------------
 
@@ -311,27 +184,6 @@ def float_cast_name(ctx, expr: ast.AST, func: Optional[ast.AST]) -> Optional[ast
     return None
 
 
-def torch_alias(ctx) -> Optional[str]:
-    """The local name ``torch`` is imported as (``import torch`` -> ``torch``)."""
-    if ctx.imports.get("torch") == "torch":
-        return "torch"
-    for local, qn in ctx.imports.items():
-        if qn == "torch":
-            return local
-    return None
-
-
-def finfo_text(ctx, tensor: ast.AST, negative: bool, dtype_expr: bool = False) -> Optional[str]:
-    """``torch.finfo(x.dtype).min`` for the tensor (or dtype expression) given."""
-    alias = torch_alias(ctx)
-    if alias is None:
-        return None
-    inner = ctx.segment(tensor) if dtype_expr else f"{ctx.segment(tensor)}.dtype"
-    if "\n" in inner or "\r" in inner:
-        return None
-    return f"{alias}.finfo({inner}).{'min' if negative else 'max'}"
-
-
 # --- masks -------------------------------------------------------------------------
 
 _CAUSAL_CALLS = ("tril", "triu", "tril_", "triu_", "generate_square_subsequent_mask", "tril_indices", "triu_indices")
@@ -479,7 +331,7 @@ def _cast_dtype(ctx, call: ast.Call) -> Optional[str]:
                 d = dtype_literal(ctx, a)
                 if d is not None:
                     return "fp32" if d in FP32_DTYPES else "other"
-                if isinstance(a, (ast.Name, ast.Attribute)) and _is_dtype_probe(a):
+                if isinstance(a, (ast.Name, ast.Attribute)) and is_dtype_probe(a):
                     return "other"  # .to(input_dtype): back to whatever it was
             return None
     for k in call.keywords:

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from ..context import bound_names
+from ..bindings import bound_names
 from ..evaluate import annotation_class, config_fields, is_config_class, is_config_expr, parameter
 
 _MAX_DEPTH = 12
@@ -92,18 +92,16 @@ DATA_NAME_PARTS = ("class", "label")
 
 #: text in a file that loads pretrained weights into the model it defines
 CHECKPOINT_MARKERS = ("from_pretrained", "PreTrainedModel", "load_pretrained")
-
-
-def argument(call: ast.Call, index: Optional[int], keyword: str) -> Optional[ast.AST]:
-    """The expression passed for a parameter, by keyword or position (None: absent)."""
-    for kw in call.keywords:
-        if kw.arg == keyword:
-            return kw.value
-    if index is not None and index < len(call.args) and not any(
-        isinstance(a, ast.Starred) for a in call.args[: index + 1]
-    ):
-        return call.args[index]
-    return None
+#: text in a file that may define or use a layer size
+LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
+#: output widths below this are heads (classes, regression targets): too narrow for the
+#: alignment to matter, and a hidden width that small is caught as the next layer's input
+SMALL_HEAD = 64
+#: sizes below this are input features, latent codes, pixel rows, tiny toy widths: the
+#: data's, not the design's, and too small for the alignment to cost measurable time
+MIN_SIZE = 32
+#: an embedding's row count is a GEMM size only for a vocabulary (tied to the output layer)
+VOCAB_NAME_PARTS = ("vocab", "token", "word", "char")
 
 
 def layer_name(call: ast.Call) -> Optional[str]:

@@ -10,16 +10,20 @@ Everything here works on the ``ast`` the engine already parsed and on the shared
 * :func:`severity_for` -- opt-level awareness: ``info`` under O1 when the selected op
   policy (``amplint.amp.policy``, shared with the engine) already runs the op in fp32 on
   every device the model runs on, ``warning`` otherwise, ``None`` at O0 (pure fp32);
-* fix helpers: the file's ``torch`` / ``torch.nn`` aliases, inserting a keyword argument,
-  a repeatable "dtype source" expression for the cast back, and the point where a
-  range-growing reduction's result is bounded again (a normalising division).
+* fix support: a repeatable "dtype source" expression for the cast back, and the point
+  where a range-growing reduction's result is bounded again (a normalising division).
+  The edits themselves are built by :mod:`amplint.fixes`; call arguments and the
+  file's aliases come from :mod:`amplint.analysis.calls`.
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Iterable, Optional
 
 from amplint.amp import policy
+from amplint import fixes
+from amplint.analysis.calls import argument, keyword
 from amplint.rule import Edit, Severity
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
@@ -98,6 +102,36 @@ def policy_note(settings, qualname: str, severity: Severity) -> str:
 
 # --- calls ----------------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class HalfCall:
+    """A call to a precision-sensitive op in ``forward`` that may run in half."""
+
+    attr: str  # the called name: ``softmax``, ``sum``
+    qualname: str  # ``torch.nn.functional.softmax``, ``torch.Tensor.sum``
+    operand: Optional[ast.AST]  # the tensor it works on (None: not visible)
+    is_method: bool  # ``x.sum()`` rather than ``torch.sum(x)``
+    #: :func:`dtype_kind` of its ``dtype=`` argument: None (absent) or ``"low"``
+    dtype: Optional[str]
+    shown: str  # how a message names it: ``.sum()``, ``F.softmax``
+
+
+def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[HalfCall]:
+    """The opening AMP301 and AMP302 share: ``call`` is one of ``qualnames`` (called
+    by a name in ``names``) in a module's ``forward``, passes no fp32 (or unknown)
+    ``dtype=``, and its operand is not already fp32.  None otherwise."""
+    resolved = forward_call(ctx, call, names)
+    if resolved is None:
+        return None
+    attr, qualname, operand, is_method = resolved
+    if qualname not in qualnames:
+        return None
+    dtype = dtype_kind(ctx, argument(call, "dtype"))
+    if dtype in ("fp32", "unknown") or is_fp32(ctx, operand):
+        return None
+    shown = f".{attr}()" if is_method else ctx.segment(call.func)
+    return HalfCall(attr, qualname, operand, is_method, dtype, shown)
+
+
 def forward_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, str, Optional[ast.AST], bool]]:
     """``(name, qualname, operand, is_method)`` for a call to one of ``names`` that runs in
     a module's ``forward`` (see :func:`resolve_call`); None otherwise."""
@@ -145,27 +179,6 @@ def function_operand(call: ast.Call) -> Optional[ast.AST]:
     for kw in call.keywords:
         if kw.arg in _OPERAND_KEYWORDS:
             return kw.value
-    return None
-
-
-def keyword(call: ast.Call, name: str) -> Optional[ast.keyword]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw
-    return None
-
-
-def has_double_star(call: ast.Call) -> bool:
-    return any(kw.arg is None for kw in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
-
-
-def argument(call: ast.Call, name: str, position: int) -> Optional[ast.AST]:
-    """The argument called ``name``, or the positional one at ``position``."""
-    kw = keyword(call, name)
-    if kw is not None:
-        return kw.value
-    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
-        return call.args[position]
     return None
 
 
@@ -290,25 +303,6 @@ def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> 
 
 # --- fix helpers ----------------------------------------------------------------------
 
-def torch_alias(ctx) -> Optional[str]:
-    """The local name of the ``torch`` module, if the file binds one."""
-    if ctx.imports.get("torch") == "torch":
-        return "torch"
-    for local, full in ctx.imports.items():
-        if full == "torch":
-            return local
-    return None
-
-
-def nn_alias(ctx) -> Optional[str]:
-    """How to spell ``torch.nn`` in this file: its alias, else ``<torch>.nn``."""
-    for local, full in ctx.imports.items():
-        if full == "torch.nn":
-            return local
-    t = torch_alias(ctx)
-    return f"{t}.nn" if t else None
-
-
 def is_simple(expr: ast.AST) -> bool:
     """A name or a dotted attribute of a name: cheap and side-effect free to repeat."""
     while isinstance(expr, ast.Attribute):
@@ -382,36 +376,12 @@ def _not_a_tensor(ctx, expr: ast.AST) -> bool:
     return ctx.evaluate(expr) is not None  # a constant: self.scale = d ** -0.5
 
 
-def add_keyword_edit(ctx, call: ast.Call, text: str) -> Edit:
-    """Insert ``text`` (e.g. ``dtype=torch.float32``) as the call's last argument, or
-    replace the value of an existing ``dtype=None``."""
-    name, _, value = text.partition("=")
-    existing = keyword(call, name)
-    if existing is not None:
-        return Edit.replace(existing.value, value)
-    items = list(call.args) + list(call.keywords)
-    if items:
-        last = max(items, key=lambda n: (n.end_lineno, n.end_col_offset))
-        return Edit.insert_after(last, ", " + text)
-    return Edit.insert_at(call.end_lineno, call.end_col_offset - 1, text)
-
-
-def upcast_operand_edits(operand: ast.AST) -> list[Edit]:
-    """``x`` -> ``x.float()``; ``a - b`` -> ``(a - b).float()``."""
-    if isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
-        return [Edit.insert_after(operand, ".float()")]
-    return [Edit.insert_before(operand, "("), Edit.insert_after(operand, ").float()")]
-
-
 def cast_back_edits(ctx, node: ast.AST, source: ast.AST) -> list[Edit]:
-    """Append ``.to(<source>.dtype)`` to ``node`` (parenthesised unless it is postfix-safe);
-    nothing when the code already casts the result."""
+    """Cast ``node``'s result back to ``source``'s dtype (:func:`amplint.fixes.cast_back`);
+    nothing when the code already casts it."""
     if already_cast_back(ctx, node) or isinstance(node, ast.AugAssign):
         return []  # already cast, or an in-place division that keeps the target's dtype
-    text = f".to({ctx.segment(source)}.dtype)"
-    if isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
-        return [Edit.insert_after(node, text)]
-    return [Edit.insert_before(node, "("), Edit.insert_after(node, ")" + text)]
+    return fixes.cast_back(ctx, node, source)
 
 
 def bounding_point(ctx, call: ast.AST) -> Optional[ast.AST]:

@@ -1,13 +1,7 @@
 """One line per finding: ``path:line:col: CODE [*] message`` (``[*]``: fixable)."""
 from __future__ import annotations
 
-from ..rule import Applicability
-
-
-def marker(finding) -> str:
-    if finding.fix is None or finding.fix.applicability is Applicability.DISPLAY:
-        return ""
-    return "[*] " if finding.fix.applicability is Applicability.SAFE else "[-] "
+from .common import marker, render_errors, render_statistics, summary
 
 
 def render_findings(results, out) -> None:
@@ -17,8 +11,6 @@ def render_findings(results, out) -> None:
 
 
 def render(results, out, *, statistics=False, color=False) -> None:
-    from .text import render_errors, render_statistics, summary
-
     if statistics:
         render_statistics(results, out)
     else:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import sys
 
+from .common import render_errors
+
 
 def render(results, out, *, statistics=False, color=False) -> None:
-    from .text import render_errors
-
     findings = [f.to_dict() for r in results for f in r.findings]
     json.dump(findings, out, indent=2)
     out.write("\n")

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from amplint.amp.policy import OPT_LEVELS as LEVELS
 from amplint.config import ConfigError, read_pyproject
 
-LEVELS = ("O0", "O1", "O2", "O3")
 DTYPES = ("fp16", "bf16")  # runner.DTYPES maps them to torch dtypes
 
 OPTION_KEYS = {

@@ -29,9 +29,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .target import AMP_DIR, ConstructionSites, class_source, normalize_example
+from amplint.amp.policy import OPT_LEVELS as LEVELS
 
-LEVELS = ("O0", "O1", "O2", "O3")
+from .target import AMP_DIR, ConstructionSites, class_source, normalize_example
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: default --tolerance: max |out - ref| / max |ref| against the fp32 (O0) run
 DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 5e-2}

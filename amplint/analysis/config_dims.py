@@ -1,0 +1,179 @@
+"""Layer sizes across files: a config field defined in one file and used as a layer
+size in another (``configuration_x.py``: ``hidden_size: int = 770``;
+``modeling_x.py``: ``nn.Linear(config.hidden_size, ...)``).
+
+Two halves, run in the engine's two phases (see :mod:`amplint.project`):
+
+* :func:`layer_size_uses` -- in the summary pass, for the file that *uses* the
+  fields: which config fields it passes to which layers, and how it splits them into
+  heads (``config.hidden_size // config.num_heads``);
+* :func:`unaligned_definitions` -- when the defining file is linted: which of its
+  config defaults those uses make unaligned layer sizes.
+
+Used by AMP201 (unaligned-dimension).  Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import os
+from typing import Optional
+
+from ..evaluate import config_fields, is_config_class
+from .calls import argument
+from .dims import (
+    CHECKPOINT_MARKERS,
+    LAYER_MARKERS,
+    LAYERS,
+    MIN_SIZE,
+    SMALL_HEAD,
+    VOCAB_NAME_PARTS,
+    Root,
+    as_size,
+    data_named,
+    find_root,
+    is_torch_layer,
+    layer_name,
+)
+
+
+def layer_size_uses(ctx) -> Optional[dict]:
+    """Config fields this file uses as layer sizes (and head splits of them), for the
+    file that defines the config: ``{"uses": [...], "divisors": [...]}``, or None."""
+    source = ctx.source
+    if not any(m in source for m in LAYER_MARKERS):
+        return None
+    checkpoint = any(m in source for m in CHECKPOINT_MARKERS)
+    uses, divisors, splits = [], [], []
+    for node in ctx.nodes("Call") + ctx.nodes("BinOp"):  # collected by the engine's walk
+        if isinstance(node, ast.Call):
+            name = layer_name(node)
+            if name is None or not is_torch_layer(ctx, node, name):
+                continue
+            dims, heads, _ = LAYERS[name]
+            for dim in dims:
+                expr = argument(node, dim.keyword, dim.index)
+                if not isinstance(expr, (ast.Attribute, ast.Name, ast.BinOp)):
+                    continue
+                root = find_root(ctx, expr)
+                if root is not None and root.kind == "config":
+                    uses.append({
+                        "field": root.field, "cls": root.cls, "mult": root.mult, "names": list(root.names),
+                        "line": node.lineno, "column": ctx.char_col(node.lineno, node.col_offset) + 1,
+                        "layer": f"nn.{name}", "arg": dim.keyword, "role": dim.role, "checkpoint": checkpoint,
+                    })
+            if heads is not None:
+                first, h = argument(node, dims[0].keyword, dims[0].index), argument(node, heads[1], heads[0])
+                if first is not None and h is not None:
+                    splits.append((first, h))
+        elif (
+            isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))
+            and isinstance(node.left, (ast.Attribute, ast.Name))
+        ):
+            splits.append((node.left, node.right))
+    if not uses:
+        return None
+    for left, right in splits:
+        divisors.extend(_divisor_fact(ctx, left, right))
+    return {"uses": uses, "divisors": divisors}
+
+
+def _divisor_fact(ctx, left, right) -> list:
+    root = find_root(ctx, left)
+    if root is None or root.kind != "config":
+        return []
+    fact = {"field": root.field, "cls": root.cls, "mult": root.mult}
+    divisor = find_root(ctx, right)
+    if divisor is not None and divisor.kind == "config" and divisor.mult == 1:
+        return [{**fact, "div_field": divisor.field}]
+    value = ctx.evaluate(right)
+    size = as_size(value.value) if value is not None else None
+    return [{**fact, "value": size}] if size else []
+
+
+@dataclasses.dataclass
+class UnalignedDefinition:
+    """A config default of this file that other files use as unaligned layer sizes."""
+
+    cls: str
+    field: str
+    #: the default's expression and the literal it comes from (what a fix pads)
+    default: ast.AST
+    root: Root
+    base: int
+    #: (path, use fact, size) for each unaligned use
+    uses: list[tuple[str, dict, int]]
+    #: head counts the other files split the field by (the padded size must keep them)
+    divisors: set[int]
+
+
+def _resolves_here(ctx, path: str, use: dict) -> bool:
+    """Whether the use in ``path`` reads this file's definition: this file is the only
+    one defining that field (of that class), or the use sits in this file's folder."""
+    definers = {d.path for d in ctx.project.config_defaults(use["field"], use["cls"])}
+    if definers <= {ctx.path}:
+        return True
+    return os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(ctx.path))
+
+
+def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys: set) -> list[UnalignedDefinition]:
+    """This file's config defaults that layer uses in other files (the project facts of
+    rule ``code``) make sizes not a multiple of ``alignment``.  Roots in ``fixed_keys``
+    (already fixed at a use in this file) are skipped; those found are added to it."""
+    local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+    if not local or ctx.project is None:
+        return []
+    by_field: dict = {}  # (class, field) -> [(path, use)]
+    divisor_facts = []
+    for path, data in ctx.project.facts(code):
+        if path == ctx.path:
+            continue
+        divisor_facts.extend(data.get("divisors", ()))
+        for use in data.get("uses", ()):
+            owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
+            if len(owners) == 1 and owners[0] in local and _resolves_here(ctx, path, use):
+                by_field.setdefault((owners[0], use["field"]), []).append((path, use))
+    found = []
+    for (cname, field), uses in by_field.items():
+        entry = config_fields(local[cname]).get(field)
+        if entry is None:
+            continue
+        default = entry[1]
+        root = find_root(ctx, default)
+        value = ctx.evaluate(default)
+        if root is None or root.kind != "literal" or value is None or as_size(value.value) != root.mult * root.node.value:
+            continue
+        if root.key in fixed_keys:
+            continue
+        base = root.mult * root.node.value
+        bad = []
+        for path, use in uses:
+            size = base * use["mult"]
+            if size % alignment == 0 or size < max(floor, MIN_SIZE) or data_named(use["names"] + [field]):
+                continue
+            if use.get("role") == "vocab" and not any(
+                part in n.lower() for n in use["names"] + [field] for part in VOCAB_NAME_PARTS
+            ):
+                continue
+            if use.get("role") == "out" and size < SMALL_HEAD:
+                continue
+            if use["checkpoint"]:
+                bad = []  # the use site reports it as checkpoint-bound
+                break
+            bad.append((path, use, size))
+        if not bad:
+            continue
+        extra = set()
+        for fact in divisor_facts:
+            if fact["field"] != field or fact["cls"] not in (None, cname):
+                continue
+            d = fact.get("value")
+            if d is None and fact.get("div_field"):
+                dv = ctx.evaluator.config_default(fact["div_field"], cname)
+                d = as_size(dv.value) if dv is not None else None
+            if d and d > 1 and (base * fact["mult"]) % d == 0:
+                extra.add(d // math.gcd(d, fact["mult"]))
+        fixed_keys.add(root.key)
+        found.append(UnalignedDefinition(cname, field, default, root, base, bad, extra))
+    return found

@@ -1,0 +1,273 @@
+"""One file's layer sizes for AMP201 (unaligned-dimension).
+
+:class:`LayerSurvey` is filled call by call during the engine's walk -- layer calls
+(``nn.Linear(768, 50257)``), ``nn.Parameter`` shapes, head splits (``n_embd //
+n_head``), the weights GEMMs read -- and, once the walk is done, says which sizes are
+not a multiple of the alignment (:meth:`LayerSurvey.finish`) and what each would be
+padded to (:meth:`LayerSurvey.padded`), keeping every head split exact.  Where a size's
+number is written is :mod:`amplint.analysis.dims`' question; sizes defined in another
+file are :mod:`amplint.analysis.config_dims`'.  Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+import collections
+import dataclasses
+import math
+import re
+from typing import Optional
+
+from .calls import argument
+from .dims import (
+    GEMM_FUNCTIONS,
+    LAYERS,
+    MIN_SIZE,
+    SMALL_HEAD,
+    VOCAB_NAME_PARTS,
+    Root,
+    as_size,
+    data_named,
+    find_root,
+    is_torch_layer,
+    layer_name,
+    lcm,
+    next_multiple,
+    parameter_shape,
+)
+
+#: the variable / field a provenance note names: "`x` is defined here", "default of
+#: parameter `x` of `f`", "`self.x` is set here", "default of `Config.x`"
+_NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
+_PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+_GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
+
+
+@dataclasses.dataclass
+class UnalignedSize:
+    """One unaligned size of one layer call."""
+
+    label: str
+    size: int
+    #: where its number is written (None: nowhere one edit could pad it)
+    root: Optional[Root]
+    #: the definitions the value flowed through (related locations)
+    origin: tuple
+
+
+def _names_in(expr: ast.AST) -> list[str]:
+    out = []
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            out.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.append(node.attr)
+    return out
+
+
+def _pixels_in(expr: ast.AST) -> bool:
+    """``patch_size * patch_size * 3`` / ``p * p * channels``: the pixels of a patch."""
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult)):
+        return False
+    stack, names, channels = [expr], [], False
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            stack += [node.left, node.right]
+        elif isinstance(node, ast.Constant) and node.value in (1, 3):
+            channels = True
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            name = (node.id if isinstance(node, ast.Name) else node.attr).lower()
+            names.append(name)
+            channels = channels or "chan" in name
+    patch = any("patch" in n for n in names) or len(names) != len(set(names))
+    return patch and channels
+
+
+def _self_attr(expr: ast.AST) -> Optional[str]:
+    """``self.w`` / ``self.w.t()`` / ``self.w.T`` / ``self.w.transpose(0, 1)`` -> "w"."""
+    while True:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("t", "transpose", "to", "half", "float"):
+            expr = expr.func.value
+        elif isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT"):
+            expr = expr.value
+        else:
+            break
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return expr.attr
+    return None
+
+
+class LayerSurvey:
+    """One file's layer calls, remembered during the walk and judged after it, once
+    the file's head splits and GEMM weights are known."""
+
+    def __init__(self, alignment: int, floor: int, checkpoint: bool):
+        self.alignment = alignment
+        self.floor = floor
+        #: the file loads a pretrained checkpoint: padding a config-bound size breaks loading
+        self.checkpoint = checkpoint
+        #: (layer call, label, its unaligned sizes)
+        self.pending: list[tuple[ast.AST, str, list[UnalignedSize]]] = []
+        #: (nn.Parameter call, self attribute, class name, shape)
+        self.params: list[tuple[ast.Call, str, Optional[str], list[ast.AST]]] = []
+        #: (class name, self attribute) of parameters a GEMM reads
+        self.gemm_attrs: set[tuple[Optional[str], str]] = set()
+        #: root key -> head counts the width is split by
+        self.divisors: dict = collections.defaultdict(set)
+        self.splits: list[ast.BinOp] = []
+        self.matmuls: list[ast.BinOp] = []
+        #: literal values also written elsewhere in the file (no fix for them)
+        self.scattered: set = set()
+
+    def add_call(self, node: ast.Call, ctx) -> None:
+        name = layer_name(node)
+        if name is not None:
+            if is_torch_layer(ctx, node, name):
+                self._layer(node, name, ctx)
+            return
+        func = node.func
+        attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if attr == "Parameter":
+            if ctx.qualname(func) in _PARAMETER_QUALNAMES:
+                self._parameter(node, ctx)
+        elif attr in _GEMM_ATTRS:
+            indexes = GEMM_FUNCTIONS.get(ctx.qualname(func) or "")
+            if indexes:
+                cls = ctx.enclosing_class(node)
+                for i in indexes:
+                    if i < len(node.args):
+                        used = _self_attr(node.args[i])
+                        if used:
+                            self.gemm_attrs.add((cls.name if cls else None, used))
+
+    def add_binop(self, node: ast.BinOp) -> None:
+        # only remembered here; looked at in end_file when there is something to report
+        op = node.op
+        if isinstance(op, (ast.FloorDiv, ast.Mod)):
+            if not isinstance(node.left, ast.Constant):
+                self.splits.append(node)
+        elif isinstance(op, ast.MatMult):
+            self.matmuls.append(node)
+
+    def collect_splits(self, ctx) -> None:
+        """Divisors the model relies on: ``width // heads``, ``width % heads``."""
+        splits, self.splits = self.splits, []
+        for node in splits:
+            root = find_root(ctx, node.left)
+            if root is not None and root.kind == "literal":
+                divisor = ctx.evaluate(node.right)
+                self.add_divisor(root, as_size(divisor.value) if divisor else None)
+
+    def _collect_matmuls(self, ctx) -> None:
+        for node in self.matmuls:
+            cls = ctx.enclosing_class(node)
+            for side in (node.left, node.right):
+                used = _self_attr(side)
+                if used:
+                    self.gemm_attrs.add((cls.name if cls else None, used))
+
+    def add_divisor(self, root: Root, divisor: Optional[int]) -> None:
+        if not divisor or divisor < 2:
+            return
+        value = root.mult * root.node.value
+        if value % divisor == 0:  # a split the model relies on (heads); keep it exact
+            self.divisors[root.key].add(divisor // math.gcd(divisor, root.mult))
+
+    def _layer(self, call: ast.Call, name: str, ctx) -> None:
+        dims, heads, groups = LAYERS[name]
+        if groups is not None:
+            g = argument(call, groups[1], groups[0])
+            if g is not None:
+                gv = ctx.evaluate(g)
+                if gv is None or gv.value != 1:
+                    return
+        if heads is not None:
+            h, first = argument(call, heads[1], heads[0]), argument(call, dims[0].keyword, dims[0].index)
+            if h is not None and first is not None:
+                root = find_root(ctx, first)
+                hv = ctx.evaluate(h)
+                if root is not None and root.kind == "literal" and hv is not None:
+                    self.add_divisor(root, as_size(hv.value))
+        sizes = []
+        for dim in dims:
+            expr = argument(call, dim.keyword, dim.index)
+            if expr is not None:
+                size = self._unaligned(expr, ctx, dim.keyword, dim.role)
+                if size is not None:
+                    sizes.append(size)
+        if sizes:
+            self.pending.append((call, f"`nn.{name}`", sizes))
+
+    def _parameter(self, call: ast.Call, ctx) -> None:
+        shape = parameter_shape(ctx, call)
+        if shape is None:
+            return
+        stmt = ctx.parent(call)
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is not call:
+            return
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        attr = _self_attr(targets[0]) if len(targets) == 1 else None
+        if attr is None:
+            return
+        cls = ctx.enclosing_class(call)
+        self.params.append((call, attr, cls.name if cls else None, shape))
+
+    def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[UnalignedSize]:
+        value = ctx.evaluate(expr)
+        if value is None:
+            return None
+        size = as_size(value.value)
+        if size is None or size % self.alignment == 0 or size < max(self.floor, MIN_SIZE):
+            return None
+        if role == "out" and size < SMALL_HEAD:
+            return None  # a head (classes, targets); a hidden width shows up as the next layer's input
+        if role in ("in", "in_channels") and _pixels_in(expr):
+            return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
+        root = find_root(ctx, expr)
+        names = list(root.names) if root is not None else _names_in(expr)
+        names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
+        if data_named(names):
+            return None
+        if role == "vocab" and not (
+            any(part in n.lower() for n in names for part in VOCAB_NAME_PARTS) or (not names and size >= 1000)
+        ):
+            return None  # a lookup table (positions, relative-position bias): its row count is no GEMM size
+        if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
+            root = None  # the evaluator and the root disagree: do not guess an edit
+        return UnalignedSize(label, size, root, value.origin)
+
+    def padded(self, root: Root, extra_divisors=()) -> int:
+        step = lcm(self.alignment, *self.divisors.get(root.key, ()), *extra_divisors)
+        return next_multiple(root.node.value, step)
+
+    def _scattered_literals(self, ctx) -> set:
+        """Numbers written as bare literals in flagged layer calls that the file also
+        writes somewhere else (``torch.zeros(b, 51)`` next to ``nn.LSTMCell(51, 51)``, or
+        an unflagged layer): padding only the flagged literals would break the model."""
+        flagged: dict = collections.defaultdict(set)
+        for _, _, sizes in self.pending:
+            for s in sizes:
+                root = s.root
+                if root is not None and root.kind == "literal" and not root.names:
+                    flagged[root.node.value].add(root.key)
+        scattered = set()
+        for value, keys in flagged.items():
+            if len(re.findall(rf"(?<![\w.]){value}(?![\w.])", ctx.source)) > len(keys):
+                scattered.add(value)
+        return scattered
+
+    def finish(self, ctx) -> list[tuple[ast.AST, str, list[UnalignedSize]]]:
+        """After the walk: (layer call or parameter, label, unaligned sizes) for each use
+        to report, with the file's head splits collected for the padding."""
+        if self.params:
+            self._collect_matmuls(ctx)
+        for call, attr, cls, shape in self.params:
+            if (cls, attr) not in self.gemm_attrs and "weight" not in attr.lower():
+                continue
+            sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
+            if sizes:
+                self.pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
+        if self.pending:
+            self.collect_splits(ctx)
+        self.scattered = self._scattered_literals(ctx)
+        return self.pending

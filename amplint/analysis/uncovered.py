@@ -1,0 +1,527 @@
+"""What AMP401 (uncovered-op) looks for: calls no mixed-precision policy casts.
+
+Three detectors, run on the calls of one file (:class:`CallSurvey`, filled during the
+engine's walk and judged once the walk is done, by :func:`check_uses`):
+
+* **ops** -- GEMM-like ops the ``amplint`` engine's O1 leaves in their inputs' dtype
+  (``torch.einsum``), and ops with no half kernel (linear algebra, FFTs) that the selected
+  policy does not cast to fp32 (the tables are in :mod:`amplint.analysis.ops`);
+* **custom autograd Functions** -- ``MyFn.apply`` whose ``forward`` has no
+  ``custom_fwd`` / ``@amp.*_function`` decorator;
+* **extensions** -- calls into compiled extension modules and through
+  ``torch.ops.<namespace>``, which no Python-level policy sees.
+
+Each detector returns a :class:`Pending` finding: the message, and either a
+:class:`Registration` the rule's one registration fix will write, or a fix of its own.
+Registrations made in this or another file (``amp.register_half_function(torch,
+"einsum")``) are read by :func:`registration`.  Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+from typing import Optional
+
+from amplint import fixes
+from amplint.analysis import ops
+from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
+from amplint.rule import Edit, Fix, Severity
+
+REGISTER = ops.REGISTER_FUNCTIONS
+_DECORATORS = ops.DECORATORS
+#: last names of calls worth a look (cheap string test before any resolution)
+_OP_NAMES = frozenset((
+    "einsum", "tensordot", "outer", "ger", "inner", "kron", "contract", "cdist", "pdist", "stft",
+    "istft", "inverse", "det", "logdet", "slogdet", "svd", "svd_lowrank", "pca_lowrank", "cholesky",
+    "cholesky_solve", "cholesky_inverse", "qr", "lu", "lu_solve", "lu_unpack", "pinverse",
+    "triangular_solve", "geqrf", "orgqr", "ormqr", "lstsq", "eig", "symeig", "lobpcg",
+    # torch.linalg
+    "cholesky_ex", "cond", "eigh", "eigvals", "eigvalsh", "householder_product", "inv", "inv_ex",
+    "ldl_factor", "ldl_factor_ex", "ldl_solve", "lu_factor", "lu_factor_ex", "matrix_rank", "pinv",
+    "solve", "solve_ex", "solve_triangular", "svdvals", "tensorinv", "tensorsolve", "vander",
+    # torch.fft
+    "fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn",
+    "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn",
+    # GEMMs autocast runs in half (einsum is the one the amplint policy leaves out)
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "chain_matmul", "multi_dot", "vecdot",
+))
+_METHOD_OPS = frozenset(("inverse", "det", "logdet", "slogdet", "cholesky", "pinverse",
+                         "cholesky_inverse", "svd"))
+#: module names of compiled extensions (``fused_layer_norm_cuda``, ``selective_scan_cuda``,
+#: ``amp_C``, ``_C``, ``flash_attn_2_cuda``, ``my_ext``)
+_EXT_SUFFIXES = ("_cuda", "_C", "_ext", "_cpp")
+_CPP_LOADERS = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
+_AUTOGRAD_FUNCTION = ("torch.autograd.Function", "torch.autograd.function.Function")
+_CUSTOM_FWD = ("torch.amp.custom_fwd", "torch.cuda.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd")
+_CUSTOM_BWD = ("torch.amp.custom_bwd", "torch.cuda.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd")
+_AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
+             "torch.amp.autocast_mode.autocast")
+_FLOAT_CASTS = ("float", "double")
+SELF_MODULE = "sys.modules[__name__]"
+_INIT_PREFIXES = ("_init", "init_", "reset_parameters", "_reset_parameters")
+
+
+def last_name(func: ast.AST) -> Optional[str]:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _is_self_module(expr: ast.AST) -> bool:
+    """``sys.modules[__name__]``"""
+    return (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.slice, ast.Name) and expr.slice.id == "__name__"
+        and isinstance(expr.value, ast.Attribute) and expr.value.attr == "modules"
+        and isinstance(expr.value.value, ast.Name) and expr.value.value.id == "sys"
+    )
+
+
+def _floated(ctx, expr: ast.AST) -> str:
+    text = ctx.segment(expr)
+    if isinstance(expr, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        return text + ".float()"
+    return f"({text}).float()"
+
+
+def _stem(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def registration(call: ast.Call, ctx) -> Optional[list]:
+    """``[module, name, kind]`` for ``amp.register_half_function(torch, "einsum")``.
+    ``module`` is the module's qualified name, ``@<path>`` for ``sys.modules[__name__]``."""
+    kind = REGISTER.get(last_name(call.func) or "")
+    if kind is None:
+        return None
+    args = list(call.args)
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    module = args[0] if args else keywords.get("module")
+    name = args[1] if len(args) > 1 else keywords.get("name")
+    if module is None or not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+        return None
+    if _is_self_module(module):
+        ref = "@" + ctx.path
+    else:
+        ref = ctx.qualname(module) or ctx.segment(module)
+        if isinstance(module, ast.Name) and module.id in ctx.classes:  # (MyFunction, "apply")
+            ref = f"@{ctx.path}:{module.id}"
+    return [ref, name.value, kind]
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """A call worth judging once the whole file is read."""
+
+    node: ast.Call
+    #: "op", "function" (a custom Function's ``.apply``), "extension" or "torch.ops"
+    kind: str
+    #: the op's qualified name; the Function class's name; the extension's local name
+    qualname: str
+    #: for ops: the :mod:`amplint.analysis.ops` family, the qualified name of the module
+    #: called through (``torch.linalg``), and the called name (``inv``)
+    family: Optional[str] = None
+    module: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """A registration the fix adds: ``amp.register_<kind>_function(<text>, "<name>")``;
+    ``module`` is what :func:`registration` would read back (``"@<path>"`` for
+    ``sys.modules[__name__]``)."""
+
+    text: str
+    module: Optional[str]
+    name: str
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """A finding, before the registrations of the whole file are merged into one fix."""
+
+    node: ast.AST
+    message: str
+    severity: Severity
+    registration: Optional[Registration] = None
+    fix: Optional[Fix] = None
+
+
+class CallSurvey:
+    """One file's registrations and uses, gathered call by call during the walk."""
+
+    def __init__(self):
+        self.uses: list[Use] = []
+        #: ``[module, name, kind]`` of each registration in the file
+        self.registrations: list[list] = []
+        self._functions: Optional[dict] = None
+        self._extensions: Optional[set] = None
+
+    def add_call(self, node: ast.Call, ctx) -> None:
+        func = node.func
+        last = last_name(func)
+        if last is None:
+            return
+        if last in REGISTER:
+            reg = registration(node, ctx)
+            if reg is not None:
+                self.registrations.append(reg)
+            return
+        if last == "apply" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id in self.function_classes(ctx):
+                self.uses.append(Use(node, "function", func.value.id))
+            return
+        if isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)):
+            root = func.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in self.extensions(ctx):
+                self.uses.append(Use(node, "extension", root.id))
+                return
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+            # torch.ops.<ns>.<op>(...) and torch.ops.<ns>.<op>.<overload>(...)
+            ns = func.value.value
+            if isinstance(ns, ast.Attribute) and (ns.attr == "ops" or (
+                    isinstance(ns.value, ast.Attribute) and ns.value.attr == "ops")):
+                qualname = ctx.qualname(func)
+                if qualname and qualname.startswith("torch.ops.") and qualname.count(".") >= 3:
+                    self.uses.append(Use(node, "torch.ops", qualname))
+                return
+        if last in _OP_NAMES:
+            qualname = ctx.qualname(func)
+            if qualname is not None:
+                fam = ops.family(qualname)
+                if fam is not None:
+                    module = ctx.qualname(func.value) if isinstance(func, ast.Attribute) else None
+                    self.uses.append(Use(node, "op", qualname, fam, module, last))
+            elif last in _METHOD_OPS and isinstance(func, ast.Attribute) and not node.args:
+                if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls", "super")):
+                    self.uses.append(Use(node, "op", "torch.Tensor." + last, ops.FP32_ONLY, "torch.Tensor", last))
+            return
+
+    def function_classes(self, ctx) -> dict:
+        if self._functions is None:
+            found = {}
+            for cls in ctx.classes.values():
+                for base in cls.bases:
+                    if (ctx.qualname(base) or "") in _AUTOGRAD_FUNCTION:
+                        found[cls.name] = cls
+            self._functions = found
+        return self._functions
+
+    def extensions(self, ctx) -> set:
+        if self._extensions is None:
+            found = set()
+            for local, target in ctx.imports.items():
+                last = target.rsplit(".", 1)[-1]
+                if last.endswith(_EXT_SUFFIXES) and not target.startswith("torch"):
+                    found.add(local)
+            for node in ctx.import_nodes():  # `from . import _C`, `from ._ext import fused`
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    module_is_ext = (node.module or "").rsplit(".", 1)[-1].endswith(_EXT_SUFFIXES)
+                    for alias in node.names:
+                        if module_is_ext or alias.name.endswith(_EXT_SUFFIXES):
+                            found.add(alias.asname or alias.name)
+            for stmt in ctx.tree.body:
+                if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                    if (ctx.qualname(stmt.value.func) or "") in _CPP_LOADERS:
+                        found.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+            self._extensions = found
+        return self._extensions
+
+
+def check_uses(ctx, survey: CallSurvey, registered: set) -> list[Pending]:
+    """The uses of ``survey`` that no policy, registration (``registered``: (module,
+    name) pairs that reach this file) or cast region covers."""
+    if not survey.uses or ctx.settings.opt_level == "O0":
+        return []  # O0 is fp32 throughout
+    engine = ctx.settings.engine
+    pending = []
+    for use in survey.uses:
+        if not _runs_in_training(ctx, use.node):
+            continue
+        if use.kind == "op":
+            item = _check_op(ctx, use, engine, registered)
+        elif use.kind == "function":
+            item = _check_function(ctx, survey, use, engine, registered)
+        else:
+            item = _check_opaque(ctx, survey, use, engine)
+        if item is not None:
+            pending.append(item)
+    return pending
+
+
+def _runs_in_training(ctx, node) -> bool:
+    """Model code that runs after ``amp.initialize``: ``forward`` and what it calls, or
+    another method of a module class -- not ``__init__`` / weight initialisation and
+    the helpers only ``__init__`` calls (a sinusoid table built once in fp32)."""
+    if ctx.in_forward(node):
+        return True
+    if not ctx.in_model_code(node):
+        return False
+    cls, method = ctx.enclosing_method(node)
+    if method is None:
+        return True
+    if method.name == "__init__" or method.name.startswith(_INIT_PREFIXES):
+        return False
+    init = ctx.method(cls, "__init__")
+    if init is not None:
+        for sub in ast.walk(init):
+            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr == method.name and isinstance(sub.func.value, ast.Name)
+                    and sub.func.value.id == "self"):
+                return False
+    return True
+
+
+def _self_registered(ctx, name: str, registered: set) -> bool:
+    """``name`` registered on this file's module (``sys.modules[__name__]`` here, or
+    ``import pkg.model; amp.register_half_function(pkg.model, name)`` elsewhere)."""
+    stem = _stem(ctx.path)
+    for m, n in registered:
+        if n != name:
+            continue
+        if m == "@" + ctx.path or (not m.startswith("@") and m.rsplit(".", 1)[-1] == stem):
+            return True
+    return False
+
+
+def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
+    node, qualname, fam, module, name = use.node, use.qualname, use.family, use.module, use.name
+    if fam == ops.GEMM and ctx.settings.opt_level in ("O2", "O3"):
+        return None  # the whole model is half: einsum already runs in half
+    on = ops.uncovered_on(qualname, fam, engine, ctx.settings.device)
+    if not on:
+        return None
+    func = node.func
+    by_name = isinstance(func, ast.Name)
+    if by_name:
+        if _self_registered(ctx, name, registered):
+            return None
+    elif (module, name) in registered:
+        return None
+    if _in_cast_region(ctx, node, fam, engine):
+        return None
+    if fam != ops.GEMM and (_args_fp32(node) or _args_weights(ctx, node)):
+        return None
+    short = qualname[len("torch."):] if qualname.startswith("torch.") else qualname
+    shown = ctx.segment(func)
+    kind = ops.register_kind(fam)
+    if fam == ops.GEMM:
+        cast = ops.cast(qualname, engine, "cuda")
+        how = ("runs in its inputs' dtype under O1" if cast is None else
+               f"is a {cast} op under O1 (fp32 when a weight is involved)")
+        message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `RuntimeError: expected scalar "
+                   f"type ...` on mixed fp16/fp32 inputs (apex #895); register it to run in half")
+        severity = Severity.WARNING if short not in ("outer", "ger", "inner", "kron") else Severity.INFO
+    else:
+        problem = ("has no fp16/bf16 kernel (raises on half input)" if fam == ops.FP32_ONLY else
+                   "runs in half only for power-of-two sizes on CUDA, not at all on CPU")
+        where = "amplint's O1" if engine == "amplint" else "torch.autocast on " + "/".join(on)
+        message = f"`{shown}` {problem}, and {where} does not cast it to fp32"
+        severity = Severity.ERROR if fam == ops.FP32_ONLY else Severity.WARNING
+    parts = [_floated(ctx, a) for a in node.args[:1]] + [ctx.segment(a) for a in node.args[1:]]
+    parts += [f"{k.arg}={ctx.segment(k.value)}" if k.arg else f"**{ctx.segment(k.value)}" for k in node.keywords]
+    call = f"{shown}({', '.join(parts)})"
+    if engine == "torch":
+        wrap = f"with {torch_alias(ctx, unconditional=True) or 'torch'}.autocast(\"{on[0]}\", enabled=False): {call}"
+        message += f"; run it in fp32: `{wrap}`"
+        return Pending(node, message, severity, None, Fix((), "display", f"Wrap in fp32: `{wrap}`"))
+    if ctx.settings.opt_level in ("O2", "O3"):
+        # no function is patched at O2/O3: registrations do nothing, the model is half
+        message = (f"`{shown}` {problem} and the model runs in half at {ctx.settings.opt_level} "
+                   f"(no function is cast there); call it on fp32 input: `{call}`")
+        return Pending(node, message, severity, None, Fix((), "display", f"Run it on fp32 input: `{call}`"))
+    if by_name:
+        if name not in module_level_names(ctx):
+            return Pending(node, message + " (not imported unconditionally at module level: no automatic fix)", severity, None, None)
+        message += (f"; `{name}` was imported by name, so a registration on `torch` does not reach it: "
+                    f"register it on this module (`{SELF_MODULE}`)")
+        return Pending(node, message, severity, Registration(SELF_MODULE, "@" + ctx.path, name, kind), None)
+    if qualname.startswith("torch.Tensor."):  # a method: register on torch.Tensor
+        torch_name = torch_alias(ctx, unconditional=True)
+        if torch_name is None:
+            return Pending(node, message, severity, None, None)
+        return Pending(node, message, severity, Registration(f"{torch_name}.Tensor", module, name, kind), None)
+    if not _bound_at_module_level(ctx, func.value):
+        return Pending(node, message, severity, None, None)
+    return Pending(node, message, severity, Registration(ctx.segment(func.value), module, name, kind), None)
+
+
+def _in_cast_region(ctx, node, fam, engine) -> bool:
+    """Inside a function decorated with ``@amp.*_function``, a custom Function forward
+    with ``custom_fwd(cast_inputs=...)``, or (fp32-only ops) autocast disabled."""
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in anc.decorator_list:
+                target = dec.func if isinstance(dec, ast.Call) else dec
+                qn = ctx.qualname(target) or ""
+                last = last_name(target)
+                if last in _DECORATORS and (qn.startswith(ops.AMP_MODULES) or qn == ""):
+                    return True
+                if qn in _CUSTOM_FWD and isinstance(dec, ast.Call) and any(k.arg == "cast_inputs" for k in dec.keywords):
+                    if engine == "torch":
+                        return True
+        elif isinstance(anc, (ast.With, ast.AsyncWith)) and fam != ops.GEMM:
+            for item in anc.items:
+                expr = item.context_expr
+                if not isinstance(expr, ast.Call):
+                    continue
+                qn = ctx.qualname(expr.func) or ""
+                if qn in _AUTOCAST and any(
+                    k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+                    for k in expr.keywords
+                ):
+                    return True
+                if last_name(expr.func) == "disable_casts" and engine == "amplint":
+                    return True
+    return False
+
+
+def _args_fp32(call: ast.Call) -> bool:
+    """Every positional argument is ``x.float()`` / ``x.double()`` / ``x.to(torch.float32)``."""
+    if not call.args:
+        return False
+    tensors = call.args[:1] if len(call.args) == 1 else call.args
+    for arg in tensors:
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):
+            if arg.func.attr in _FLOAT_CASTS and not arg.args:
+                continue
+            if arg.func.attr == "to" and any(
+                isinstance(a, ast.Attribute) and a.attr in ("float32", "float64", "float", "double")
+                for a in list(arg.args) + [k.value for k in arg.keywords]
+            ):
+                continue
+        if isinstance(arg, (ast.Constant, ast.List, ast.Tuple)) and tensors is not call.args[:1]:
+            continue
+        return False
+    return True
+
+
+def _args_weights(ctx, call: ast.Call) -> bool:
+    """Every tensor argument is ``self.<attr>`` (a parameter or buffer): fp32 under O0/O1
+    and autocast, whatever the policy (not under O2/O3, where the model is half)."""
+    if ctx.settings.opt_level not in ("O0", "O1"):
+        return False
+    func = call.func
+    args = list(call.args)
+    if isinstance(func, ast.Attribute) and ctx.qualname(func) is None:
+        args.insert(0, func.value)  # a method: the receiver is the tensor
+    return bool(args) and all(
+        isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self"
+        or isinstance(a, ast.Constant)
+        for a in args
+    )
+
+
+def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered: set) -> Optional[Pending]:
+    node, cls_name = use.node, use.qualname
+    cls = survey.function_classes(ctx)[cls_name]
+    forward = ctx.method(cls, "forward")
+    backward = ctx.method(cls, "backward")
+    if forward is None:
+        return None
+    decorators = {}
+    for dec in forward.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        qn = ctx.qualname(target) or ""
+        if qn in _CUSTOM_FWD:
+            decorators["custom_fwd"] = dec
+        elif last_name(target) in _DECORATORS:
+            decorators["amp"] = dec
+    bwd_decorated = backward is not None and any(
+        (ctx.qualname(d.func if isinstance(d, ast.Call) else d) or "") in _CUSTOM_BWD for d in backward.decorator_list)
+    # custom_fwd counts under both policies (issue 6); amplint.amp does not honour it yet
+    # (it is autocast-only), so the amplint fix also adds @amp.float_function
+    if "custom_fwd" in decorators or "amp" in decorators:
+        return None
+    if (f"@{ctx.path}:{cls_name}", "apply") in registered:
+        return None
+    device = "cpu" if ctx.settings.device == "cpu" else "cuda"
+    if engine == "amplint":
+        message = (f"`{cls_name}.apply`: a custom autograd Function is on no O1 list: its forward gets "
+                   f"fp16 or mixed inputs; decorate `forward` with `@amp.float_function` (and "
+                   f"`@torch.amp.custom_fwd(device_type=\"{device}\", cast_inputs=torch.float32)` for autocast)")
+    else:
+        message = (f"`{cls_name}.apply`: the custom autograd Function's forward lacks "
+                   f"`@torch.amp.custom_fwd(device_type=\"{device}\", cast_inputs=torch.float32)`: it gets fp16 "
+                   f"inputs under autocast and its backward runs outside autocast")
+    torch_name = torch_alias(ctx, unconditional=True)
+    edits = []
+    forward_text = ""
+    if torch_name is not None and "custom_fwd" not in decorators:
+        forward_text += (f"@{torch_name}.amp.custom_fwd(device_type=\"{device}\", "
+                         f"cast_inputs={torch_name}.float32)\n{ctx.indentation(forward)}")
+    if engine == "amplint":
+        amp_name, import_line = amp_alias(ctx)
+        anchor = fixes.import_anchor(ctx)
+        if anchor is not None or not import_line:
+            # closest to `def`: under O1 it casts to fp32; under autocast custom_fwd already did
+            forward_text += f"@{amp_name}.float_function\n{ctx.indentation(forward)}"
+            if import_line:
+                edits.append(fixes.insert_lines_after(ctx, anchor, import_line))
+    if forward_text:
+        edits.append(Edit.insert_at(forward.lineno, forward.col_offset, forward_text))
+    if torch_name is not None and backward is not None and not bwd_decorated:
+        text = f"@{torch_name}.amp.custom_bwd(device_type=\"{device}\")\n{ctx.indentation(backward)}"
+        edits.append(Edit.insert_at(backward.lineno, backward.col_offset, text))
+    if engine == "amplint" and ctx.settings.opt_level in ("O2", "O3"):
+        edits = []  # the model is half and nothing is patched: cast inside forward by hand
+        message = (f"`{cls_name}.apply`: the custom autograd Function gets half inputs at "
+                   f"{ctx.settings.opt_level}; cast them to fp32 inside `forward` if its kernel needs fp32")
+    fix = Fix(edits, "unsafe", "Run the Function's forward in fp32 (custom_fwd / custom_bwd)") if edits else None
+    return Pending(node, message, Severity.WARNING, None, fix)
+
+
+def _check_opaque(ctx, survey: "CallSurvey", use: Use, engine: str) -> Optional[Pending]:
+    node, what, qualname = use.node, use.kind, use.qualname
+    cls = ctx.enclosing_class(node)
+    if cls is not None and cls.name in survey.function_classes(ctx):
+        return None  # inside a custom Function: its `.apply` is what gets reported
+    if what == "torch.ops":
+        ns = qualname.split(".")[2]
+        if ns in ("aten", "prims") and engine == "torch":
+            return None  # autocast sees aten ops however they are called
+        if ns == "torchvision" and engine == "torch":
+            return None  # torchvision registers autocast kernels for its ops
+        if ns in ("aten", "prims"):
+            if ctx.settings.opt_level in ("O2", "O3"):
+                return None  # nothing is patched there: the Python name is no better
+            python = "torch." + qualname.split(".")[3]
+            if ops.cast(python, engine, "cuda") is None:
+                return None  # not cast through its Python name either
+        message = (f"`{ctx.segment(node.func)}` calls a dispatcher op directly: "
+                   + ("amplint's O1 patches Python functions and never sees it" if engine == "amplint" else
+                      "autocast casts only ops that register an Autocast kernel")
+                   + "; cast its inputs yourself (`.float()` or `.half()`)")
+    else:
+        message = (f"`{ctx.segment(node.func)}` calls into a compiled extension: no mixed-precision policy "
+                   f"casts its inputs, and a kernel built for fp32 fails or misreads fp16; wrap it in a "
+                   f"custom autograd Function with `@torch.amp.custom_fwd(..., cast_inputs=torch.float32)`")
+    return Pending(node, message, Severity.WARNING, None, None)
+
+
+def _bound_at_module_level(ctx, expr) -> bool:
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name) and expr.id in module_level_names(ctx)
+
+
+def after_registrations(ctx, anchor: ast.stmt) -> ast.stmt:
+    """Skip the top-level registration calls right after ``anchor``."""
+    body = ctx.tree.body
+    i = body.index(anchor)
+    while i + 1 < len(body):
+        stmt = body[i + 1]
+        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and last_name(stmt.value.func) in REGISTER):
+            i += 1
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            i += 1
+        else:
+            break
+    return body[i]
