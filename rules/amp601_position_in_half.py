@@ -212,8 +212,7 @@ class RotaryEmbedding(nn.Module):
             if before is not None and before.kind in ("half", "fp32"):
                 return  # already half (reported where it became half) or a float value
             root = precision.position_root(receiver)
-            named = isinstance(root, ast.Name) and precision.POSITION_NAME.search(root.id) and not (
-                root.id in ("t", "ts", "seq", "idx", "indices", "steps", "grid", "coords", "coord"))
+            named = isinstance(root, ast.Name) and precision.is_position_like(ctx, root)
             end = _range_end(ctx, receiver)
             if end is None and not named:
                 return

@@ -35,10 +35,9 @@ def _outer_operands(ctx, node: ast.AST) -> Optional[tuple[str, ast.AST, ast.AST]
 def _in_table_code(ctx, node: ast.AST) -> bool:
     """Inside a class or function named for position encodings, or a function computing
     both ``sin`` and ``cos``."""
-    func = ctx.enclosing_function(node)
-    cls = ctx.enclosing_class(node)
-    if any(s is not None and precision.TABLE_SCOPE.search(s.name) for s in (func, cls)):
+    if precision.in_table_scope(ctx, node):
         return True
+    func = ctx.enclosing_function(node)
     if func is None:
         return False
     seen = set()
@@ -50,9 +49,9 @@ def _in_table_code(ctx, node: ast.AST) -> bool:
     return seen == _TRIG
 
 
-def _autocast_half(ctx, kind: str) -> bool:
+def _autocast_half(ctx, node: ast.AST, kind: str) -> bool:
     """Whether the selected policy runs this product in half under O1 even on fp32 operands."""
-    if ctx.settings.opt_level != "O1":
+    if ctx.settings.opt_level != "O1" or precision.autocast_disabled(ctx, node):
         return False
     qualname = {"einsum": "torch.einsum", "matmul": "torch.matmul", "outer": "torch.outer"}.get(kind)
     if qualname is None:
@@ -380,7 +379,7 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         pa, pb = precision.precision_of(ctx, a), precision.precision_of(ctx, b)
         product = precision.promote(pa, pb)
         half = product.half if product is not None and product.kind == "half" else None
-        autocast = half is None and _autocast_half(ctx, kind)
+        autocast = half is None and _autocast_half(ctx, node, kind)
         if half is None and not autocast:
             return
         if half is not None and not half.is_half_at(level):

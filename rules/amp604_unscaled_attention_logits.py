@@ -26,7 +26,36 @@ def _qk_product(ctx, expr: ast.AST) -> Optional[tuple[ast.AST, ast.AST]]:
     if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") in ("torch.matmul", "torch.bmm") \
             and len(expr.args) == 2 and not expr.keywords and _is_key_transpose(expr.args[1]):
         return expr.args[0], expr.args[1]
+    if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") == "torch.einsum" and len(expr.args) == 3 \
+            and _is_logits_spec(expr.args[0]):
+        return expr.args[1], expr.args[2]
     return None
+
+
+def _is_logits_spec(spec: ast.AST) -> bool:
+    """``'b h i d, b h j d -> b h i j'`` (also f-strings ending in the same shape): two
+    operands that share a contracted index and each keep one of their own -- the
+    ``q k^T`` of attention, not a weight product."""
+    if isinstance(spec, ast.JoinedStr):
+        parts = [v.value for v in spec.values if isinstance(v, ast.Constant)]
+        text = "".join(parts)
+        if "->" not in text:
+            return False
+        lhs, _, out = text.partition("->")
+        first = lhs.split(",")[0]
+        return bool(set(first.split()) - set(out.split())) and len(out.split()) >= 3
+    if not (isinstance(spec, ast.Constant) and isinstance(spec.value, str)) or "->" not in spec.value:
+        return False
+    lhs, _, out = spec.value.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != 2:
+        return False
+    tokens = [set(part.split()) if " " in part.strip() else set(part.strip()) for part in inputs]
+    out_tokens = set(out.split()) if " " in out.strip() else set(out.strip())
+    contracted = (tokens[0] & tokens[1]) - out_tokens
+    own = (tokens[0] - tokens[1]) & out_tokens, (tokens[1] - tokens[0]) & out_tokens
+    batch = tokens[0] & tokens[1] & out_tokens  # heads / batch: q and k share them, a weight does not
+    return bool(contracted) and all(own) and bool(batch)
 
 
 def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
@@ -54,11 +83,11 @@ class UnscaledAttentionLogits(Rule):
     #: every hand-written attention has this shape; whether it overflows depends on the
     #: activations, so the rule is opt-in (`select = ["AMP604"]`)
     enabled_by_default = False
-    markers = ("transpose", ".mT", ".T", "permute")
+    markers = ("transpose", ".mT", ".T", "permute", "einsum")
     docs = """
 ## What it does
-Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a transposed key)
-in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
+Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a transposed key, or
+`einsum("b h i d, b h j d -> b h i j", q, k)`) in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
 `d ** -0.5` / `self.scale`) only *after* the product, when the target is fp16 and the
 matmul runs in half (O1 and above: `matmul` is on every autocast half list). bf16 (fp32's
 range) is never reported. Off by default -- every hand-written attention has this shape,
@@ -121,6 +150,14 @@ change in the last bits. It is offered when the scaling applies directly to the 
             """,
             settings={"target": "bf16", "select": ["AMP604"]},
         ),
+        # a weight product, not q k^T
+        Valid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, x, w):
+                    return torch.einsum("b n d, d e -> b n e", x, w) * self.scale
+            """),
         # not attention: no transposed key
         Valid("""
             import math
@@ -165,6 +202,19 @@ change in the last bits. It is offered when the scaling applies directly to the 
                         return (torch.matmul(q * self.scale, k.transpose(-1, -2))).softmax(-1)
                 """,
         ),
+        Invalid("""
+            from torch import nn, einsum
+            class A(nn.Module):
+                def forward(self, q, k):
+                    return einsum('b h i d, b h j d -> b h i j', q, k) * self.scale
+            """,
+            expected_fix="""
+                from torch import nn, einsum
+                class A(nn.Module):
+                    def forward(self, q, k):
+                        return einsum('b h i d, b h j d -> b h i j', q * self.scale, k)
+                """,
+        ),
         # through a variable: reported, no fix
         Invalid("""
             from torch import nn
@@ -207,7 +257,9 @@ change in the last bits. It is offered when the scaling applies directly to the 
             if not isinstance(q, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
                 q_text = f"({q_text})"
             scaled = f"{q_text} {op} {ctx.segment(right)}"
-            if isinstance(left, ast.Call):
+            if isinstance(left, ast.Call) and len(left.args) == 3:
+                text = f"{ctx.segment(left.func)}({ctx.segment(left.args[0])}, {scaled}, {ctx.segment(kt)})"
+            elif isinstance(left, ast.Call):
                 text = f"{ctx.segment(left.func)}({scaled}, {ctx.segment(kt)})"
             else:
                 text = f"({scaled}) @ {ctx.segment(kt)}"

@@ -144,7 +144,7 @@ def _half_like(ctx, source: ast.AST, mode: str, cause: ast.AST) -> Optional[Prec
 def _tensor_like(ctx, probe: ast.AST, cause: ast.AST, depth: int) -> Optional[Precision]:
     """The dtype of a tensor whose dtype is borrowed (``x`` in ``.to(x.dtype)``)."""
     if is_buffer(ctx, probe):
-        return _half_like(ctx, probe, "buffer", cause)
+        return FP32 if _at_construction(ctx, probe) else _half_like(ctx, probe, "buffer", cause)
     inner = precision_of(ctx, probe, depth + 1)
     if inner is not None and inner.kind in ("fp32", "int"):
         return inner
@@ -161,7 +161,9 @@ def is_buffer(ctx, expr: ast.AST) -> bool:
     if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
         return False
     cls = ctx.enclosing_class(expr)
-    return cls is not None and expr.attr in _buffers(ctx, cls)
+    if cls is None:
+        return False
+    return any(expr.attr in _buffers(ctx, c) for c in (cls, *ctx.base_classes(cls)))
 
 
 def _buffers(ctx, cls: ast.ClassDef) -> set:
@@ -183,6 +185,12 @@ def _buffers(ctx, cls: ast.ClassDef) -> set:
                         found.add(t.attr)
     cls.amplint_buffers = found
     return found
+
+
+def _at_construction(ctx, expr: ast.AST) -> bool:
+    """Read in ``__init__``: buffers are still fp32 there (``model.half()`` comes later)."""
+    func = ctx.enclosing_function(expr)
+    return func is not None and func.name == "__init__"
 
 
 def _self_value(ctx, expr: ast.Attribute) -> Optional[ast.AST]:
@@ -221,7 +229,7 @@ def precision_of(ctx, expr: Optional[ast.AST], depth: int = 0) -> Optional[Preci
         return precision_of(ctx, value, depth + 1) if value is not None else None
     if isinstance(expr, ast.Attribute):
         if is_buffer(ctx, expr):
-            return _half_like(ctx, expr, "buffer", expr)
+            return FP32 if _at_construction(ctx, expr) else _half_like(ctx, expr, "buffer", expr)
         if isinstance(expr.value, ast.Name) and expr.value.id == "self":
             value = _self_value(ctx, expr)
             return precision_of(ctx, value, depth + 1) if value is not None else None
@@ -319,24 +327,65 @@ def position_root(expr: ast.AST) -> Optional[ast.AST]:
             return expr
 
 
+#: names that hold positions only by the convention of position-encoding code (``t`` in a rotary class)
+LOOSE_POSITION_NAMES = frozenset({"t", "ts", "seq", "idx", "indices", "steps", "grid", "coords", "coord"})
+
+
+def in_table_scope(ctx, node: ast.AST) -> bool:
+    """Inside a class or function named for position encodings (``RotaryEmbedding``,
+    ``SinusoidalPosEmb``, ``timestep_embedding``...)."""
+    func = ctx.enclosing_function(node)
+    cls = ctx.enclosing_class(node)
+    return any(s is not None and TABLE_SCOPE.search(s.name) for s in (func, cls))
+
+
 def is_position_like(ctx, expr: ast.AST, depth: int = 0) -> bool:
-    """Integer-valued positions: an ``arange`` (or a name bound to one), or a name that
-    says it holds positions / timesteps / indices."""
+    """Integer-valued positions: an ``arange`` (or a name bound to one, also through
+    arithmetic such as ``t / scaling_factor``), or a name that says it holds positions
+    / timesteps / indices (``t`` / ``seq`` count only in position-encoding code)."""
+    if depth > 6:
+        return False
     root = position_root(expr)
+    if isinstance(root, ast.BinOp) and isinstance(root.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        return is_position_like(ctx, root.left, depth + 1)
     if isinstance(root, ast.Call):
         qn = ctx.qualname(root.func) or ""
         return qn == "torch.arange"
     if isinstance(root, ast.Name):
         value = reaching_value(ctx, root)
-        if value is not None and depth < 4:
-            return is_position_like(ctx, value, depth + 1)
-        return bool(POSITION_NAME.search(root.id))
+        if value is not None and is_position_like(ctx, value, depth + 1):
+            return True
+        if not POSITION_NAME.search(root.id):
+            return False
+        return root.id not in LOOSE_POSITION_NAMES or in_table_scope(ctx, root)
     if isinstance(root, ast.Attribute):
-        return bool(POSITION_NAME.search(root.attr))
+        return bool(POSITION_NAME.search(root.attr)) and root.attr not in LOOSE_POSITION_NAMES
+    return False
+
+
+def autocast_disabled(ctx, node: ast.AST) -> bool:
+    """Inside ``with torch.autocast(..., enabled=False):`` or a function decorated
+    ``@autocast(enabled=False)`` (any torch / torch.cuda.amp / torch.amp spelling)."""
+
+    def disables(call) -> bool:
+        if not isinstance(call, ast.Call):
+            return False
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name != "autocast":
+            return False
+        kw = next((k for k in call.keywords if k.arg == "enabled"), None)
+        return kw is not None and isinstance(kw.value, ast.Constant) and kw.value.value is False
+
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.With, ast.AsyncWith)) and any(disables(i.context_expr) for i in anc.items):
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(disables(d) for d in anc.decorator_list):
+            return True
     return False
 
 
 __all__ = [
     "EXACT_INTEGER_LIMIT", "Half", "Precision", "precision_of", "promote", "half_now", "when",
-    "is_buffer", "is_position_like", "position_root", "target_format", "DTYPE_ALIASES",
+    "is_buffer", "is_position_like", "position_root", "target_format", "autocast_disabled", "in_table_scope",
 ]
