@@ -392,7 +392,7 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         if autocast:
             why = f"the {ctx.settings.engine} O1 policy runs `{kind}` in {fmt_name}"
         elif later:
-            why = f"an operand has {precision.when(half)} (fp32 under O1)"
+            why = f"an operand is {precision.when(half)} (fp32 under O1)"
         else:
             why = f"an operand is {precision.when(half)}"
         message = (f"position x frequency angles computed in {fmt_name} ({why}): at T=4096 a bf16 rotary "

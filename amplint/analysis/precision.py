@@ -250,7 +250,7 @@ def _call_precision(ctx, call: ast.Call, depth: int) -> Optional[Precision]:
             return _dtype_of_arg(ctx, dtype_kw, call, depth)
         if qn[6:] == "arange":
             values = [precision_of(ctx, a, depth + 1) for a in call.args]
-            floats = [a for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, float)]
+            floats = [a for a in call.args if isinstance(getattr(ctx.evaluate(a), "value", None), float)]
             if floats or any(v is not None and v.kind == "fp32" for v in values):
                 return FP32
             return INT
@@ -312,7 +312,7 @@ def when(half: Half) -> str:
         return f"cast to {half.short} explicitly"
     if half.mode == "activation":
         return f"cast to the activation dtype ({half.short} under mixed precision)"
-    return f"the dtype of a buffer that `model.half()` / `model.to(torch.bfloat16)` / O2 casts to {half.short}"
+    return f"in the dtype of a buffer that `model.half()` / `model.to(torch.bfloat16)` / O2 casts to {half.short}"
 
 
 def position_root(expr: ast.AST) -> Optional[ast.AST]:
