@@ -110,14 +110,20 @@ def statement_of_line(path: str) -> dict[int, tuple[int, int]]:
 
 
 def score(entries: list[dict], labels: list[dict], findings: list[dict]) -> dict:
-    id_of = {os.path.realpath(fetch.source_path(e)): e["id"] for e in entries}
+    # one file may sit in two corpora (asteroid's norms.py: vision and positions): its
+    # findings count for every id it has
+    ids_of = collections.defaultdict(list)
+    for e in entries:
+        ids_of[os.path.realpath(fetch.source_path(e))].append(e["id"])
     spans = {e["id"]: statement_of_line(fetch.source_path(e)) for e in entries}
     by_key = collections.defaultdict(list)  # (id, rule) -> findings
+    expanded = []
     for f in findings:
-        file_id = id_of.get(os.path.realpath(f["path"]))
-        if file_id is not None:
-            f["id"] = file_id
-            by_key[(file_id, f["code"])].append(f)
+        for file_id in ids_of.get(os.path.realpath(f["path"]), ()):
+            copy = dict(f, id=file_id)
+            expanded.append(copy)
+            by_key[(file_id, f["code"])].append(copy)
+    findings[:] = expanded
 
     def covers(f: dict, file_id: str, line: int) -> bool:
         if f["line"] == line or f["line"] <= line <= f.get("end_line", f["line"]):
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [lab for lab in load_labels(args.corpus) if lab["id"] in present_ids]
     # Group each project's files together in the one run (order only; one process).
     present.sort(key=lambda e: (e["project"], e["id"]))
-    findings = run_amplint([fetch.source_path(e) for e in present])
+    findings = run_amplint(list(dict.fromkeys(fetch.source_path(e) for e in present)))
     result = score(present, labels, findings)
 
     projects = {e["project"] for e in present}
