@@ -2,126 +2,11 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import Optional
 
 from amplint import fixes
-from amplint.amp import policy
-from amplint.analysis import calls, precision
+from amplint.analysis import calls, position_tables, precision
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
-
-#: ``i,j->ij`` (also ``..., f -> ... f``): an outer product, no index summed
-_OUTER_SPEC = re.compile(r"^\s*(\.\.\.)?\s*([a-z])?\s*,\s*([a-z])\s*->\s*(\.\.\.)?\s*([a-z])?\s*([a-z])\s*$")
-_TRIG = frozenset({"sin", "cos"})
-_CASTS = frozenset({"to", "type", "type_as", "half", "bfloat16", "float"})
-
-
-def _outer_operands(ctx, node: ast.AST) -> Optional[tuple[str, ast.AST, ast.AST]]:
-    """(kind, positions-or-first, second) for a product of two tensors."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.MatMult)):
-        return ("matmul" if isinstance(node.op, ast.MatMult) else "mul"), node.left, node.right
-    if isinstance(node, ast.Call):
-        qn = ctx.qualname(node.func) or ""
-        if qn in ("torch.outer", "torch.ger") and len(node.args) == 2:
-            return "outer", node.args[0], node.args[1]
-        if qn == "torch.einsum" and len(node.args) == 3 and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str) and _OUTER_SPEC.match(node.args[0].value):
-            return "einsum", node.args[1], node.args[2]
-        if qn == "torch.matmul" and len(node.args) == 2:
-            return "matmul", node.args[0], node.args[1]
-    return None
-
-
-def _in_table_code(ctx, node: ast.AST) -> bool:
-    """Inside a class or function named for position encodings, or a function computing
-    both ``sin`` and ``cos``."""
-    if precision.in_table_scope(ctx, node):
-        return True
-    func = ctx.enclosing_function(node)
-    if func is None:
-        return False
-    seen = set()
-    for n in ast.walk(func):
-        if isinstance(n, ast.Call):
-            name = n.func.attr if isinstance(n.func, ast.Attribute) else None
-            if name in _TRIG:
-                seen.add(name)
-    return seen == _TRIG
-
-
-def _autocast_half(ctx, node: ast.AST, kind: str) -> bool:
-    """Whether the selected policy runs this product in half under O1 even on fp32 operands."""
-    if ctx.settings.opt_level != "O1" or precision.autocast_disabled(ctx, node):
-        return False
-    qualname = {"einsum": "torch.einsum", "matmul": "torch.matmul", "outer": "torch.outer"}.get(kind)
-    if qualname is None:
-        return False
-    devices = ("cuda", "cpu") if ctx.settings.device == "any" else (ctx.settings.device,)
-    return any(policy.cast_of(qualname, ctx.settings.engine, d) == policy.HALF for d in devices)
-
-
-def _derived_names(ctx, func: ast.AST, stmt: ast.stmt) -> set:
-    """Names assigned from the product's statement and, transitively, from them."""
-    names = set()
-    if isinstance(stmt, ast.Assign):
-        names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
-    if not names:
-        return names
-    changed = True
-    while changed:
-        changed = False
-        for n in ast.walk(func):
-            if isinstance(n, ast.Assign) and n.lineno > stmt.lineno:
-                used = {m.id for m in ast.walk(n.value) if isinstance(m, ast.Name)}
-                if used & names:
-                    new = {t.id for t in n.targets if isinstance(t, ast.Name)} - names
-                    if new:
-                        names |= new
-                        changed = True
-    return names
-
-
-def _trig_consumers(ctx, node: ast.AST) -> list[ast.Call]:
-    """The ``sin`` / ``cos`` calls of the same function that read the product."""
-    func = ctx.enclosing_function(node)
-    if func is None:
-        return []
-    stmt = ctx.enclosing_statement(node)
-    names = _derived_names(ctx, func, stmt)
-    out = []
-    for n in ast.walk(func):
-        if not isinstance(n, ast.Call):
-            continue
-        if isinstance(n.func, ast.Attribute) and n.func.attr in _TRIG and not n.args:
-            arg = n.func.value
-        elif (ctx.qualname(n.func) or "") in ("torch.sin", "torch.cos") and n.args:
-            arg = n.args[0]
-        else:
-            continue
-        inside = any(m is node for m in ast.walk(arg))
-        reads = any(isinstance(m, ast.Name) and m.id in names for m in ast.walk(arg))
-        if inside or (reads and n.lineno >= stmt.lineno):
-            out.append(n)
-    return out
-
-
-def _cast_follows(ctx, call: ast.Call) -> bool:
-    """Whether the sin/cos result is cast already: ``emb.cos()[None, :].to(dtype)``."""
-    node = call
-    while True:
-        parent = ctx.parent(node)
-        if isinstance(parent, ast.Subscript) and parent.value is node:
-            node = parent
-        elif isinstance(parent, ast.Attribute) and parent.value is node:
-            grand = ctx.parent(parent)
-            if not isinstance(grand, ast.Call):
-                return False
-            if parent.attr in _CASTS:
-                return True
-            node = grand
-        else:
-            return False
-
 
 class PositionTableInHalf(Rule):
     code = "AMP602"
@@ -368,18 +253,18 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         self._check(ctx, node)
 
     def _check(self, ctx, node: ast.AST) -> None:
-        found = _outer_operands(ctx, node)
+        found = position_tables.outer_operands(ctx, node)
         if found is None:
             return
         kind, a, b = found
         a_pos, b_pos = precision.is_position_like(ctx, a), precision.is_position_like(ctx, b)
-        if a_pos == b_pos or not _in_table_code(ctx, node):
+        if a_pos == b_pos or not position_tables.in_table_code(ctx, node):
             return
         level = ctx.settings.opt_level
         pa, pb = precision.precision_of(ctx, a), precision.precision_of(ctx, b)
         product = precision.promote(pa, pb)
         half = product.half if product is not None and product.kind == "half" else None
-        autocast = half is None and _autocast_half(ctx, node, kind)
+        autocast = half is None and position_tables.autocast_half(ctx, node, kind)
         if half is None and not autocast:
             return
         if half is not None and not half.is_half_at(level):
@@ -405,7 +290,7 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
 
     def _fix(self, ctx, node, kind, a_pair, b_pair, half, autocast) -> Optional[Fix]:
         torch = calls.torch_alias(ctx)
-        trig = _trig_consumers(ctx, node)
+        trig = position_tables.trig_consumers(ctx, node)
         if torch is None or not trig:
             return None  # the tables leave this function: an fp32 table would reach half code
         func = ctx.enclosing_function(node)
@@ -433,7 +318,7 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
                 texts.append(text)
         if autocast:
             spec = node.args[0].value if kind == "einsum" else "i,j->ij"
-            m = _OUTER_SPEC.match(spec)
+            m = position_tables.OUTER_SPEC.match(spec)
             if kind not in ("einsum", "outer") or None in texts or m is None:
                 return None  # a matmul under autocast needs `torch.autocast(..., enabled=False)`
             a_text, b_text = _postfix(texts[0]), _postfix(texts[1])
@@ -450,7 +335,7 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
             if source is not None and ("\n" in ctx.segment(source) or not _visible(ctx, source, node)):
                 return None
             for call in trig:
-                if _cast_follows(ctx, call):
+                if position_tables.cast_follows(ctx, call):
                     continue
                 if source is not None:
                     edits += fixes.cast_back(ctx, call, source)
