@@ -235,7 +235,7 @@ def test_collect_is_called_on_the_class():
 
 # --- the op families against the installed torch -----------------------------------------
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (a dev dependency: a broken torch must fail, not skip)
 
 
 def _no_half_calls():
