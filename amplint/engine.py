@@ -15,7 +15,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
-from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
+from .files import (FileChangedError, SourceError, SourceFile, check_writable, discover, read_regular, read_source,
+                    write_atomic)
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
 from .registry import all_rules, rules_fingerprint, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
@@ -32,6 +33,8 @@ class FileResult:
     path: str
     findings: list[Finding] = dataclasses.field(default_factory=list)
     errors: list[SourceError] = dataclasses.field(default_factory=list)
+    #: paths skipped for a harmless reason (a named non-Python file); they do not fail the run
+    warnings: list[SourceError] = dataclasses.field(default_factory=list)
     fixed: int = 0
     changed: bool = False
     diff: str = ""
@@ -78,7 +81,15 @@ def parse(path: str, text: str) -> ast.Module:
     except SyntaxError as exc:
         raise SourceError(path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        raise SourceError(path, f"cannot parse: {exc}") from None
+        raise SourceError(path, f"cannot parse: {exc or type(exc).__name__}") from None
+
+
+def check_syntax(path: str, text: str) -> None:
+    """Raise the SourceError :func:`parse` would, for a file the prefilter lets skip the
+    rules: a broken file must be reported whatever it mentions.  (No cheaper check
+    exists: ``symtable`` and ``compile`` run the same parser and cost as much or more;
+    the cost on a corpus of such files is in bench/RESULTS.md.)"""
+    parse(path, text)
 
 
 def lint_text(
@@ -332,8 +343,9 @@ def _check_task(args) -> dict:
     try:
         source = read_source(path)
         if not _worth_parsing(source.text, settings, unused):
+            check_syntax(path, source.text)
             entry["summary"] = FileSummary(path).to_json()
-            return entry  # cannot involve torch or any selected rule: not even parsed
+            return entry  # cannot involve torch or any selected rule: checked for syntax errors only
         given = _WORKER.get("project")
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
@@ -356,6 +368,8 @@ def _fix_task(args) -> FileResult:
     result = FileResult(path)
     try:
         source = read_source(path)
+        if not options.diff:
+            check_writable(source)
     except SourceError as exc:
         result.errors.append(exc)
         return result
@@ -372,12 +386,16 @@ def _fix_task(args) -> FileResult:
                 # nothing written: report what is in the file now
                 findings, _, _ = lint_text(path, source.text, settings, rules, project, options.report_unused_suppressions)
             else:
-                write_atomic(path, source.encode(new_text))
+                write_atomic(path, source.encode(new_text), expected=source)
                 source = SourceFile(path, new_text, source.encoding, b"")
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:
         result.errors.append(exc)
+        return result
+    except FileChangedError as exc:
+        result.errors.append(SourceError(path, exc.strerror))
+        result.fixed, result.changed = 0, False
         return result
     except OSError as exc:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
@@ -408,6 +426,7 @@ def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     try:
         source = read_source(path)
         if not any(m in source.text for m in _summary_markers(settings)):
+            check_syntax(path, source.text)
             return path, FileSummary(path).to_json(), None
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)
@@ -453,7 +472,6 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
 def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:
     """Lint (or fix) every Python file under ``paths``.  Results are in path order;
     paths that cannot be read or parsed come back as results with errors."""
-    jobs = options.jobs or os.cpu_count() or 1
     results: dict[str, FileResult] = {}
     files: list[tuple[str, Settings]] = []
 
@@ -474,15 +492,24 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
 
     for path, error in discover(paths, excluded):
         if error is not None:
-            results[path] = FileResult(path, errors=[error])
+            result = results.setdefault(path, FileResult(path))
+            (result.warnings if error.severity == "warning" else result.errors).append(error)
             continue
         settings = settings_for(path)
         if settings is not None:
             files.append((path, settings))
     if files:
+        jobs = worker_count(options.jobs, len(files))
         runner = _run_fix if (options.fix or options.diff) else _run_check
         results.update(runner(files, options, jobs))
     return [results[p] for p in sorted(results)]
+
+
+def worker_count(requested: int, files: int) -> int:
+    """Worker processes for ``files`` files: ``requested`` (0: one per core), never more
+    than the files or twice the cores (``-j 1000`` must not start 1000 processes)."""
+    cores = os.cpu_count() or 1
+    return max(1, min(requested or cores, files, 2 * cores))
 
 
 def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:

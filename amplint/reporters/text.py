@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..rule import Applicability
-from .concise import marker
+from .concise import marker, printable
 
 _STYLE = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m"}
 _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
@@ -13,11 +13,15 @@ _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
 def _frame(finding, source_line: str, color: bool) -> list[str]:
     number = str(finding.line)
     pad = " " * len(number)
-    expanded = source_line.expandtabs(4)
-    # caret position in the tab-expanded line
-    col = len(source_line[: finding.column - 1].expandtabs(4))
+
+    def shown(text: str) -> str:  # control characters escaped, tabs expanded
+        return printable(text, keep_tabs=True).expandtabs(4)
+
+    expanded = shown(source_line)
+    # caret position in the line as shown
+    col = len(shown(source_line[: finding.column - 1]))
     if finding.end_line == finding.line:
-        width = len(source_line[: finding.end_column - 1].expandtabs(4)) - col
+        width = len(shown(source_line[: finding.end_column - 1])) - col
     else:
         width = len(expanded) - col
     width = max(1, width)
@@ -33,17 +37,17 @@ def render(results, out, *, statistics=False, color=False) -> None:
     else:
         for result in results:
             for f in result.findings:
-                head = f"{f.path}:{f.line}:{f.column}: "
+                head = f"{printable(f.path)}:{f.line}:{f.column}: "
                 code = f"{f.code} {marker(f)}"
                 if color:
                     head = _BOLD + head + _RESET
                     code = _STYLE[f.severity.value] + code + _RESET
-                out.write(f"{head}{code}{f.message}\n")
+                out.write(f"{head}{code}{printable(f.message)}\n")
                 for line in _frame(f, result.frames.get(f.line, ""), color):
                     out.write(line.rstrip() + "\n")
                 pad = " " * len(str(f.line))
                 for r in f.related:
-                    out.write(f"{pad} = note: {r.note} ({r.path}:{r.line}:{r.column})\n")
+                    out.write(f"{pad} = note: {printable(r.note)} ({printable(r.path)}:{r.line}:{r.column})\n")
                 if f.fix is not None:
                     out.write(f"{pad} = fix ({f.fix.applicability.value}): {f.fix.description}\n")
                 out.write("\n")
@@ -54,9 +58,12 @@ def render(results, out, *, statistics=False, color=False) -> None:
 
 
 def render_errors(results, out) -> None:
+    """Errors, then warnings (paths skipped for a harmless reason), one line each."""
     for result in results:
         for e in result.errors:
-            out.write(f"{e.path}:{e.line}:{e.col}: error: {e.reason}\n")
+            out.write(f"{printable(e.path)}:{e.line}:{e.col}: error: {printable(e.reason)}\n")
+        for w in getattr(result, "warnings", ()):
+            out.write(f"{printable(w.path)}:{w.line}:{w.col}: warning: {printable(w.reason)}\n")
 
 
 def render_statistics(results, out) -> None:
@@ -78,6 +85,7 @@ def summary(results) -> str:
     findings = [f for r in results for f in r.findings]
     fixed = sum(r.fixed for r in results)
     errors = sum(len(r.errors) for r in results)
+    skipped = sum(len(getattr(r, "warnings", ())) for r in results)
     parts = []
     if fixed:
         parts.append(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}.")
@@ -91,8 +99,10 @@ def summary(results) -> str:
         if unsafe:
             extra.append(f"{unsafe} more with `amplint fix --unsafe-fixes`")
         parts.append(text + (f" ({'; '.join(extra)})" if extra else "") + ".")
-    elif not errors and not fixed:
+    elif not errors and not fixed and len(results) > skipped:
         parts.append("All checks passed.")
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked).")
+    if skipped:
+        parts.append(f"{skipped} path{'s' if skipped != 1 else ''} not linted (see the warning{'s' if skipped != 1 else ''} above).")
     return " ".join(parts)
