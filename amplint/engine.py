@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
+import json
 import os
+import re
 import warnings
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -347,6 +349,11 @@ def _check_task(args) -> dict:
             entry["summary"] = FileSummary(path).to_json()
             return entry  # cannot involve torch or any selected rule: checked for syntax errors only
         given = _WORKER.get("project")
+        if len(source.text) > LARGE_FILE:
+            pieces = _check_in_pieces(path, source.text, settings, unused, given)
+            if pieces is not None:
+                entry.update(pieces)
+                return entry
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
         if given is None:
@@ -361,6 +368,257 @@ def _check_task(args) -> dict:
     entry["frames"] = _frames(findings, source.text)
     entry["errors"] = [_error_dict(e) for e in errors]
     return entry
+
+
+# --- very large files -------------------------------------------------------------------
+
+#: above this many bytes ``check`` lints a file in pieces of about PIECE characters:
+#: Python's AST costs ~200 bytes of memory per byte of source, so a 20 MB generated file
+#: parsed whole needs ~4 GB; in pieces memory stays bounded whatever the file's size, and
+#: the pieces are spread over the worker processes like files
+LARGE_FILE = 4 * 1024 * 1024
+PIECE = 1024 * 1024
+#: module-level statements (imports, constants, small classes such as configs) each piece
+#: is given from the pieces before it, so that aliases, constants and config defaults
+#: resolve; larger ones are left out
+PREAMBLE_STATEMENT = 4096
+PREAMBLE_TOTAL = 256 * 1024
+#: lines at column 0 where a top-level statement may start (not a clause of the one before)
+_TOP_LEVEL_START = re.compile(r"^(?!(?:else|elif|except|finally)\b)[A-Za-z_@]", re.M)
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class _Lines:
+    """A large text's line offsets (line numbers are 1-based) and its pieces."""
+
+    def __init__(self, text: str):
+        from array import array
+
+        self.text = text
+        self.starts = array("q", [0])
+        self.starts.extend(m.end() for m in _LINE_END.finditer(text))
+
+    def offset(self, line: int) -> int:
+        return self.starts[line - 1] if line <= len(self.starts) else len(self.text)
+
+    def span(self, first: int, end: int) -> str:
+        """Lines [first, end) with their line endings."""
+        return self.text[self.offset(first): self.offset(end)]
+
+    def line(self, number: int) -> str:
+        return _LINE_END.split(self.span(number, number + 1), 1)[0]
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """Line ranges [first, end) of about PIECE characters, cut only before a line that
+        starts a statement at column 0 (not right after a decorator).  A cut inside a
+        string or brackets makes the piece before it fail to parse, which sends the file
+        back to being linted whole."""
+        cuts, last, text = [1], 0, self.text
+        for m in _TOP_LEVEL_START.finditer(text):
+            if m.start() - last >= PIECE:
+                line = bisect.bisect_right(self.starts, m.start())
+                if self.starts[line - 1] == m.start() and not (line > 1 and text.startswith("@", self.starts[line - 2])):
+                    cuts.append(line)
+                    last = m.start()
+        cuts.append(len(self.starts) + 1)
+        return list(zip(cuts, cuts[1:]))
+
+    def piece_source(self, first: int, end: int, preamble: Sequence[tuple[int, int]] = ()) -> str:
+        """Lines [first, end) and the ``preamble`` ranges before them at their own line
+        numbers, every other line blank: positions in the piece are positions in the file."""
+        parts, line = [], 1
+        for a, b in [*(r for r in preamble if r[1] <= first), (first, end)]:
+            parts.append("\n" * (a - line))
+            body = self.span(a, b)
+            parts.append(body)
+            line = b
+            if not body.endswith(("\n", "\r")):
+                parts.append("\n")
+                line += 1
+        return "".join(parts)
+
+    def preamble_of(self, tree: ast.Module, first: int) -> list[tuple[int, int, int]]:
+        """(first line, end line, size) of the statements of ``tree`` from line ``first``
+        on that later pieces are given."""
+        out = []
+        for node in tree.body:
+            if node.lineno >= first and isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.ClassDef)):
+                size = self.offset(node.end_lineno + 1) - self.offset(node.lineno)
+                if size <= PREAMBLE_STATEMENT:
+                    out.append((node.lineno, node.end_lineno + 1, size))
+        return out
+
+
+def _preamble_before(found: Sequence[Sequence[tuple[int, int, int]]]) -> list[tuple[int, int]]:
+    """The preamble for the piece after the pieces whose candidates are ``found``."""
+    out, total = [], 0
+    for candidates in found:
+        for a, b, size in candidates:
+            if total + size <= PREAMBLE_TOTAL:
+                out.append((a, b))
+                total += size
+    return out
+
+
+def _merge_facts(into: dict, more: dict) -> None:
+    for key, value in more.items():
+        have = into.get(key)
+        if isinstance(have, dict) and isinstance(value, dict):
+            _merge_facts(have, value)
+        elif isinstance(have, list) and isinstance(value, list):
+            seen = {json.dumps(v, sort_keys=True, default=str) for v in have}
+            have.extend(v for v in value if json.dumps(v, sort_keys=True, default=str) not in seen)
+        else:
+            into[key] = value
+
+
+def _lint_piece(path: str, lines: _Lines, first: int, end: int, preamble, settings: Settings, unused: bool,
+                given: Optional[ProjectIndex]) -> dict:
+    """Lint one piece; its findings (as JSON, with frames), errors, summary and queries.
+    SourceError when it does not parse."""
+    project = given if given is not None else ProjectIndex()
+    piece = lines.piece_source(first, end, preamble)
+    found, ctx, errors = lint_text(path, piece, settings, _rules_for(settings), project, unused)
+    # as JSON right away: a Finding's node would keep the piece's whole tree alive
+    findings = [f.to_dict() for f in found if first <= f.line < end]
+    out = {
+        "findings": findings,
+        "frames": {f["line"]: lines.line(f["line"]) for f in findings},
+        "errors": [_error_dict(e) for e in errors if first <= e.line < end],
+        "summary": None,
+        "queries": [list(q) for q in dict.fromkeys(project.queries)],
+        "preamble": lines.preamble_of(ctx.tree, first),
+    }
+    if given is None:
+        summary = summarize(ctx, all_rules(settings.rule_paths))
+        summary.configs = [c for c in summary.configs if first <= c.line < end]
+        out["summary"] = summary.to_json()
+    return out
+
+
+def _join_pieces(path: str, parts: Sequence[dict]) -> dict:
+    """One file's entry from its pieces' (in order)."""
+    entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
+    summary = None
+    for part in parts:
+        entry["findings"].extend(part["findings"])
+        entry["frames"].update(part["frames"])
+        entry["errors"].extend(part["errors"])
+        entry["queries"].extend(q for q in part["queries"] if q not in entry["queries"])
+        if part["summary"] is not None:
+            if summary is None:
+                summary = {"path": path, "configs": [], "facts": {}}
+            summary["configs"].extend(part["summary"]["configs"])
+            _merge_facts(summary["facts"], part["summary"]["facts"])
+    entry["summary"] = summary
+    return entry
+
+
+def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool, given: Optional[ProjectIndex]) -> Optional[dict]:
+    """Lint a very large file piece by piece, in this process (see :func:`_run_check` for
+    the pieces spread over the pool).  None when a piece does not parse: the file is then
+    linted whole, which also reports a real syntax error where it is."""
+    lines = _Lines(text)
+    parts, found = [], []
+    for first, end in lines.pieces():
+        try:
+            part = _lint_piece(path, lines, first, end, _preamble_before(found), settings, unused, given)
+        except SourceError:
+            return None
+        found.append(part.pop("preamble"))
+        parts.append(part)
+    return _join_pieces(path, parts)
+
+
+def _piece_task(args) -> tuple:
+    """Pool task for one piece of a large file: ``("preamble", ...)`` parses the piece
+    alone and returns what later pieces are given (None: it does not parse);
+    ``("lint", ...)`` lints it with its preamble.  The worker reads the file itself (a
+    piece is small, the file is not) and checks that it is what the parent read."""
+    kind, path, digest, first, end, preamble, settings, unused = args
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        return path, first, None, exc
+    if source.identity is None or source.identity.sha256 != digest:
+        return path, first, None, SourceError(path, "changed while amplint was reading it")
+    lines = _Lines(source.text)
+    try:
+        if kind == "preamble":
+            tree = parse(path, lines.piece_source(first, end))
+            return path, first, lines.preamble_of(tree, first), None
+        part = _lint_piece(path, lines, first, end, preamble, settings, unused, None)
+        part.pop("preamble")
+        return path, first, part, None
+    except SourceError:
+        return path, first, None, None
+
+
+def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int, progress) -> tuple[dict, list]:
+    """Check mode for files over LARGE_FILE: every piece of every such file is a pool task
+    (first parsed alone for the statements later pieces need, then linted).  Returns the
+    entries of the files done so, and the (path, settings) of the files to lint whole
+    (a piece that does not parse)."""
+    plans, whole = {}, []
+    for path, settings in large:
+        try:
+            source = read_source(path)
+        except SourceError:
+            whole.append((path, settings))  # the ordinary task reports it
+            continue
+        if not _worth_parsing(source.text, settings, unused):
+            whole.append((path, settings))
+            continue
+        plans[path] = (settings, source.identity.sha256, _Lines(source.text).pieces())
+        del source
+    tasks = [("preamble", path, digest, a, b, None, settings, unused)
+             for path, (settings, digest, pieces) in plans.items() for a, b in pieces]
+    jobs = worker_count(requested_jobs, len(tasks))
+    found: dict[str, dict[int, list]] = {}
+    failed: dict[str, Optional[SourceError]] = {}
+    for path, first, candidates, error in _map(_piece_task, tasks, jobs, (None,), None):
+        if candidates is None:
+            failed.setdefault(path, error)
+        else:
+            found.setdefault(path, {})[first] = candidates
+    entries = {}
+    for path, error in failed.items():
+        settings = plans.pop(path)[0]
+        if error is None:
+            whole.append((path, settings))  # a piece does not parse
+        else:
+            entries[path] = _error_entry(path, error)
+    tasks = []
+    for path, (settings, digest, pieces) in plans.items():
+        before = [found[path][a] for a, _ in pieces]
+        tasks.extend(("lint", path, digest, a, b, _preamble_before(before[:i]), settings, unused)
+                     for i, (a, b) in enumerate(pieces))
+    parts: dict[str, dict[int, dict]] = {}
+    failed = {}
+    for path, first, part, error in _map(_piece_task, tasks, jobs, (None,), progress):
+        if part is None:
+            failed.setdefault(path, error)
+        else:
+            parts.setdefault(path, {})[first] = part
+    for path, (settings, digest, pieces) in plans.items():
+        if path not in failed:
+            entries[path] = _join_pieces(path, [parts[path][a] for a, _ in pieces])
+        elif failed[path] is None:
+            whole.append((path, settings))
+        else:
+            entries[path] = _error_entry(path, failed[path])
+    return entries, whole
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _error_entry(path: str, error: SourceError) -> dict:
+    return {"path": path, "findings": [], "frames": {}, "errors": [_error_dict(error)], "summary": None, "queries": []}
 
 
 def _fix_task(args) -> FileResult:
@@ -555,7 +813,15 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = hit
                 continue
         todo.append((path, settings, unused))
-    for entry in _map(_check_task, todo, jobs, (None,), options.progress):
+    large = [(path, settings) for path, settings, _ in todo if _size(path) > LARGE_FILE]
+    if large:
+        done, whole = _check_large_files(large, unused, options.jobs, options.progress)
+        skip = {path for path, _ in large} - {path for path, _ in whole}
+        todo = [task for task in todo if task[0] not in skip]
+        first_pass = list(done.values())
+    else:
+        first_pass = []
+    for entry in first_pass + _map(_check_task, todo, jobs, (None,), options.progress):
         entries[entry["path"]] = entry
         if cache is not None and not entry["errors"]:
             cache.put(keys[entry["path"]], entry)
