@@ -378,9 +378,10 @@ def _check_task(args) -> dict:
 #: the pieces are spread over the worker processes like files
 LARGE_FILE = 4 * 1024 * 1024
 PIECE = 1024 * 1024
-#: module-level statements (imports, constants, small classes such as configs) each piece
-#: is given from the pieces before it, so that aliases, constants and config defaults
-#: resolve; larger ones are left out
+#: module-level statements (imports, constants, config classes) each piece is given from
+#: the pieces before it, so that aliases, constants and config defaults resolve; larger
+#: ones are left out.  What else a piece cannot see (a helper function in an earlier piece
+#: called from a ``forward``) is the price of bounded memory, only in files this large.
 PREAMBLE_STATEMENT = 4096
 PREAMBLE_TOTAL = 256 * 1024
 #: lines at column 0 where a top-level statement may start (not a clause of the one before)
@@ -440,9 +441,14 @@ class _Lines:
     def preamble_of(self, tree: ast.Module, first: int) -> list[tuple[int, int, int]]:
         """(first line, end line, size) of the statements of ``tree`` from line ``first``
         on that later pieces are given."""
+        from .evaluate import is_config_class
+
         out = []
         for node in tree.body:
-            if node.lineno >= first and isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.ClassDef)):
+            if node.lineno < first:
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)) or (
+                    isinstance(node, ast.ClassDef) and is_config_class(node)):
                 size = self.offset(node.end_lineno + 1) - self.offset(node.lineno)
                 if size <= PREAMBLE_STATEMENT:
                     out.append((node.lineno, node.end_lineno + 1, size))

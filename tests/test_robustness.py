@@ -828,3 +828,96 @@ def test_a_path_swapped_between_file_and_fifo_never_hangs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     kinds = eval(proc.stdout)
     assert "regular" in kinds and "refused" in kinds and set(kinds) <= {"regular", "refused", "FileNotFoundError"}, kinds
+
+
+# --- issue 15: very large files are checked in pieces, with the same findings ------------------
+
+#: the real CLI with the large-file threshold and the piece size made small, so that a
+#: test-sized file is cut into many pieces
+_SMALL_PIECES = textwrap.dedent(
+    """\
+    import sys
+    import amplint.engine as engine
+
+    engine.LARGE_FILE, engine.PIECE = int(sys.argv[1]), int(sys.argv[2])
+    from amplint.cli import main
+    sys.exit(main(sys.argv[3:]))
+    """
+)
+
+PIECES_HEAD = textwrap.dedent(
+    """\
+    import math
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    NEG = -1e9
+    EPS: float = 1e-8
+
+
+    @dataclass
+    class Config:
+        vocab_size: int = 50257
+        hidden: int = 768
+
+    """
+)
+PIECES_BODY = textwrap.dedent(
+    """\
+    def helper_{i}(scores, mask):
+        scores = scores.masked_fill(mask, NEG)
+        return torch.log(scores + EPS)
+
+
+    @torch.no_grad()
+    def decorated_{i}(x, m):
+        return x.masked_fill(m, -1e9)
+
+
+    class Block{i}(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(768, 50257)
+
+        def forward(self, scores, mask):
+            scores = scores.masked_fill(mask, -1e9)
+            return F.softmax(scores, dim=-1).sum()
+
+
+    if math.pi > 3:
+        LIMIT_{i} = 1e5
+    else:
+        LIMIT_{i} = 1e4
+
+    """
+)
+
+
+def _check_json(path, large, piece):
+    proc = subprocess.run([sys.executable, "-c", _SMALL_PIECES, str(large), str(piece), "check", path, "--no-cache",
+                           "--format", "json", "-j", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None, proc.stderr
+
+
+def test_a_large_file_in_pieces_has_the_findings_of_the_whole_file(tmp_path):
+    text = PIECES_HEAD + "".join(PIECES_BODY.format(i=i) for i in range(60))
+    path = write(tmp_path / "big.py", text)
+    code, whole, _ = _check_json(path, 10**9, 10**9)
+    assert code == 1 and len(whole) > 200
+    code, pieces, _ = _check_json(path, 1000, 3000)  # about 30 pieces, spread over 2 workers
+    assert code == 1
+    assert pieces == whole
+
+
+def test_a_large_file_with_a_syntax_error_or_a_cut_inside_a_string_is_linted_whole(tmp_path):
+    body = "".join(PIECES_BODY.format(i=i) for i in range(30))
+    # column-0 `def` lines inside a string: a cut there cannot parse, the file is linted whole
+    text = PIECES_HEAD + body + 'DOC = """\n' + "def not_code(x):\n    pass\n" * 400 + '"""\n' + body.replace("_{", "_x{")
+    path = write(tmp_path / "big.py", text)
+    assert _check_json(path, 1000, 3000)[:2] == _check_json(path, 10**9, 10**9)[:2]
+    broken = write(tmp_path / "broken.py", text + "def f(:\n    pass\n" + body)
+    code, out, err = _check_json(broken, 1000, 3000)
+    line = text.count("\n") + 1
+    assert code == 2 and f"{broken}:{line}:7: error: syntax error" in err, err
