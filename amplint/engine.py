@@ -349,7 +349,7 @@ def _check_task(args) -> dict:
             entry["summary"] = FileSummary(path).to_json()
             return entry  # cannot involve torch or any selected rule: checked for syntax errors only
         given = _WORKER.get("project")
-        if len(source.text) > LARGE_FILE:
+        if given is not None and len(source.text) > LARGE_FILE:  # (the first pass: _check_large_files)
             pieces = _check_in_pieces(path, source.text, settings, unused, given)
             if pieces is not None:
                 entry.update(pieces)
@@ -543,12 +543,9 @@ def _piece_task(args) -> tuple:
     piece is small, the file is not) and checks that it is what the parent read."""
     kind, path, digest, first, end, preamble, settings, unused = args
     try:
-        source = read_source(path)
+        lines = _large_file_lines(path, digest)
     except SourceError as exc:
         return path, first, None, exc
-    if source.identity is None or source.identity.sha256 != digest:
-        return path, first, None, SourceError(path, "changed while amplint was reading it")
-    lines = _Lines(source.text)
     try:
         if kind == "preamble":
             tree = parse(path, lines.piece_source(first, end))
@@ -558,6 +555,30 @@ def _piece_task(args) -> tuple:
         return path, first, part, None
     except SourceError:
         return path, first, None, None
+
+
+def _large_file_lines(path: str, digest: str) -> _Lines:
+    """The lines of the large file the parent read (hash ``digest``).  A worker keeps the
+    last one: its pieces come one after another, and reading and decoding 20 MB for each
+    would cost as much as linting a piece.  A kept copy is used only while the file's
+    inode, size and modification time are unchanged."""
+    kept = _WORKER.get("large_file")
+    if kept is not None and kept[0] == path and kept[1].sha256 == digest:
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        identity = kept[1]
+        if st is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
+                identity.device, identity.inode, identity.size, identity.mtime_ns):
+            return kept[2]
+    _WORKER.pop("large_file", None)
+    source = read_source(path)
+    if source.identity is None or source.identity.sha256 != digest:
+        raise SourceError(path, "changed while amplint was reading it")
+    lines = _Lines(source.text)
+    _WORKER["large_file"] = (path, source.identity, lines)
+    return lines
 
 
 def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int, progress) -> tuple[dict, list]:
