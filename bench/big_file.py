@@ -63,7 +63,9 @@ def main() -> None:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     # ru_maxrss of the children: the largest peak of any process amplint ran (KB on Linux)
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_mb = usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime  # all processes: tells a busy machine from slow code
     if not args.keep:
         os.unlink(path)
     if proc.returncode not in (0, 1) or "Traceback" in proc.stderr:
@@ -71,8 +73,8 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"file: {size / 1e6:.1f} MB, {functions} functions")
     print(f"command: {' '.join(cmd[1:])}")
-    print(f"wall: {elapsed:.1f} s   peak RSS (largest process): {peak_mb:.0f} MB   "
-          f"{elapsed / (size / 1e6):.2f} s/MB")
+    print(f"wall: {elapsed:.1f} s   CPU (all processes): {cpu:.1f} s   peak RSS (largest process): "
+          f"{peak_mb:.0f} MB   {elapsed / (size / 1e6):.2f} s/MB")
     print(proc.stdout.strip())
 
 
