@@ -27,6 +27,16 @@ def _codes(value: str) -> list[str]:
     return [c.strip().upper() for c in value.split(",") if c.strip()]
 
 
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (one per core) or more, not {jobs}")
+    return jobs
+
+
 def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     from .reporters import FORMATS
 
@@ -53,7 +63,8 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
-    run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core)")
+    run.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
+                     help="worker processes (default or 0: one per core; at most the number of files and twice the cores)")
     _add_allow_option(run)
     if fix:
         p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
@@ -138,12 +149,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("amplint: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     parser.print_help()
     return EXIT_ERROR
 
 
 def _lint(args) -> int:
-    from .engine import RunOptions, run
+    from .engine import UNUSED_SUPPRESSION, RunOptions, run
     from .registry import RuleLoadError, all_rules, unknown_codes
     from .reporters import REPORTERS
 
@@ -180,7 +193,7 @@ def _lint(args) -> int:
             print(f"amplint: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         for option, codes in given:
-            bad = unknown_codes(codes or (), known)
+            bad = [c for c in unknown_codes(codes or (), known) if not UNUSED_SUPPRESSION.startswith(c)]
             if bad:
                 print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
                 _warn_rules_not_loaded(resolver, allowed)
@@ -216,24 +229,27 @@ def _lint(args) -> int:
     _warn_rules_not_loaded(resolver, allowed)
     out = sys.stdout
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
-    if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
-        from .reporters.common import diff_summary, render_errors
+    try:
+        if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
+            from .reporters.common import diff_summary, render_errors
 
-        for r in results:
-            if r.diff:
-                out.write(r.diff)
-        render_errors(results, sys.stderr)
-        if not args.quiet:
-            print(diff_summary(results), file=sys.stderr)
-    elif args.quiet and fmt in ("text", "concise"):
-        from .reporters.concise import render_findings
-        from .reporters.common import render_errors
+            for r in results:
+                if r.diff:
+                    out.write(r.diff)
+            render_errors(results, sys.stderr)
+            if not args.quiet:
+                print(diff_summary(results), file=sys.stderr)
+        elif args.quiet and fmt in ("text", "concise"):
+            from .reporters.common import render_errors
+            from .reporters.concise import render_findings
 
-        render_findings(results, out)
-        render_errors(results, sys.stderr)
-    else:
-        REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
-    out.flush()
+            render_findings(results, out)
+            render_errors(results, sys.stderr)
+        else:
+            REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
+        out.flush()
+    except BrokenPipeError:  # `amplint check | head -1`: the reader has all it wanted
+        _reader_went_away()
     if any(r.errors for r in results):
         return EXIT_ERROR
     findings = any(r.findings for r in results)
@@ -254,6 +270,18 @@ def _needs_torch(feature: str, run) -> int:
             raise
         print(missing_torch(feature), file=sys.stderr)
         return EXIT_ERROR
+
+
+def _reader_went_away() -> int:
+    """The reader of our output closed the pipe: stop writing, quietly.  Standard output
+    is pointed at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_ERROR
 
 
 def _verify_before_fix(args) -> int:

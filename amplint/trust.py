@@ -7,6 +7,7 @@ config's own folder.  Otherwise the rules are left out with a one-line warning.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -37,15 +38,17 @@ def repository_root(start: Optional[str] = None) -> str:
         folder = parent
 
 
-def installed_plugins() -> list[str]:
-    """``name (distribution)`` of every ``amplint.rules`` entry point; reads metadata only."""
+@functools.lru_cache(maxsize=1)
+def installed_plugins() -> tuple[str, ...]:
+    """``name (distribution)`` of every ``amplint.rules`` entry point; reads metadata only
+    (once per process: the installed distributions do not change during a run)."""
     from importlib.metadata import entry_points
 
     out = []
     for ep in entry_points(group="amplint.rules"):
         dist = getattr(getattr(ep, "dist", None), "name", None)
         out.append(f"{ep.name} ({dist})" if dist else ep.name)
-    return sorted(set(out))
+    return tuple(sorted(set(out)))
 
 
 NOT_ALLOWED = "not allowed"

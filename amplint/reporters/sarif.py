@@ -47,9 +47,9 @@ def render(results, out, *, statistics=False, color=False, rules=None) -> None:
             if f.fix is not None:
                 entry["properties"] = {"fix": {"applicability": f.fix.applicability.value, "description": f.fix.description}}
             sarif_results.append(entry)
-        for e in result.errors:
+        for e in [*result.errors, *result.warnings]:
             notifications.append({
-                "level": "error",
+                "level": e.severity,
                 "message": {"text": e.reason},
                 "locations": [_location(e.path, e.line, e.col)],
             })
@@ -71,7 +71,7 @@ def render(results, out, *, statistics=False, color=False, rules=None) -> None:
                 } for r in rules],
             }},
             "results": sarif_results,
-            "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
+            "invocations": [{"executionSuccessful": not any(n["level"] == "error" for n in notifications), "toolExecutionNotifications": notifications}],
         }],
     }
     json.dump(doc, out, indent=2)

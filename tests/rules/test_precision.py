@@ -6,8 +6,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 
 
@@ -21,9 +19,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.path.join(ROOT, "fixtures", "precision")
 
 
-def amplint(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True)
-
 
 def codes(proc) -> list[tuple[str, int, str, str]]:
     return [(os.path.basename(f["path"]), f["line"], f["code"], f["severity"]) for f in json.loads(proc.stdout)]
@@ -31,13 +26,13 @@ def codes(proc) -> list[tuple[str, int, str, str]]:
 
 # --- command line ---------------------------------------------------------------------
 
-def test_cli_reports_position_and_table_in_bf16_under_o2():
+def test_cli_reports_position_and_table_in_bf16_under_o2(amplint):
     proc = amplint("check", os.path.join(FIXTURES, "bf16_o2", "llama_rotary.py"), "--format", "json", "--no-cache")
     assert proc.returncode == 1, proc.stderr
     assert codes(proc) == [("llama_rotary.py", 15, "AMP601", "warning"), ("llama_rotary.py", 16, "AMP602", "warning")]
 
 
-def test_cli_same_file_under_defaults_is_info_only(tmp_path):
+def test_cli_same_file_under_defaults_is_info_only(tmp_path, amplint):
     """fp16 at O1 (no config): the buffer is fp32 until the model is cast; reported as info."""
     copy = tmp_path / "llama_rotary.py"
     copy.write_text(open(os.path.join(FIXTURES, "bf16_o2", "llama_rotary.py")).read())
@@ -48,7 +43,7 @@ def test_cli_same_file_under_defaults_is_info_only(tmp_path):
     assert {s for *_, s in found} == {"info"}
 
 
-def test_cli_amp604_off_by_default_on_when_selected(tmp_path):
+def test_cli_amp604_off_by_default_on_when_selected(tmp_path, amplint):
     src = tmp_path / "attn.py"
     src.write_text(textwrap.dedent("""
         import math
@@ -68,7 +63,7 @@ def test_cli_amp604_off_by_default_on_when_selected(tmp_path):
     assert "(q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)" in src.read_text()
 
 
-def test_cli_amp603_message_follows_engine():
+def test_cli_amp603_message_follows_engine(amplint):
     path = os.path.join(FIXTURES, "bf16_o2", "train_bf16.py")
     ours = amplint("check", path, "--format", "json", "--no-cache")
     torch_engine = amplint("check", path, "--format", "json", "--no-cache", "--engine", "torch")
@@ -78,7 +73,7 @@ def test_cli_amp603_message_follows_engine():
     assert "torch.autocast" in theirs["message"]
 
 
-def test_cli_fix_leaves_display_and_clean_files_alone(tmp_path):
+def test_cli_fix_leaves_display_and_clean_files_alone(tmp_path, amplint):
     for name in ("train_bf16.py",):
         (tmp_path / name).write_text(open(os.path.join(FIXTURES, "bf16_o2", name)).read())
     before = (tmp_path / "train_bf16.py").read_text()
@@ -149,7 +144,7 @@ def test_half_weights_regressions():
     assert not failures, failures
 
 
-def test_readme_rules_table_lists_every_rule():
+def test_readme_rules_table_lists_every_rule(amplint):
     """The README's rules table and `amplint rules` name the same codes."""
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     table = text.split("<!-- rules-table")[1].split("<!-- /rules-table -->")[0]
@@ -186,7 +181,7 @@ def _load(path, name):
     return module
 
 
-def test_amp602_fix_is_bit_identical_in_fp32_and_fixes_bf16(tmp_path):
+def test_amp602_fix_is_bit_identical_in_fp32_and_fixes_bf16(tmp_path, amplint):
     import torch
     original = tmp_path / "rotary_original.py"
     fixed = tmp_path / "rotary_fixed.py"
