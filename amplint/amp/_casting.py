@@ -9,7 +9,10 @@ Invariants
 * The weight-cast cache maps an fp32 leaf tensor to ``(version, cast)``; an entry is used only
   while the tensor's ``_version`` is unchanged (so an optimizer step or ``load_state_dict``
   invalidates it) and, under grad mode, only if the cast was recorded with grad.
-  It is emptied at every ``scale_loss`` exit, as apex did.
+  It is emptied at every ``scale_loss`` exit, as apex did. Code traced by ``torch.compile``
+  bypasses it: a cast stored in a Python dict would become an extra output of the graph
+  (every half weight materialised and kept alive until the exit), while the compiler already
+  shares repeated casts inside one graph.
 * User registrations live in ``CASTS.registry`` for the whole process and override the lists.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ _F16 = torch.float16
 _BF16 = torch.bfloat16
 _Tensor = torch.Tensor
 _INHERITED = object()
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 # fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
 # (what torch.autocast calls fp32_set_opt_dtype) instead of an fp32 copy of their input, which
@@ -72,7 +76,7 @@ class Casts:
             half = self.half
             if dt is half or not (dt is _F32 or dt is _F16 or dt is _BF16):
                 return x
-            if dt is _F32 and x.is_leaf and x.requires_grad:
+            if dt is _F32 and x.is_leaf and x.requires_grad and not _compiling():
                 cache = self.cache
                 hit = cache.get(x)
                 grad = torch.is_grad_enabled()
