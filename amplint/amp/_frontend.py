@@ -358,14 +358,15 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
                patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
                loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
                min_loss_scale=None, max_loss_scale=DEFAULT_MAX_LOSS_SCALE, *, half_dtype=None,
-               keep_fp32_modules=None):
+               keep_fp32_modules=None, fp32_log_probs=True):
     """apex ``amp.initialize``; see :mod:`amplint.amp` for the extensions
     (``half_dtype``, ``keep_fp32_modules``, CPU models, bf16)."""
     try:
         return _initialize(models, optimizers, enabled, opt_level, cast_model_type,
                            patch_torch_functions, keep_batchnorm_fp32, master_weights,
                            loss_scale, cast_model_outputs, num_losses, verbosity,
-                           min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules)
+                           min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules,
+                           fp32_log_probs)
     except BaseException:
         _end_session(ENGINE)  # no half-initialised session: scale_loss then says "initialize first"
         raise
@@ -373,7 +374,8 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
 
 def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_torch_functions,
                 keep_batchnorm_fp32, master_weights, loss_scale, cast_model_outputs, num_losses,
-                verbosity, min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules):
+                verbosity, min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules,
+                fp32_log_probs):
     eng = ENGINE
     _end_session(eng)
     eng.verbosity = verbosity
@@ -390,6 +392,8 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     if half_dtype is not None and half_dtype not in _LOW:
         raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {half_dtype}")
     _check_num_losses(num_losses)
+    if not isinstance(fp32_log_probs, bool):
+        raise TypeError(f"amp.initialize: fp32_log_probs={fp32_log_probs!r} must be True or False.")
     min_loss_scale = check_scale("min_loss_scale", min_loss_scale, allow_none=True)
     max_loss_scale = check_scale("max_loss_scale", max_loss_scale, allow_none=True)
     if (min_loss_scale is not None and max_loss_scale is not None
@@ -425,6 +429,10 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     if keep_classes and cmt not in _LOW:
         raise RuntimeError("keep_fp32_modules only applies when the model is cast (O2/O3, or "
                            "cast_model_type=torch.float16/bfloat16).")
+    if not fp32_log_probs and not props.patch_torch_functions:
+        raise ValueError("amp.initialize: fp32_log_probs=False only applies under O1 (it picks "
+                         "the dtype of F.cross_entropy's log-probabilities); O2/O3 models hand "
+                         "fp32 outputs to the loss. Fix: drop the argument.")
     _print_props(eng, "After processing overrides, optimization options are:", props)
     if eng.half_dtype is torch.bfloat16:
         eng.log(f"{'half_dtype':22} : torch.bfloat16")
@@ -496,6 +504,7 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
                    for i in range(num_losses)]
     if props.patch_torch_functions:
         CASTS.install(eng.half_dtype)
+        CASTS.fp32_log_probs = fp32_log_probs
     _warn_half_divisors(opt_list, props.opt_level)
 
     model_ret = model_list if models_was_list else model_list[0]
