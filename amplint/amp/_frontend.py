@@ -334,6 +334,37 @@ def _check_models(models):
                         "it for you.")
 
 
+def _dtensor_type():
+    if not torch.distributed.is_available():
+        return None
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return None
+    return DTensor
+
+
+def _check_sharded(models, cast_model_type, opt_level):
+    """A model cast (O2/O3) on FSDP2-sharded (DTensor) parameters is refused: FSDP2 keeps its
+    own flat shards and all-gather buffers in the original dtype, so casting ``p.data`` leaves
+    them out of step (mixed-dtype matmuls), and fp32 master weights would need a copy kernel
+    across DTensors that torch does not shard (``aten._foreach_copy_``)."""
+    dtensor = _dtensor_type()
+    if cast_model_type not in _LOW or dtensor is None:
+        return
+    for model in models:
+        for name, p in model.named_parameters():
+            if isinstance(p, dtensor):
+                dtype = str(cast_model_type).replace("torch.", "")
+                raise RuntimeError(
+                    f"amp.initialize: opt_level {opt_level} casts the model to {dtype}"
+                    + (" with fp32 master weights" if opt_level == "O2" else "")
+                    + f", which does not work on FSDP2-sharded parameters ({name!r} is a DTensor). "
+                    f"Fix: use opt_level='O1' (half_dtype=torch.{dtype}) on the sharded model, or "
+                    f"let FSDP2 do it without amp: fully_shard(module, mp_policy="
+                    f"MixedPrecisionPolicy(param_dtype=torch.{dtype}, reduce_dtype=torch.float32)).")
+
+
 def _check_optimizers(optimizers, models):
     model_params = {id(p) for m in models for p in m.parameters()}
     for opt in optimizers:
@@ -454,6 +485,7 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     else:
         raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
     _check_models(model_list)
+    _check_sharded(model_list, cmt, props.opt_level)
     _check_optimizers(opt_list, model_list)
 
     first = next((p for m in model_list for p in m.parameters()), None)
@@ -499,6 +531,7 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
 
     for state in eng.optimizer_states:
         state.after_model_cast()
+        state.bind(model_list)
 
     eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i)
                    for i in range(num_losses)]
