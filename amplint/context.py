@@ -151,8 +151,14 @@ class FileContext:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         self._module_assignments.setdefault(target.id, []).append(stmt)
-            elif isinstance(stmt, ast.If):  # `if TYPE_CHECKING:` / version switches
-                for inner in stmt.body + stmt.orelse:
+            elif isinstance(stmt, (ast.If, ast.Try)):
+                # `if TYPE_CHECKING:` / version switches; `try: from apex... import
+                # FusedLayerNorm as X` / `except ImportError: class X(nn.Module)`: the
+                # fallback is analysed, since it is what runs without the fused package
+                inner_body = stmt.body + stmt.orelse
+                if isinstance(stmt, ast.Try):
+                    inner_body = inner_body + [s for h in stmt.handlers for s in h.body]
+                for inner in inner_body:
                     if isinstance(inner, ast.ClassDef):
                         self._classes.setdefault(inner.name, inner)
                     elif isinstance(inner, FunctionNode):
@@ -335,6 +341,8 @@ class FileContext:
                 stack.extend(stmt.body)
             elif isinstance(stmt, (ast.If, ast.Try)):
                 stack.extend(stmt.body + stmt.orelse)
+                if isinstance(stmt, ast.Try):
+                    stack.extend(s for h in stmt.handlers for s in h.body)
 
     def in_model_code(self, node: ast.AST) -> bool:
         """Inside any method of an ``nn.Module`` subclass, or in a function those

@@ -350,4 +350,32 @@ def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
             for arg, default in pairs:
                 if default is not None and arg.arg != "self":
                     fields.setdefault(arg.arg, (default, default))
+            for name, value in _stored_parameters(stmt, dict((a.arg, d) for a, d in pairs)).items():
+                fields.setdefault(name, value)
     return fields
+
+
+def _stored_parameters(init: ast.AST, defaults: dict) -> dict[str, tuple[ast.AST, ast.AST]]:
+    """``self.vocab_size = vocab_size_or_config_json_file`` anywhere in ``__init__``, also
+    under branches (``elif isinstance(x, int):``, pytorch-pretrained-bert's configs): field
+    -> (default, default) of the parameter stored.  The union of the values a field may
+    get is taken: a field stored from several different parameters (or assigned
+    anything else as well) has no single default and is left out."""
+    stored: dict[str, set] = {}
+    for node in ast.walk(init):
+        if node.__class__ is not ast.Assign:
+            continue
+        for target in node.targets:
+            if (target.__class__ is ast.Attribute and target.value.__class__ is ast.Name
+                    and target.value.id == "self"):
+                value = node.value
+                key = value.id if value.__class__ is ast.Name and defaults.get(value.id) is not None else None
+                stored.setdefault(target.attr, set()).add(key)
+    out = {}
+    for field, sources in stored.items():
+        if len(sources) == 1:
+            (param,) = sources
+            if param is not None:
+                default = defaults[param]
+                out[field] = (default, default)
+    return out
