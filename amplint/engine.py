@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
-from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
+from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
 from .registry import all_rules, rules_fingerprint, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
@@ -411,14 +411,14 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
     """Whether a selected rule or the project summary can find anything in ``text``."""
     if unused or _Rules.for_settings(settings).relevant(text):
         return True
-    return any(m in text for m in _summary_markers(settings))
+    return any(m in text for m in _summary_markers(settings)) or defines_constants(text)
 
 
 def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     path, settings = args
     try:
         source = read_source(path)
-        if not any(m in source.text for m in _summary_markers(settings)):
+        if not any(m in source.text for m in _summary_markers(settings)) and not defines_constants(source.text):
             return path, FileSummary(path).to_json(), None
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)

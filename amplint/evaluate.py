@@ -150,7 +150,23 @@ class Evaluator:
         qn = ctx.qualname(name)
         if qn in _NAMED_CONSTANTS:
             return Value(_NAMED_CONSTANTS[qn], (), name)
+        origin = ctx.import_origin(name.id) if ctx.project is not None else None
+        if origin is not None:  # from .constants import NEG_INF
+            return self.imported_constant(origin[0], origin[1])
         return None
+
+    def imported_constant(self, module: str, name: str) -> Optional[Value]:
+        """A numeric module constant of another linted file: ``name`` in ``module``."""
+        from .project import CONSTANTS
+
+        project = self.ctx.project
+        if project is None or not module:
+            return None
+        found = project.named(CONSTANTS, name, module, exclude_path=self.ctx.path)
+        if len(found) != 1:
+            return None
+        path, (value, line, column) = found[0]
+        return Value(value, (Related(path, line, column, f"`{name}` is defined here"),))
 
     def _local_value(self, func: ast.AST, name: str, depth: int):
         """The value of ``name`` inside ``func``: one local assignment, or a parameter
@@ -192,6 +208,10 @@ class Evaluator:
             return None
         if is_config_expr(base):
             return self.config_default(attr.attr, annotation_class(ctx, base, attr))
+        if isinstance(base, ast.Name) and ctx.project is not None:
+            module = ctx.import_path(base.id)  # import a.constants as C; C.NEG_INF
+            if module is not None:
+                return self.imported_constant(module, attr.attr)
         return None
 
     def _class_attribute(self, cls: ast.ClassDef, name: str, depth: int) -> Optional[Value]:
