@@ -16,7 +16,8 @@ from amplint.dtypes import dtype_literal
 from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.fixes import finfo_text
-from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+from amplint.analysis import flow
+from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 
 _FILL_METHODS = ("masked_fill", "masked_fill_", "fill_", "new_full", "full", "full_like", "where", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
 _NON_TENSOR_CALLS = ("len", "int", "float", "round", "abs", "min", "max", "sum", "range", "str", "bool")
@@ -39,6 +40,7 @@ class OverflowConstant(Rule):
     severity = Severity.ERROR
     fix_applicability = "safe"
     markers = ("torch",)
+    collect_markers = ("masked_fill", "mask")
     docs = """
 ## What it does
 Flags a number whose magnitude exceeds the largest finite value of the target dtype
@@ -316,6 +318,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if name not in _FILL_METHODS:
+            if name is not None:
+                self._helper_call(node, ctx)
             return
         fmt_ = ctx.state(self)
         if fmt_ is None:
@@ -400,6 +404,42 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 if found is not None:
                     self._report(ctx, found, fmt_, f"`{name}` raises `RuntimeError` on a half tensor",
                                  tensor_name(target) if target is not None else None, safe=False, receiver=target)
+
+    # --- helpers that fill: masked_softmax(..., mask_fill_value=-1e32) ----------------
+
+    @classmethod
+    def collect(cls, ctx):
+        return flow.collect_facts(ctx, flow.FILL)
+
+    def _helper_call(self, node: ast.Call, ctx) -> None:
+        """A call to a function whose parameter reaches a fill or a mask addition (this
+        file's, another linted file's, or a library helper's): the value it passes, or
+        the default it leaves in place, overflows."""
+        fmt_ = ctx.state(self)
+        if fmt_ is None:
+            return
+        sinks = flow.sinks_of_call(ctx, node, flow.FILL, self.code)
+        if not sinks or not ctx.in_model_code(node):
+            return
+        callee = ctx.segment(node.func)
+        for sink in sinks:
+            if not flow.call_runs_sink(ctx, node, sink):
+                continue
+            arg = flow._argument(node, sink.param, sink.position)
+            where = sink.source or f"{sink.path}:{sink.line}"
+            what = f"`{callee}` uses its `{sink.param}` as a fill value or additive mask ({where}): half scores overflow"
+            if arg is not None:
+                found = self._overflow(ctx, arg, fmt_)
+                if found is not None:
+                    self._report(ctx, found, fmt_, what, None, safe=False)
+            elif sink.default is not None and fmt_.overflows(sink.default):
+                if ctx.branch_runs_in_half(node) is False:
+                    continue
+                origin = () if sink.source else (Related(sink.path, sink.line, sink.column, f"default of parameter `{sink.param}`"),)
+                ctx.report(self, node,
+                           f"`{callee}` leaves its default `{sink.param}={fmt(sink.default)}` in place, beyond "
+                           f"{fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}; pass "
+                           f"`{sink.param}=torch.finfo(<scores>.dtype).min`", related=origin)
 
     # --- x[m] = -1e9 -------------------------------------------------------------------
 
