@@ -5,7 +5,10 @@ import ast
 import math
 from typing import Optional
 
-from amplint.analysis.constants import fp32_evidence
+from amplint.analysis import flow
+from amplint.analysis.constants import known_not_half
+from amplint.analysis.reductions import upcast_by_policy
+from amplint.evaluate import parameter
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -23,36 +26,11 @@ _OPTIMIZERS = {
 }
 
 
-def _stabilises(func: ast.AST) -> bool:
-    """Whether a function divides, or takes a square root, reciprocal root or log."""
-    for n in ast.walk(func):
-        if n.__class__ is ast.BinOp and n.op.__class__ is ast.Div:
-            return True
-        if n.__class__ is ast.Call:
-            f = n.func
-            name = f.attr if f.__class__ is ast.Attribute else getattr(f, "id", "")
-            if name in _STAB_FUNCS or name in _STAB_METHODS:
-                return True
-    return False
+_IMPLICIT_EPS_ATTRS = frozenset(q.rsplit(".", 1)[1] for q in flow.EPS_FUNCTIONS)
 
 
-_FP32_DTYPES = ("torch.float32", "torch.float", "torch.float64", "torch.double")
-
-
-def _upcasts(func: ast.AST, ctx) -> bool:
-    """Whether a norm's ``forward`` computes in fp32 (``x.float()``, ``x.to(torch.float32)``,
-    as Qwen/Llama RMSNorm do), so its eps is added in fp32 whatever the model's dtype."""
-    for n in ast.walk(func):
-        if n.__class__ is not ast.Call or n.func.__class__ is not ast.Attribute:
-            continue
-        attr = n.func.attr
-        if attr in ("float", "double") and not n.args:
-            return True
-        if attr in ("to", "type"):
-            dtypes = list(n.args) + [kw.value for kw in n.keywords if kw.arg == "dtype"]
-            if any(ctx.qualname(d) in _FP32_DTYPES for d in dtypes):
-                return True
-    return False
+def _last_argument(call: ast.Call) -> Optional[ast.AST]:
+    return max(list(call.args) + [k.value for k in call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
 
 
 def _has_call(expr: ast.AST) -> bool:
@@ -84,6 +62,7 @@ class UnderflowEpsilon(Rule):
     severity = Severity.WARNING
     fix_applicability = "unsafe"
     markers = ("torch",)
+    collect_markers = ("eps", "clamp", "normalize", "cosine_similarity", "pairwise_distance", "sqrt", "log")
     docs = """
 ## What it does
 Flags a positive constant below the target dtype's smallest normal number (fp16:
@@ -288,7 +267,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             return None  # O0 trains in fp32
         return FORMATS[target] if target in ("fp16", "bf16", "fp8") else None
 
-    def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True):
+    def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True, any_name=False):
         """The folded value of ``expr`` when it is a positive constant below the
         format's smallest normal number."""
         if isinstance(expr, ast.Constant):
@@ -297,7 +276,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                 return None
         elif isinstance(expr, (ast.Name, ast.Attribute)):
             word = (expr.id if isinstance(expr, ast.Name) else expr.attr).lower()
-            if not by_name or not (any(w in word for w in _EPS_WORDS) or word.isupper()):
+            if not any_name and (not by_name or not (any(w in word for w in _EPS_WORDS) or word.isupper())):
                 return None
         elif not isinstance(expr, ast.BinOp):
             return None
@@ -336,7 +315,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             cls = ctx.enclosing_class(node)
             if cls is not None and any("Optimizer" in ast.unparse(b) for b in cls.bases):
                 return False  # optimizer state is fp32 below O3
-        if operand is not None and fp32_evidence(ctx, operand, node):
+        if operand is not None and known_not_half(ctx, operand, node):
             return False
         return True
 
@@ -354,6 +333,9 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             return
         for side, other in ((node.right, node.left), (node.left, node.right)):
             value = self._tiny(ctx, side, fmt_)
+            if value is None and side.__class__ in (ast.Name, ast.Attribute) and self._stabiliser(ctx, node) is not None:
+                # an epsilon by role, whatever its name (`self.e` of a hand-written LayerNorm)
+                value = self._tiny(ctx, side, fmt_, any_name=True)
             if value is None:
                 continue
             if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
@@ -404,29 +386,66 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             self._clamp(node, name, ctx)
         elif name in _OPTIMIZERS and ctx.settings.opt_level == "O3":
             self._optimizer(node, name, ctx)
-        elif node.keywords and isinstance(func, ast.Name) and name in ctx.classes:
-            self._norm_argument(node, ctx.classes[name], ctx)
+        elif name in _IMPLICIT_EPS_ATTRS and ctx.qualname(func) in flow.EPS_FUNCTIONS:
+            self._library_eps(node, ctx.qualname(func), ctx)
+        elif name is not None and (node.args or node.keywords):
+            self._helper_call(node, ctx)
 
-    def _norm_argument(self, node, cls, ctx):
-        """``MyLayerNorm(d, eps=1e-12)`` where ``MyLayerNorm`` is a hand-written norm of
-        this file: a module whose ``forward`` divides, takes a root or a log."""
+    @classmethod
+    def collect(cls, ctx):
+        return flow.collect_facts(ctx, flow.EPS)
+
+    def _helper_call(self, node, ctx):
+        """``MyLayerNorm(d, eps=1e-12)`` / ``l2norm(t, eps=1e-12)``: a hand-written norm or
+        helper (of this file, of another linted file) whose parameter is added as an
+        epsilon in half precision.  Defaults left in place are reported where the
+        helper uses them."""
         fmt_ = ctx.state(self)
         if fmt_ is None:
             return
-        for kw in node.keywords:
-            if kw.arg is None or "eps" not in kw.arg.lower():
+        sinks = flow.sinks_of_call(ctx, node, flow.EPS, self.code)
+        for sink in sinks:
+            arg = flow._argument(node, sink.param, sink.position)
+            if arg is None or isinstance(arg, ast.Starred):
                 continue
-            value = self._tiny(ctx, kw.value, fmt_)
-            if value is None or not ctx.is_module_class(cls):
+            enclosing = ctx.enclosing_function(node)
+            if isinstance(arg, ast.Name) and enclosing is not None and parameter(enclosing, arg.id)[0] is not None:
+                continue  # passed on from a parameter: this function is a sink too, its callers are checked
+            value = ctx.evaluate(arg)
+            if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
                 continue
-            init = ctx.method(cls, "__init__")
-            forward = ctx.method(cls, "forward")
-            if init is None or forward is None or kw.arg not in {a.arg for a in init.args.args + init.args.kwonlyargs}:
+            if ctx.branch_runs_in_half(node) is False:
                 continue
-            if not _stabilises(forward) or _upcasts(forward, ctx):
-                continue
-            self._report(ctx, kw.value, value, fmt_,
-                         f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision")
+            callee = ctx.segment(node.func)
+            where = "" if sink.path == ctx.path else f" ({sink.path}:{sink.line})"
+            self._report(ctx, arg, value, fmt_,
+                         f"`{callee}` adds its `{sink.param}` as a stabilising epsilon in half precision{where}")
+
+    def _library_eps(self, node, qualname, ctx):
+        """``F.normalize`` (eps 1e-12), ``F.cosine_similarity`` (1e-8),
+        ``F.pairwise_distance`` (1e-6) add their eps in the operand's dtype: in half,
+        when the policy does not run them in fp32."""
+        fmt_ = ctx.state(self)
+        if fmt_ is None or ctx.settings.opt_level == "O1" and upcast_by_policy(qualname, ctx.settings):
+            return
+        keyword, position, default = flow.EPS_FUNCTIONS[qualname]
+        operand = node.args[0] if node.args else None
+        if operand is None or not self._runs_in_half(ctx, node, operand) or not ctx.in_model_code(node):
+            return
+        arg = flow._argument(node, keyword, position)
+        from amplint.evaluate import Value
+
+        if arg is not None:
+            value = ctx.evaluate(arg)
+            if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
+                return
+            self._report(ctx, arg, value, fmt_, f"`{ctx.segment(node.func)}` adds it to a norm computed in half "
+                                                f"(a zero vector gives 0/0 = NaN)")
+        elif default < fmt_.smallest_normal:
+            self._report(ctx, None, Value(default), fmt_,
+                         f"`{ctx.segment(node.func)}` adds its default eps to a norm computed in half (a zero vector "
+                         f"gives 0/0 = NaN; diffusers computes F.normalize in fp32 for this reason)",
+                         opt_default=_last_argument(node), at=node)
 
     def _clamp(self, node, name, ctx):
         fmt_ = ctx.state(self)

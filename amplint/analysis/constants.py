@@ -385,6 +385,16 @@ def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
     return False
 
 
+def known_not_half(ctx, expr: ast.AST, use: ast.AST) -> bool:
+    """Whether the tensor ``expr`` (read at ``use``) is known to be computed in fp32 or
+    fp64 rather than half.  The one question the constant rules ask about dtypes: today
+    explicit fp32 evidence (:func:`fp32_evidence`); the shared dtype analysis
+    (:mod:`amplint.dtypes`) is meant to answer it in its place -- integer counts,
+    mask-promoted products, fp64 schedules built in ``__init__``, fp32 parameters under
+    O1 -- without the rules changing."""
+    return fp32_evidence(ctx, expr, use)
+
+
 def origin_has_default(value) -> bool:
     """The value came through a parameter or config default a caller can override."""
     return any("default of" in r.note for r in value.origin)

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Optional
 
 from ..evaluate import parameter
+from .constants import known_not_half
 
 FILL = "fill"
 EPS = "eps"
@@ -206,6 +207,10 @@ class _Summaries:
             if param is None and (expr.__class__ is ast.Attribute and expr.value.__class__ is ast.Name
                                   and expr.value.id == "self"):
                 param = stored.get(expr.attr)
+            if param is not None and kind == EPS and use.__class__ is ast.BinOp:
+                other = use.left if expr is use.right else use.right
+                if known_not_half(ctx, other, use):
+                    continue  # h = x.float(); h * rsqrt(h.pow(2).mean(-1) + self.eps)
             if param is not None:
                 self.by_name.setdefault(name, []).append(self._sink(kind, param, use, positions, owner, func))
         # helpers calling helpers of this file: def l1norm(t, eps=1e-8): return normalize(t, eps)
