@@ -386,6 +386,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             self._clamp(node, name, ctx)
         elif name in _OPTIMIZERS and ctx.settings.opt_level == "O3":
             self._optimizer(node, name, ctx)
+        elif name in ("add", "add_") and isinstance(func, ast.Attribute) and len(node.args) == 1 and not node.keywords:
+            self._method_add(node, ctx)
         elif name in _IMPLICIT_EPS_ATTRS and ctx.qualname(func) in flow.EPS_FUNCTIONS:
             self._library_eps(node, ctx.qualname(func), ctx)
         elif name is not None and (node.args or node.keywords):
@@ -394,6 +396,22 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
     @classmethod
     def collect(cls, ctx):
         return flow.collect_facts(ctx, flow.EPS)
+
+    def _method_add(self, node, ctx):
+        """``var.add(self.eps).sqrt_()``: the method spelling of ``x + eps`` (timm EvoNorm)."""
+        fmt_ = ctx.state(self)
+        if fmt_ is None or ctx.qualname(node.func) is not None:
+            return
+        value = self._tiny(ctx, node.args[0], fmt_)
+        if value is None:
+            return
+        receiver = node.func.value
+        if isinstance(receiver, ast.Constant) or ctx.evaluate(receiver) is not None:
+            return
+        where = self._stabiliser(ctx, node)
+        if where is None or not self._runs_in_half(ctx, node, receiver) or not ctx.in_model_code(node):
+            return
+        self._report(ctx, node.args[0], value, fmt_, where)
 
     def _helper_call(self, node, ctx):
         """``MyLayerNorm(d, eps=1e-12)`` / ``l2norm(t, eps=1e-12)``: a hand-written norm or
