@@ -17,7 +17,7 @@ from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.fixes import finfo_text
 from amplint.analysis import flow
-from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
+from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _FILL_METHODS = ("masked_fill", "masked_fill_", "fill_", "new_full", "full", "full_like", "where", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
 _NON_TENSOR_CALLS = ("len", "int", "float", "round", "abs", "min", "max", "sum", "range", "str", "bool")
@@ -432,14 +432,14 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 found = self._overflow(ctx, arg, fmt_)
                 if found is not None:
                     self._report(ctx, found, fmt_, what, None, safe=False)
-            elif sink.default is not None and fmt_.overflows(sink.default):
+            elif sink.source and sink.default is not None and fmt_.overflows(sink.default):
+                # a library default (a linted helper's default is reported where the helper uses it)
                 if ctx.branch_runs_in_half(node) is False:
                     continue
-                origin = () if sink.source else (Related(sink.path, sink.line, sink.column, f"default of parameter `{sink.param}`"),)
                 ctx.report(self, node,
                            f"`{callee}` leaves its default `{sink.param}={fmt(sink.default)}` in place, beyond "
                            f"{fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}; pass "
-                           f"`{sink.param}=torch.finfo(<scores>.dtype).min`", related=origin)
+                           f"`{sink.param}=torch.finfo(<scores>.dtype).min`")
 
     # --- x[m] = -1e9 -------------------------------------------------------------------
 
