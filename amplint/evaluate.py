@@ -211,9 +211,10 @@ class Evaluator:
                 if found is not None:
                     return found
             return None
-        if is_config_expr(base):
-            # the config class's own default is the design value (call sites in the same
-            # file are often examples and tests building a tiny model)
+        config = is_config_expr(base)
+        if config:
+            # a config class's default (this file's, else another linted file's) is the
+            # design value: call sites in the same file are often examples building a tiny model
             found = self.config_default(attr.attr, annotation_class(ctx, base, attr))
             if found is not None:
                 return found
@@ -438,7 +439,7 @@ class Evaluator:
             }
         return self._config_fields
 
-    def config_default(self, field: str, class_name: Optional[str] = None) -> Optional[Value]:
+    def config_default(self, field: str, class_name: Optional[str] = None, use_project: bool = True) -> Optional[Value]:
         """The default of ``field`` in a config class: the named class if known, else
         the one value every config class that defines ``field`` agrees on."""
         candidates: list[Value] = []
@@ -452,7 +453,9 @@ class Evaluator:
                 if value is not None:
                     candidates.append(value.via(self.ctx.related(node, f"default of `{cname}.{field}`")))
         project = self.ctx.project
-        if project is not None and (not candidates or class_name and class_name not in local):
+        if not candidates and any(declares_field(self.ctx.classes[c], field) for c in names):
+            return None  # this file's config class has the field, without a default
+        if project is not None and use_project and (not candidates or class_name and class_name not in local):
             for fact in project.config_defaults(field, class_name, exclude_path=self.ctx.path):
                 candidates.append(
                     Value(fact.value, (Related(fact.path, fact.line, fact.column, f"default of `{fact.cls}.{field}`"),))
@@ -568,6 +571,21 @@ def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
             for name, value in _stored_parameters(stmt, dict((a.arg, d) for a, d in pairs)).items():
                 fields.setdefault(name, value)
     return fields
+
+
+def declares_field(cls: ast.ClassDef, field: str) -> bool:
+    """Whether a config class has ``field`` at all, with or without a default
+    (``vocab_size: int``, ``self.vocab_size = vocab_size``): then the field is this
+    file's, and another file's default of the same name is not it."""
+    if field in config_fields(cls):
+        return True
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == field:
+            return True
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
+            if field in _stored_parameter_names(stmt):
+                return True
+    return False
 
 
 def _stored_parameter_names(init: ast.AST) -> dict[str, str]:

@@ -56,8 +56,17 @@ Flags a number whose magnitude exceeds the largest finite value of the target dt
 The constant may be written at the use or reached through a name: a module constant
 (`NEG_INF = -1e9`), a default argument (`def attention(q, k, v, mask_value=-1e9)`),
 `self.attr` set in `__init__`, or a config-class default used as `config.attr` -- also
-when the config class lives in another linted file. The finding points at the use and
-its related locations name the definitions.
+when the config class lives in another linted file -- or a module constant of another
+linted file (`constant.INFINITY_NUMBER`), a value the callers in the file pass (a dict
+of keyword arguments, `config.attr = ...` set before the call). The finding points at
+the use and its related locations name the definitions.
+
+Calls into helpers are followed too: a function (of this file or another linted one)
+whose parameter reaches a `masked_fill` value or an additive mask gets the value a call
+passes checked (`masked_scores(s, m, -1e9)`), and a table of library helpers that fill
+with a default (allennlp 0.9 `util.masked_softmax(..., memory_efficient=True)`: -1e32,
+`util.masked_max`: -1e7, `util.replace_masked_values`) reports the call that leaves the
+default in place.
 
 Not flagged: values that fit (`-1e4`, `-65500`, `torch.finfo(x.dtype).min`), infinities
 (see AMP103), `torch.full` without a `dtype` (it makes fp32), anything at opt level O0

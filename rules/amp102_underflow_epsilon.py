@@ -73,8 +73,16 @@ Flags a positive constant below the target dtype's smallest normal number (fp16:
   `torch.sqrt(var + self.eps)` in hand-written norms, `(var + eps).rsqrt()`,
   `(var + eps) ** -0.5`;
 - a lower bound `x.clamp(min=1e-12)`, `clamp_min(1e-12)`;
-- the `eps` argument of a hand-written normalisation module of the same file
-  (`MyLayerNorm(d, eps=1e-12)`, where `MyLayerNorm.forward` divides or takes a root);
+- the `eps` argument of a hand-written normalisation module or helper function whose
+  parameter is added as an epsilon (`MyLayerNorm(d, eps=1e-12)`, `l2norm(t, 1e-12)`) --
+  defined in this file, in another linted file (`from .modeling import BertLayerNorm`),
+  or as the `except ImportError:` fallback of a fused import (which is what runs
+  without the fused package);
+- an epsilon recognised by its role whatever its name: `self.e` added to a variance
+  inside `sqrt`, `var.add(eps).sqrt_()`;
+- the implicit epsilon of `F.normalize` (1e-12), `F.cosine_similarity` (1e-8) and
+  `F.pairwise_distance` (1e-6), or one passed to them, when the operand is half and the
+  policy does not run them in fp32 (O2/O3; O1 upcasts them): a zero vector gives 0/0;
 - at opt level O3 (half optimizer state, no fp32 master weights): an optimizer's `eps`
   (`torch.optim.Adam(..., eps=1e-8)`, also the default).
 
@@ -85,7 +93,7 @@ The epsilon may be reached through names: a module constant, a default argument,
 a warning.
 
 Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
-`nn.BatchNorm*`, `F.normalize` and other library kernels (they add eps in fp32), optimizer
+`nn.BatchNorm*` and other library kernels (they add eps in fp32), `F.normalize` under O1, optimizer
 `eps` below O3, anything at O0 (fp32 training), operands computed explicitly in fp32 (`x.float()`,
 `.to(torch.float32)`, as in LLaMA's RMSNorm), code a dtype check keeps out of half, and
 numpy / math arithmetic.
@@ -208,6 +216,48 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             """, settings={"opt_level": "O0"}),
     ]
     INVALID = [
+        # under O2 nothing upcasts F.normalize: its default eps 1e-12 is added in half
+        Invalid("""
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class Head(nn.Module):
+                def forward(self, x):
+                    return F.normalize(x, dim=-1)
+            """,
+            line=5, severity="error", message="default eps=1e-12", settings={"opt_level": "O2"},
+            expected_fix="""
+                import torch.nn as nn
+                import torch.nn.functional as F
+                class Head(nn.Module):
+                    def forward(self, x):
+                        return F.normalize(x, dim=-1, eps=1e-4)
+                """,
+        ),
+        # an epsilon by role: a hand-written LayerNorm whose eps is called `e`
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            class LayerNorm(nn.Module):
+                def __init__(self, n, e=1e-5):
+                    super().__init__()
+                    self.e = e
+                def forward(self, x):
+                    s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+                    return x / torch.sqrt(s + self.e)
+            """,
+            line=9, message="subnormal",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                class LayerNorm(nn.Module):
+                    def __init__(self, n, e=1e-4):
+                        super().__init__()
+                        self.e = e
+                    def forward(self, x):
+                        s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+                        return x / torch.sqrt(s + self.e)
+                """,
+        ),
         Invalid("""
             import torch
             def f(x):
@@ -460,9 +510,10 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             self._report(ctx, arg, value, fmt_, f"`{ctx.segment(node.func)}` adds it to a norm computed in half "
                                                 f"(a zero vector gives 0/0 = NaN)")
         elif default < fmt_.smallest_normal:
+            note = "; diffusers computes F.normalize in fp32 for this reason" if qualname.endswith(".normalize") else ""
             self._report(ctx, None, Value(default), fmt_,
                          f"`{ctx.segment(node.func)}` adds its default eps to a norm computed in half (a zero vector "
-                         f"gives 0/0 = NaN; diffusers computes F.normalize in fp32 for this reason)",
+                         f"gives 0/0 = NaN{note})",
                          opt_default=_last_argument(node), at=node)
 
     def _clamp(self, node, name, ctx):
