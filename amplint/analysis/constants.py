@@ -42,7 +42,9 @@ def _func_name(call: ast.Call) -> str:
 
 
 def _is_consumer(call: ast.Call, consumers: tuple[str, ...]) -> bool:
-    name = _func_name(call).lower()
+    func = call.func
+    # nn.Softmax(dim=-1)(scores): a layer built and called inline
+    name = (_func_name(func) if func.__class__ is ast.Call else _func_name(call)).lower()
     return any(name == c or name.endswith(c) for c in consumers)
 
 
