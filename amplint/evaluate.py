@@ -70,6 +70,8 @@ class Evaluator:
         self._store_tables: dict[int, dict] = {}
         #: (function, parameter) pairs being followed to their call sites (cycles)
         self._active: set = set()
+        self._call_site_memo: dict = {}
+        self._call_sites_memo: dict = {}
 
     def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
         return self.ctx.bindings(func)
@@ -189,7 +191,7 @@ class Evaluator:
             return _MISSING
         if default is None:
             # no default: what the callers in this file pass (TransformerModel(cfg, vocab=vocab))
-            return self._from_call_sites(func, name, depth, lambda arg, d: self.evaluate(arg, None, d))
+            return self._from_call_sites(func, name, depth, _FieldOf(self, None))
         inner = self.evaluate(default, None, depth + 1)
         if inner is None:
             return None
@@ -223,7 +225,7 @@ class Evaluator:
             param, default = parameter(func, base.id) if func is not None else (None, None)
             if param is not None and default is None and not self.bindings(func).get(base.id):
                 # `config.vocab_size` of a parameter: the objects the callers in this file pass
-                found = self._from_call_sites(func, base.id, depth, lambda arg, d: self.object_field(arg, attr.attr, d))
+                found = self._from_call_sites(func, base.id, depth, _FieldOf(self, attr.attr))
                 if found is not None:
                     return found
         if isinstance(base, ast.Name) and ctx.project is not None:
@@ -268,6 +270,12 @@ class Evaluator:
         """The calls of ``func`` in this file and how many leading parameters the call
         does not pass (``self``): ``Model(...)`` for ``Model.__init__``, ``f(...)`` for a
         module-level function, ``self.m(...)`` for a method."""
+        cached = self._call_sites_memo.get(id(func))
+        if cached is None:
+            cached = self._call_sites_memo[id(func)] = self._find_call_sites(func)
+        return cached
+
+    def _find_call_sites(self, func: ast.AST) -> tuple[list[ast.Call], int]:
         ctx = self.ctx
         owner = ctx.parent(func)
         if owner.__class__ is ast.ClassDef:
@@ -295,6 +303,14 @@ class Evaluator:
         calls, offset = self._call_sites(func)
         if not calls:
             return None
+        memo_key = (id(func), name, getattr(value_of, "field", None))
+        if memo_key in self._call_site_memo:
+            return self._call_site_memo[memo_key]
+        found = self._from_calls(func, name, calls, offset, depth, value_of, key)
+        self._call_site_memo[memo_key] = found
+        return found
+
+    def _from_calls(self, func, name, calls, offset, depth, value_of, key) -> Optional[Value]:
         args = func.args
         positional = [a.arg for a in args.posonlyargs + args.args][offset:]
         position = positional.index(name) if name in positional else None
@@ -397,7 +413,7 @@ class Evaluator:
                     return self.object_field(value, field, depth + 1)
             func = self.ctx.enclosing_function(expr)
             if func is not None and parameter(func, expr.id)[0] is not None:
-                return self._from_call_sites(func, expr.id, depth, lambda arg, d: self.object_field(arg, field, d))
+                return self._from_call_sites(func, expr.id, depth, _FieldOf(self, field))
         return None
 
     def _stores_before(self, name: str, use: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
@@ -466,6 +482,21 @@ class Evaluator:
 
 
 # --- helpers -----------------------------------------------------------------------
+
+
+class _FieldOf:
+    """What a call site's argument gives: its value (``field`` None) or the value of
+    its ``field`` (a config object passed in); hashable by ``field`` for memoising."""
+
+    __slots__ = ("evaluator", "field")
+
+    def __init__(self, evaluator: "Evaluator", field: Optional[str]):
+        self.evaluator, self.field = evaluator, field
+
+    def __call__(self, arg: ast.AST, depth: int) -> Optional[Value]:
+        if self.field is None:
+            return self.evaluator.evaluate(arg, None, depth)
+        return self.evaluator.object_field(arg, self.field, depth)
 
 
 

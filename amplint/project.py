@@ -135,6 +135,13 @@ class ProjectIndex:
         self.queries: list[tuple] = []
         self.summaries: dict[str, FileSummary] = {s.path: s for s in summaries}
         self._by_field: dict[str, list[ConfigDefault]] = {}
+        #: (fact code, name) -> [(path, data)] for facts shaped {"by_name": {...}}
+        self._named: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        for summary in self.summaries.values():
+            for code, data in summary.facts.items():
+                if isinstance(data, dict) and isinstance(data.get("by_name"), dict):
+                    for name, value in data["by_name"].items():
+                        self._named.setdefault((code, name), []).append((summary.path, value))
         for summary in self.summaries.values():
             for default in summary.configs:
                 self._by_field.setdefault(default.field, []).append(default)
@@ -159,13 +166,8 @@ class ProjectIndex:
         be, best match first; a name defined in several files no module picks is left
         unanswered."""
         self.queries.append(("named", code, name))
-        found = []
-        for s in self.summaries.values():
-            if s.path == exclude_path:
-                continue
-            data = s.facts.get(code)
-            if data and name in data.get("by_name", ()):
-                found.append((module_matches(s.path, module) if module else 0, s.path, data["by_name"][name]))
+        found = [(module_matches(path, module) if module else 0, path, data)
+                 for path, data in self._named.get((code, name), ()) if path != exclude_path]
         if module:
             found = [f for f in found if f[0] > 0]
         if not found:
@@ -178,8 +180,7 @@ class ProjectIndex:
         """Whether another file than ``path`` answers one of ``queries``."""
         for query in queries:
             if query[0] == "named":
-                if any(p != path and query[2] in s.facts.get(query[1], {}).get("by_name", ())
-                       for p, s in self.summaries.items()):
+                if any(p != path for p, _ in self._named.get((query[1], query[2]), ())):
                     return True
                 continue
             if query[0] == "config":

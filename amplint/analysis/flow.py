@@ -32,6 +32,9 @@ EPS_FUNCTIONS = {
     "torch.nn.functional.cosine_similarity": ("eps", 3, 1e-8),
     "torch.nn.functional.pairwise_distance": ("eps", 3, 1e-6),
 }
+#: top-level packages whose functions are neither summarised nor in the table
+_NOT_LINTED = frozenset(("torch", "numpy", "math", "einops", "typing", "collections", "functools", "os", "sys",
+                         "logging", "warnings", "itertools", "random", "copy", "json", "re", "time"))
 _STAB_CALLS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "log_", "sqrt_", "rsqrt_", "reciprocal_")
 _CLAMPS = ("clamp", "clamp_", "clamp_min", "clamp_min_", "clip", "clip_")
 
@@ -299,6 +302,8 @@ def sinks_of_call(ctx, call: ast.Call, kind: str, code: str) -> list[Sink]:
     if origin is None:
         return []
     module, name = origin
+    if module.partition(".")[0] in _NOT_LINTED:
+        return []
     library = LIBRARY_SINKS.get(f"{module}.{name}")
     if library:
         return [s for s in library if s.kind == kind]
