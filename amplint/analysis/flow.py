@@ -283,10 +283,35 @@ def collect_facts(ctx, kind: str) -> Optional[dict]:
     return {"by_name": found} if found else None
 
 
+def _callable_names(ctx) -> tuple[frozenset, frozenset]:
+    """(plain names, module aliases) a call may go through to reach a summarised
+    function: this file's functions and classes and names imported from outside torch
+    and the standard library.  Computed once per file: most calls fail this test."""
+    cached = getattr(ctx, "_flow_callables", None)
+    if cached is None:
+        imported = set()
+        for local in set(ctx.imports) | set(ctx._relative_imports):
+            path = ctx.import_path(local)
+            if path and path.partition(".")[0] not in _NOT_LINTED:
+                imported.add(local)
+        names = frozenset(imported | set(ctx.functions) | set(ctx.classes))
+        cached = ctx._flow_callables = (names, frozenset(imported))
+    return cached
+
+
 def sinks_of_call(ctx, call: ast.Call, kind: str, code: str) -> list[Sink]:
     """The ``kind`` sinks of the function or class ``call`` calls: one of this file, of
     another linted file (the facts rule ``code`` collected), or a library helper."""
     func = call.func
+    names, modules = _callable_names(ctx)
+    if func.__class__ is ast.Name:
+        if func.id not in names:
+            return []
+    elif func.__class__ is ast.Attribute:
+        if func.value.__class__ is not ast.Name or func.value.id not in modules:
+            return []
+    else:
+        return []
     if isinstance(func, ast.Name):
         local = func.id
         if local in ctx.functions or local in ctx.classes:
