@@ -15,8 +15,16 @@ What it follows:
   base classes of the same file;
 * ``config.attr`` / ``self.config.attr`` / ``cfg.attr``: the default of ``attr`` in a
   config class -- dataclass-style fields (``n_embd: int = 770``) or ``__init__`` keyword
-  defaults stored on ``self`` (``vocab_size=30522``) -- in this file or, through the
-  project index, in another linted file.
+  defaults stored on ``self`` (``vocab_size=30522``), also when ``__init__`` stores the
+  parameter under a branch (``elif isinstance(x, int): self.vocab_size = x``) -- in this
+  file or, through the project index, in another linted file;
+* a parameter without a default, and ``config.attr`` of one when no config class gives a
+  default: what every call of the function in this file passes -- a keyword, a
+  positional argument, an item of a ``**kwargs`` dict (``args["vocab_size"] = 50257``),
+  or an attribute set on the object before the call (``cfg.vocab_size = 65``); the calls
+  must agree;
+* a numeric module constant of another linted file (``constant.INFINITY_NUMBER``,
+  ``from .consts import NEG_INF``).
 """
 from __future__ import annotations
 

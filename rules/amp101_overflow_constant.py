@@ -171,34 +171,6 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 return x.masked_fill(m, fill)
             """
         ),
-        Valid("""
-            import torch
-            def f(x, m):
-                v = -1e4 if x.dtype == torch.half else -1e9
-                return x
-            """),
-        Valid("""
-            import torch
-            def f(n):
-                return torch.full((n,), -1e9)
-            """),
-        Valid("""
-            import torch
-            def f(n):
-                return torch.full((n,), -1e9, dtype=torch.float32)
-            """),
-        Valid("""
-            import torch
-            best = 1e9
-            def f():
-                return 4 * 1e9
-            """),
-        Valid("""
-            import numpy as np
-            import torch
-            def f(m, x):
-                return np.where(m, x, -1e9)
-            """),
     ]
     INVALID = [
         Invalid("""
@@ -425,29 +397,21 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         file's, another linted file's, or a library helper's): the value it passes, or
         the default it leaves in place, overflows."""
         fmt_ = ctx.state(self)
-        if fmt_ is None:
-            return
-        sinks = flow.sinks_of_call(ctx, node, flow.FILL, self.code)
+        sinks = flow.sinks_of_call(ctx, node, flow.FILL, self.code) if fmt_ is not None else ()
         if not sinks or not ctx.in_model_code(node):
             return
         callee = ctx.segment(node.func)
-        for sink in sinks:
-            if not flow.call_runs_sink(ctx, node, sink):
-                continue
+        for sink in (s for s in sinks if flow.call_runs_sink(ctx, node, s)):
             arg = flow._argument(node, sink.param, sink.position)
-            where = sink.source or f"{sink.path}:{sink.line}"
-            what = f"`{callee}` uses its `{sink.param}` as a fill value or additive mask ({where}): half scores overflow"
-            if arg is not None:
-                found = self._overflow(ctx, arg, fmt_)
-                if found is not None:
-                    self._report(ctx, found, fmt_, what, None, safe=False)
-            elif sink.source and sink.default is not None and fmt_.overflows(sink.default):
-                # a library default (a linted helper's default is reported where the helper uses it)
-                if ctx.branch_runs_in_half(node) is False:
-                    continue
-                ctx.report(self, node,
-                           f"`{callee}` leaves its default `{sink.param}={fmt(sink.default)}` in place, beyond "
-                           f"{fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}; pass "
+            what = (f"`{callee}` uses its `{sink.param}` as a fill value or additive mask "
+                    f"({sink.source or f'{sink.path}:{sink.line}'}): half scores overflow")
+            found = self._overflow(ctx, arg, fmt_) if arg is not None else None
+            if found is not None:
+                self._report(ctx, found, fmt_, what, None, safe=False)
+            elif arg is None and sink.source and sink.default is not None and fmt_.overflows(sink.default) \
+                    and ctx.branch_runs_in_half(node) is not False:  # a linted helper's default is reported in it
+                ctx.report(self, node, f"`{callee}` leaves its default `{sink.param}={fmt(sink.default)}` in place, "
+                           f"beyond {fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}; pass "
                            f"`{sink.param}=torch.finfo(<scores>.dtype).min`")
 
     # --- x[m] = -1e9 -------------------------------------------------------------------

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import ast
-import math
 from typing import Optional
 
 from amplint.analysis import flow
-from amplint.analysis.constants import known_not_half
+from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement  # noqa: F401
 from amplint.analysis.reductions import upcast_by_policy
-from amplint.evaluate import parameter
+from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -35,24 +34,6 @@ def _last_argument(call: ast.Call) -> Optional[ast.AST]:
 
 def _has_call(expr: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) for n in ast.walk(expr))
-
-
-def normal_replacement(smallest_normal: float) -> float:
-    """The smallest of 1, 2, 5 x 10^k that is a normal number of the format
-    (fp16: 1e-4; fp8 e4m3: 0.02)."""
-    exp = math.floor(math.log10(smallest_normal))
-    for k in (exp, exp + 1):
-        for m in (1, 2, 5):
-            v = float(f"{m}e{k}")
-            if v >= smallest_normal:
-                return v
-    return float(f"1e{exp + 2}")
-
-
-def _literal_text(v: float) -> str:
-    m, e = f"{v:e}".split("e")
-    m = m.rstrip("0").rstrip(".")
-    return f"{m}e{int(e)}"
 
 
 class UnderflowEpsilon(Rule):
@@ -216,48 +197,6 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             """, settings={"opt_level": "O0"}),
     ]
     INVALID = [
-        # under O2 nothing upcasts F.normalize: its default eps 1e-12 is added in half
-        Invalid("""
-            import torch.nn as nn
-            import torch.nn.functional as F
-            class Head(nn.Module):
-                def forward(self, x):
-                    return F.normalize(x, dim=-1)
-            """,
-            line=5, severity="error", message="default eps=1e-12", settings={"opt_level": "O2"},
-            expected_fix="""
-                import torch.nn as nn
-                import torch.nn.functional as F
-                class Head(nn.Module):
-                    def forward(self, x):
-                        return F.normalize(x, dim=-1, eps=1e-4)
-                """,
-        ),
-        # an epsilon by role: a hand-written LayerNorm whose eps is called `e`
-        Invalid("""
-            import torch
-            import torch.nn as nn
-            class LayerNorm(nn.Module):
-                def __init__(self, n, e=1e-5):
-                    super().__init__()
-                    self.e = e
-                def forward(self, x):
-                    s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
-                    return x / torch.sqrt(s + self.e)
-            """,
-            line=9, message="subnormal",
-            expected_fix="""
-                import torch
-                import torch.nn as nn
-                class LayerNorm(nn.Module):
-                    def __init__(self, n, e=1e-4):
-                        super().__init__()
-                        self.e = e
-                    def forward(self, x):
-                        s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
-                        return x / torch.sqrt(s + self.e)
-                """,
-        ),
         Invalid("""
             import torch
             def f(x):
@@ -471,14 +410,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         fmt_ = ctx.state(self)
         if fmt_ is None:
             return
-        sinks = flow.sinks_of_call(ctx, node, flow.EPS, self.code)
-        for sink in sinks:
-            arg = flow._argument(node, sink.param, sink.position)
-            if arg is None or isinstance(arg, ast.Starred):
-                continue
-            enclosing = ctx.enclosing_function(node)
-            if isinstance(arg, ast.Name) and enclosing is not None and parameter(enclosing, arg.id)[0] is not None:
-                continue  # passed on from a parameter: this function is a sink too, its callers are checked
+        for sink, arg in flow.passed_arguments(ctx, node, flow.EPS, self.code):
             value = ctx.evaluate(arg)
             if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
                 continue
@@ -501,8 +433,6 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         if operand is None or not self._runs_in_half(ctx, node, operand) or not ctx.in_model_code(node):
             return
         arg = flow._argument(node, keyword, position)
-        from amplint.evaluate import Value
-
         if arg is not None:
             value = ctx.evaluate(arg)
             if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
@@ -560,8 +490,6 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         default = _OPTIMIZERS[name]
         if default >= fmt_.smallest_normal or len(node.args) > 3:
             return  # positional eps (rare) not modelled
-        from amplint.evaluate import Value
-
         last = max(list(node.args) + [k.value for k in node.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
         if last is None:
             return

@@ -21,6 +21,7 @@ Which branch of a dtype check runs in half is :mod:`amplint.dtypes`'s question
 from __future__ import annotations
 
 import ast
+import math
 from typing import Iterable, Optional
 
 from amplint.dtypes import FP32_DTYPES, dtype_literal, is_dtype_probe
@@ -401,6 +402,27 @@ def origin_has_default(value) -> bool:
     """The value came through a parameter or config default a caller can override."""
     return any("default of" in r.note for r in value.origin)
 
+
+
+# --- replacement epsilons --------------------------------------------------------------
+
+def normal_replacement(smallest_normal: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k that is a normal number of the format
+    (fp16: 1e-4; fp8 e4m3: 0.02)."""
+    exp = math.floor(math.log10(smallest_normal))
+    for k in (exp, exp + 1):
+        for m in (1, 2, 5):
+            v = float(f"{m}e{k}")
+            if v >= smallest_normal:
+                return v
+    return float(f"1e{exp + 2}")
+
+
+def literal_text(v: float) -> str:
+    """``1e-04`` -> ``1e-4``: how a fix writes a replacement epsilon."""
+    m, e = f"{v:e}".split("e")
+    m = m.rstrip("0").rstrip(".")
+    return f"{m}e{int(e)}"
 
 
 # --- cheap per-file gate -----------------------------------------------------------------

@@ -352,3 +352,20 @@ def call_runs_sink(ctx, call: ast.Call, sink: Sink) -> bool:
         if value is None or bool(value) != truth:
             return False
     return True
+
+
+def passed_arguments(ctx, call: ast.Call, kind: str, code: str) -> list[tuple[Sink, ast.AST]]:
+    """(sink, the expression ``call`` passes for it) for the ``kind`` sinks of its callee
+    that ``call`` gives a value of its own: not a ``*args`` entry, and not a parameter
+    of the calling function handed on (that function is then a sink itself, and its
+    callers are the ones checked)."""
+    out = []
+    enclosing = ctx.enclosing_function(call)
+    for sink in sinks_of_call(ctx, call, kind, code):
+        arg = _argument(call, sink.param, sink.position)
+        if arg is None or arg.__class__ is ast.Starred:
+            continue
+        if arg.__class__ is ast.Name and enclosing is not None and parameter(enclosing, arg.id)[0] is not None:
+            continue
+        out.append((sink, arg))
+    return out
