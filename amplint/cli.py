@@ -56,7 +56,7 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")
     out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
-    out.add_argument("--report-unused-suppressions", action="store_true", help=f"report suppression comments that silence nothing (code AMP900)")
+    out.add_argument("--report-unused-suppressions", action="store_true", help="report suppression comments that silence nothing (code AMP900)")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
     run = p.add_argument_group("running")
     run.add_argument("--exclude", type=lambda v: [s for s in v.split(",") if s], metavar="GLOBS", help="comma-separated path globs to skip, added to the config's exclude")
@@ -156,7 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _lint(args) -> int:
-    from .engine import UNUSED_SUPPRESSION, RunOptions, run
+    from .engine import RunOptions, run
     from .registry import RuleLoadError, all_rules, unknown_codes
     from .reporters import REPORTERS
 
@@ -180,7 +180,7 @@ def _lint(args) -> int:
     paths = args.paths or ["."]
     try:
         base = resolver.for_path(paths[0])
-    except ConfigError as exc:
+    except ConfigError:
         if args.config:
             raise
         # reported per file by the run, which lints the files other configs govern
@@ -193,7 +193,7 @@ def _lint(args) -> int:
             print(f"amplint: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         for option, codes in given:
-            bad = [c for c in unknown_codes(codes or (), known) if not UNUSED_SUPPRESSION.startswith(c)]
+            bad = unknown_codes(codes or (), known)
             if bad:
                 print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
                 _warn_rules_not_loaded(resolver, allowed)

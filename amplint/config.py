@@ -204,7 +204,6 @@ def _check_codes_known(values: dict[str, Any], path: str, text: str, plugins: bo
     lists += [(pattern, codes) for pattern, codes in values.get("per_file_ignores", ())]
     if not any(codes for _, codes in lists):
         return
-    from .engine import UNUSED_SUPPRESSION
     from .registry import RuleLoadError, all_rules, unknown_codes
 
     try:
@@ -212,7 +211,7 @@ def _check_codes_known(values: dict[str, Any], path: str, text: str, plugins: bo
     except RuleLoadError:
         return  # reported where the rules are loaded for linting
     for where, codes in lists:
-        bad = [c for c in unknown_codes(codes, rules) if not UNUSED_SUPPRESSION.startswith(c)]
+        bad = unknown_codes(codes, rules)
         if bad:
             key = where if where in ("select", "ignore", "extend-select") else "per-file-ignores"
             label = key if key == where else f"per-file-ignores {where!r}"

@@ -77,6 +77,8 @@ class FileContext:
         self._lines: Optional[list[str]] = None
         self._ascii = source.isascii()
         self._imports: dict[str, str] = {}
+        #: local name -> "module.name" of relative imports (leading dots dropped)
+        self._relative_imports: dict[str, str] = {}
         self._import_nodes: list[ast.AST] = []
         self._calls: list[ast.Call] = []
         self._buckets: dict[str, list[ast.AST]] = {}
@@ -151,8 +153,14 @@ class FileContext:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         self._module_assignments.setdefault(target.id, []).append(stmt)
-            elif isinstance(stmt, ast.If):  # `if TYPE_CHECKING:` / version switches
-                for inner in stmt.body + stmt.orelse:
+            elif isinstance(stmt, (ast.If, ast.Try)):
+                # `if TYPE_CHECKING:` / version switches; `try: from apex... import
+                # FusedLayerNorm as X` / `except ImportError: class X(nn.Module)`: the
+                # fallback is analysed, since it is what runs without the fused package
+                inner_body = stmt.body + stmt.orelse
+                if isinstance(stmt, ast.Try):
+                    inner_body = inner_body + [s for h in stmt.handlers for s in h.body]
+                for inner in inner_body:
                     if isinstance(inner, ast.ClassDef):
                         self._classes.setdefault(inner.name, inner)
                     elif isinstance(inner, FunctionNode):
@@ -174,6 +182,24 @@ class FileContext:
                 for alias in node.names:
                     if alias.name != "*":
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            else:  # `from .modeling import BertLayerNorm as LayerNorm`, `from . import constants`
+                for alias in node.names:
+                    if alias.name != "*":
+                        self._relative_imports[alias.asname or alias.name] = f"{node.module or ''}.{alias.name}".lstrip(".")
+
+    def import_origin(self, local: str) -> Optional[tuple[str, str]]:
+        """(module, name) a local name is imported as: ``from .modeling import
+        BertLayerNorm as LayerNorm`` -> ("modeling", "BertLayerNorm") (relative modules
+        without their dots); ``import a.b as c`` -> ("a", "b"); None when not imported."""
+        full = self._imports.get(local) or self._relative_imports.get(local)
+        if not full:
+            return None
+        module, _, name = full.rpartition(".")
+        return module, name
+
+    def import_path(self, local: str) -> Optional[str]:
+        """The dotted module path a local name stands for (absolute or relative)."""
+        return self._imports.get(local) or self._relative_imports.get(local)
 
     def nodes(self, type_name: str) -> list[ast.AST]:
         """Every node of the ast class ``type_name`` in the file, in walk order, without
@@ -335,6 +361,8 @@ class FileContext:
                 stack.extend(stmt.body)
             elif isinstance(stmt, (ast.If, ast.Try)):
                 stack.extend(stmt.body + stmt.orelse)
+                if isinstance(stmt, ast.Try):
+                    stack.extend(s for h in stmt.handlers for s in h.body)
 
     def in_model_code(self, node: ast.AST) -> bool:
         """Inside any method of an ``nn.Module`` subclass, or in a function those

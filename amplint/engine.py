@@ -19,15 +19,14 @@ from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import (FileChangedError, SourceError, SourceFile, check_writable, discover, read_regular, read_source,
                     write_atomic)
-from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
-from .registry import all_rules, select_rules
-from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
+from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
+from .registry import UNUSED_SUPPRESSION, all_rules, select_rules
+from .rule import Applicability, Finding, Fix, Related, Rule, Severity
 from .suppress import apply_suppressions
 
 MAX_FIX_ITERATIONS = 10
 #: below this many files to lint, a process pool costs more than it saves
 POOL_THRESHOLD = 8
-UNUSED_SUPPRESSION = "AMP900"
 
 
 @dataclasses.dataclass
@@ -715,14 +714,14 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
     """Whether a selected rule or the project summary can find anything in ``text``."""
     if unused or _Rules.for_settings(settings).relevant(text):
         return True
-    return any(m in text for m in _summary_markers(settings))
+    return any(m in text for m in _summary_markers(settings)) or defines_constants(text)
 
 
 def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     path, settings = args
     try:
         source = read_source(path)
-        if not any(m in source.text for m in _summary_markers(settings)):
+        if not any(m in source.text for m in _summary_markers(settings)) and not defines_constants(source.text):
             check_syntax(path, source.text)
             return path, FileSummary(path).to_json(), None
         tree = parse(path, source.text)

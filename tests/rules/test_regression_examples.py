@@ -76,6 +76,34 @@ EXAMPLES = {
                     return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]
                 """
             ),
+            Valid("""
+                import torch
+                def f(x, m):
+                    v = -1e4 if x.dtype == torch.half else -1e9
+                    return x
+                """),
+            Valid("""
+                import torch
+                def f(n):
+                    return torch.full((n,), -1e9)
+                """),
+            Valid("""
+                import torch
+                def f(n):
+                    return torch.full((n,), -1e9, dtype=torch.float32)
+                """),
+            Valid("""
+                import torch
+                best = 1e9
+                def f():
+                    return 4 * 1e9
+                """),
+            Valid("""
+                import numpy as np
+                import torch
+                def f(m, x):
+                    return np.where(m, x, -1e9)
+                """),
         ],
         [
             # a config-class default used as config.attr
@@ -467,6 +495,48 @@ EXAMPLES = {
                         eps: float = 1e-4
                     def f(x, config: NormConfig):
                         return x / (x.std(-1) + config.eps)
+                    """,
+            ),
+            # under O2 nothing upcasts F.normalize: its default eps 1e-12 is added in half
+            Invalid("""
+                import torch.nn as nn
+                import torch.nn.functional as F
+                class Head(nn.Module):
+                    def forward(self, x):
+                        return F.normalize(x, dim=-1)
+                """,
+                line=5, severity="error", message="default eps=1e-12", settings={"opt_level": "O2"},
+                expected_fix="""
+                    import torch.nn as nn
+                    import torch.nn.functional as F
+                    class Head(nn.Module):
+                        def forward(self, x):
+                            return F.normalize(x, dim=-1, eps=1e-4)
+                    """,
+            ),
+            # an epsilon by role: a hand-written LayerNorm whose eps is called `e`
+            Invalid("""
+                import torch
+                import torch.nn as nn
+                class LayerNorm(nn.Module):
+                    def __init__(self, n, e=1e-5):
+                        super().__init__()
+                        self.e = e
+                    def forward(self, x):
+                        s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+                        return x / torch.sqrt(s + self.e)
+                """,
+                line=9, message="subnormal",
+                expected_fix="""
+                    import torch
+                    import torch.nn as nn
+                    class LayerNorm(nn.Module):
+                        def __init__(self, n, e=1e-4):
+                            super().__init__()
+                            self.e = e
+                        def forward(self, x):
+                            s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+                            return x / torch.sqrt(s + self.e)
                     """,
             ),
         ],
