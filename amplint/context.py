@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
-from .dtypes import dtype_branch
+from .dtypes import DtypeClass, DtypeFlow, dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class FileContext:
         self._module_classes: Optional[set[str]] = None
         self._forward_reachable: Optional[set[int]] = None
         self._evaluator = None
+        self._dtype_flow: Optional[DtypeFlow] = None
         self._walked = False
         self._index_module_level()
 
@@ -448,6 +449,26 @@ class FileContext:
     def evaluate(self, expr: ast.AST) -> Optional["Value"]:
         """The number ``expr`` evaluates to, with where it came from, or None."""
         return self.evaluator.evaluate(expr)
+
+    # --- dtypes ----------------------------------------------------------------------
+
+    @property
+    def dtype_flow(self) -> DtypeFlow:
+        if self._dtype_flow is None:
+            self._dtype_flow = DtypeFlow(self)
+        return self._dtype_flow
+
+    def dtype_of(self, expr: Optional[ast.AST]) -> DtypeClass:
+        """The dtype class of a tensor expression under the settings (target, opt level,
+        engine, device): ``HALF`` / ``FP32`` / ``FP64`` / ``INTEGER`` / ``BOOL`` /
+        ``SCALAR`` (a Python number) / ``UNKNOWN`` (may be half).  Computed on demand,
+        cached per node; see :class:`amplint.dtypes.DtypeFlow`."""
+        return self.dtype_flow.of(expr)
+
+    def in_model_forward(self, node: ast.AST) -> bool:
+        """Part of the model's forward computation: reached from a module's ``forward``,
+        not under ``torch.no_grad()`` / ``inference_mode`` and not in ``__init__``."""
+        return self.dtype_flow.in_model_forward(node)
 
     def branch_runs_in_half(self, node: ast.AST, target: Optional[str] = None) -> Optional[bool]:
         """Whether ``node`` runs when tensors have the target dtype (default: the

@@ -24,6 +24,7 @@ from typing import Iterable, Optional
 from amplint.amp import policy
 from amplint import fixes
 from amplint.analysis.calls import argument, keyword
+from amplint.dtypes import assignments_between, reaching_value  # noqa: F401 (re-exported)
 from amplint.rule import Edit, Severity
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
@@ -228,77 +229,6 @@ def is_fp32(ctx, expr: Optional[ast.AST], depth: int = 0) -> bool:
         value = reaching_value(ctx, expr)
         return value is not None and is_fp32(ctx, value, depth + 1)
     return False
-
-
-_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def _bind(out, target, stmt, value) -> None:
-    if isinstance(target, ast.Name):
-        out.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, value))
-    elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name):
-                out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None))
-
-
-def _assignments(func: ast.AST) -> dict[str, list[tuple[int, int, Optional[ast.AST]]]]:
-    """name -> [(line, col, assigned value or None when rebound otherwise)], cached on the
-    node.  Walks statements only (not expressions): cheap on long ``forward`` methods."""
-    cached = getattr(func, "amplint_reduction_assigns", None)
-    if cached is not None:
-        return cached
-    out: dict[str, list[tuple[int, int, Optional[ast.AST]]]] = {}
-    stack = list(func.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                _bind(out, target, node, node.value if isinstance(target, ast.Name) else None)
-        elif isinstance(node, ast.AnnAssign):
-            _bind(out, node.target, node, node.value)
-        elif isinstance(node, ast.AugAssign):
-            _bind(out, node.target, node, None)
-        elif isinstance(node, (ast.For, ast.AsyncFor)):
-            _bind(out, node.target, node, None)
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    _bind(out, ast.Tuple([item.optional_vars]), node, None)
-        for field in _BLOCK_FIELDS:
-            block = getattr(node, field, None)
-            if block:
-                stack.extend(block)
-    for entries in out.values():
-        entries.sort(key=lambda e: (e[0], e[1]))
-    func.amplint_reduction_assigns = out
-    return out
-
-
-def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
-    """The value of the last plain assignment to ``name`` before its use, in the same
-    function and at the same or an enclosing block level's line order (None when the
-    name is a parameter, rebound by a loop, or unknown)."""
-    func = ctx.enclosing_function(name)
-    if func is None:
-        return None
-    entries = _assignments(func).get(name.id)
-    if not entries:
-        return None
-    before = [e for e in entries if (e[0], e[1]) < (name.lineno, name.col_offset)]
-    stmt = ctx.enclosing_statement(name)
-    if stmt is not None:  # `x = x.float()` -- the use on the right sees the old value
-        before = [e for e in before if e[0] < stmt.lineno or (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
-    if not before:
-        return None
-    return before[-1][2]
-
-
-def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> bool:
-    """Whether ``name`` is (re)bound in ``func`` on lines strictly between start and end."""
-    return any(start < e[0] < end for e in _assignments(func).get(name, ()))
 
 
 # --- fix helpers ----------------------------------------------------------------------
