@@ -226,6 +226,9 @@ class DtypeClass(str, enum.Enum):
     INTEGER = "integer"
     BOOL = "bool"
     SCALAR = "scalar"
+    #: a tensor from the data loader (a loss's ``target``): fp32 or integer, never half;
+    #: it promotes like an integer tensor (half * a long target is still half)
+    INPUT = "input"
     UNKNOWN = "unknown"
 
     @property
@@ -234,7 +237,7 @@ class DtypeClass(str, enum.Enum):
         return self in _NOT_HALF
 
 
-_NOT_HALF = frozenset({DtypeClass.FP32, DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL})
+_NOT_HALF = frozenset({DtypeClass.FP32, DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL, DtypeClass.INPUT})
 _FLOATING = frozenset({DtypeClass.HALF, DtypeClass.FP32, DtypeClass.FP64})
 #: canonical dtype name -> class
 _CLASS_OF_DTYPE = {
@@ -307,6 +310,9 @@ def promote(a: DtypeClass, b: DtypeClass, true_division: bool = False) -> DtypeC
     S, I, B, U = DtypeClass.SCALAR, DtypeClass.INTEGER, DtypeClass.BOOL, DtypeClass.UNKNOWN
     if a is S and b is S:
         return S
+    if DtypeClass.INPUT in (a, b):
+        other = b if a is DtypeClass.INPUT else a
+        return DtypeClass.INPUT if other in (S, I, B, DtypeClass.INPUT) else other
     if b is S:
         a, b = b, a
     if a is S:  # scalar op tensor: the tensor's float dtype; an integer tensor becomes fp32 by `/`
@@ -537,7 +543,7 @@ class DtypeFlow:
             return DtypeClass.SCALAR  # constructor arguments are sizes and settings
         if is_method and func.name in ("forward", "__call__"):
             if name in _DATA_PARAMETERS and not self.pure_half:
-                return DtypeClass.FP32  # data from the loader; O1 / autocast never cast inputs
+                return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
             return DtypeClass.UNKNOWN
         # a helper: what the file's calls pass it (all of them must agree)
         sites = self._sites(func)
@@ -842,6 +848,9 @@ class DtypeFlow:
             return DtypeClass.BOOL
         if short in _INT_RESULT:
             return DtypeClass.INTEGER
+        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm") and self.opt_level == "O1" \
+                and not self._in_disabled_autocast(node):
+            return DtypeClass.HALF  # autocast runs GEMMs in half; amplint's O1 does once registered (AMP401)
         if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm"):
             tensors = [a for a in operands if not isinstance(a, ast.Constant)]
             if len(tensors) == 1 and isinstance(tensors[0], (ast.Tuple, ast.List)):

@@ -191,10 +191,10 @@ def test_function_summaries_and_call_site_arguments():
     assert reveal(code) == [F32, F32, U]
 
 
-def test_data_parameters_of_forward_are_fp32_under_o1():
-    code = model("reveal(targets); reveal(x)", params="x, targets")
-    assert reveal(code) == [F32, U]
-    assert reveal(code, opt_level="O2") == [U, U]
+def test_data_parameters_of_forward_are_inputs_under_o1():
+    code = model("reveal(targets); reveal(x); reveal(x * targets); reveal(targets ** 2)", params="x, targets")
+    assert reveal(code) == [DtypeClass.INPUT, U, U, DtypeClass.INPUT]
+    assert reveal(code, opt_level="O2") == [U, U, U, U]
 
 
 def test_in_model_forward():

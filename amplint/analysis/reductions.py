@@ -5,8 +5,9 @@ Everything here works on the ``ast`` the engine already parsed and on the shared
 
 * :func:`resolve_call` -- which torch op a call is (``F.softmax`` ->
   ``torch.nn.functional.softmax``; ``x.sum(1)`` -> ``torch.Tensor.sum``) and its operand;
-* :func:`is_fp32` -- whether an operand is already fp32 (``.float()``, ``.to(torch.float32)``,
-  ``.type(torch.float32)``, a name last assigned from one of those in the same function);
+* whether an operand is already fp32 / integer / bool comes from the shared dtype flow
+  (``ctx.dtype_of``, :class:`amplint.dtypes.DtypeFlow`); what runs in the model's forward
+  computation from ``ctx.in_model_forward``;
 * :func:`severity_for` -- opt-level awareness: ``info`` under O1 when the selected op
   policy (``amplint.amp.policy``, shared with the engine) already runs the op in fp32 on
   every device the model runs on, ``warning`` otherwise, ``None`` at O0 (pure fp32);
@@ -29,14 +30,6 @@ from amplint.rule import Edit, Severity
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
-
-#: methods that keep their receiver's dtype (an fp32 tensor stays fp32 through them)
-DTYPE_PRESERVING = frozenset(
-    "view reshape transpose permute contiguous unsqueeze squeeze flatten expand expand_as "
-    "masked_fill clamp clamp_min clamp_max narrow select chunk split t detach clone "
-    "__getitem__ abs neg pow exp log sqrt rsqrt square sum mean var std norm cumsum prod "
-    "softmax log_softmax tanh sigmoid relu add sub mul div".split()
-)
 
 #: calls the result of a range-growing reduction may pass through on its way to the
 #: expression that bounds it again (``x / x.norm(...).clamp(min=...)``)
@@ -127,7 +120,7 @@ def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[Half
     if qualname not in qualnames:
         return None
     dtype = dtype_kind(ctx, argument(call, "dtype"))
-    if dtype in ("fp32", "unknown") or is_fp32(ctx, operand):
+    if dtype in ("fp32", "unknown") or operand is not None and ctx.dtype_of(operand).known_not_half:
         return None
     shown = f".{attr}()" if is_method else ctx.segment(call.func)
     return HalfCall(attr, qualname, operand, is_method, dtype, shown)
@@ -138,7 +131,7 @@ def forward_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, s
     a module's ``forward`` (see :func:`resolve_call`); None otherwise."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    if name not in names or not ctx.in_forward(call):
+    if name not in names or not ctx.in_model_forward(call):
         return None
     resolved = resolve_call(ctx, call, names)
     return None if resolved is None else (name, *resolved)
@@ -195,40 +188,6 @@ def dtype_kind(ctx, expr: Optional[ast.AST]) -> Optional[str]:
     if isinstance(expr, ast.Name) and expr.id == "float":
         return "fp32"
     return "unknown"
-
-
-def is_fp32(ctx, expr: Optional[ast.AST], depth: int = 0) -> bool:
-    """Whether ``expr`` is certainly an fp32 (or fp64) tensor."""
-    if expr is None or depth > 8:
-        return False
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        attr = expr.func.attr
-        if attr in ("float", "double") and not expr.args and not expr.keywords:
-            return True
-        if attr in ("to", "type"):
-            values = list(expr.args) + [kw.value for kw in expr.keywords if kw.arg in ("dtype", None)]
-            if any(dtype_kind(ctx, v) == "fp32" for v in values):
-                return True
-            return False
-        kw = keyword(expr, "dtype")  # x.sum(dtype=torch.float32)
-        if kw is not None:
-            return dtype_kind(ctx, kw.value) == "fp32"
-        if attr in DTYPE_PRESERVING:
-            return is_fp32(ctx, expr.func.value, depth + 1)
-        return False
-    if isinstance(expr, ast.Call):
-        kw = keyword(expr, "dtype")
-        return kw is not None and dtype_kind(ctx, kw.value) == "fp32"
-    if isinstance(expr, ast.Subscript):
-        return is_fp32(ctx, expr.value, depth + 1)
-    if isinstance(expr, ast.BinOp):  # fp16 op fp32 -> fp32 (type promotion)
-        return is_fp32(ctx, expr.left, depth + 1) or is_fp32(ctx, expr.right, depth + 1)
-    if isinstance(expr, ast.UnaryOp):
-        return is_fp32(ctx, expr.operand, depth + 1)
-    if isinstance(expr, ast.Name):
-        value = reaching_value(ctx, expr)
-        return value is not None and is_fp32(ctx, value, depth + 1)
-    return False
 
 
 # --- fix helpers ----------------------------------------------------------------------
