@@ -90,6 +90,7 @@ class FileContext:
         self._forward_reachable: Optional[set[int]] = None
         self._evaluator = None
         self._dtype_flow: Optional[DtypeFlow] = None
+        self._explicit_dtype_flow: Optional[DtypeFlow] = None
         self._walked = False
         self._index_module_level()
 
@@ -458,11 +459,19 @@ class FileContext:
             self._dtype_flow = DtypeFlow(self)
         return self._dtype_flow
 
-    def dtype_of(self, expr: Optional[ast.AST]) -> DtypeClass:
+    def dtype_of(self, expr: Optional[ast.AST], explicit: bool = False) -> DtypeClass:
         """The dtype class of a tensor expression under the settings (target, opt level,
         engine, device): ``HALF`` / ``FP32`` / ``FP64`` / ``INTEGER`` / ``BOOL`` /
-        ``SCALAR`` (a Python number) / ``UNKNOWN`` (may be half).  Computed on demand,
-        cached per node; see :class:`amplint.dtypes.DtypeFlow`."""
+        ``SCALAR`` (a Python number) / ``INPUT`` (loader data: fp32 or integer) /
+        ``UNKNOWN`` (may be half).  Computed on demand, cached per node; see
+        :class:`amplint.dtypes.DtypeFlow`.  ``explicit``: fp32 only where the code itself
+        asks for it (casts, ``dtype=``, factories, weights), not where the O1 policy
+        upcast an op upstream -- an fp32 table the author built, not an activation O1
+        happened to leave in fp32."""
+        if explicit:
+            if self._explicit_dtype_flow is None:
+                self._explicit_dtype_flow = DtypeFlow(self, policy=False)
+            return self._explicit_dtype_flow.of(expr)
         return self.dtype_flow.of(expr)
 
     def in_model_forward(self, node: ast.AST) -> bool:

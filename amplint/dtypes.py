@@ -291,6 +291,11 @@ _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.a
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
 _CUSTOM_FWD = frozenset({"torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd"})
 _PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+#: modules built and called inline (``nn.Softmax(dim=-1)(x)``) -> the function they run
+_MODULE_FUNCTIONS = {
+    "torch.nn.Softmax": "torch.nn.functional.softmax", "torch.nn.LogSoftmax": "torch.nn.functional.log_softmax",
+    "torch.nn.Softmin": "torch.nn.functional.softmin",
+}
 _DEVICES = {"cuda": ("cuda",), "cpu": ("cpu",), "any": ("cuda", "cpu")}
 _IN_PROGRESS = object()
 
@@ -340,8 +345,11 @@ class DtypeFlow:
     parameters), calls to functions of the file their return statements, and a helper's
     parameters the arguments of its calls in the file."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, policy: bool = True):
         self.ctx = ctx
+        #: False: ignore the policy's fp32 upcasts (fp32 only where the code asks for it;
+        #: its half casts of GEMMs still apply)
+        self.upcasts = policy
         settings = ctx.settings
         self.opt_level = settings.opt_level
         self.engine = settings.engine
@@ -407,8 +415,9 @@ class DtypeFlow:
                 if self._float_scalar(scalar):
                     return DtypeClass.FP32  # arange(n) * -log(10000) / n: the default float
             result = promote(left, right, op is ast.Div)
-            if op is ast.MatMult and self._policy("torch.matmul") == "half" and not self._in_disabled_autocast(node):
-                return DtypeClass.HALF if not result.known_not_half or self.opt_level != "O0" else result
+            if (op is ast.MatMult and self.opt_level == "O1" and self._policy("torch.matmul") == "half"
+                    and not self._in_disabled_autocast(node)):
+                return DtypeClass.HALF
             return result
         if kind is ast.UnaryOp:
             if node.op.__class__ is ast.Not:
@@ -671,7 +680,7 @@ class DtypeFlow:
         if self.opt_level != "O1" or self._in_disabled_autocast(node):
             return operand
         cast = self._policy(qualname)
-        if cast == "float" and operand not in (DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL):
+        if cast == "float" and self.upcasts and operand not in (DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL):
             return DtypeClass.FP32
         if cast == "half" and operand in (DtypeClass.FP32, DtypeClass.UNKNOWN, DtypeClass.HALF):
             return DtypeClass.HALF
@@ -717,17 +726,29 @@ class DtypeFlow:
             target = ctx.functions.get(func.id)
             if target is not None:
                 return self._returned(target)
-            return DtypeClass.UNKNOWN
+            return self._aliased(node, explicit)
         if not isinstance(func, ast.Attribute):
-            return DtypeClass.UNKNOWN
+            return self._aliased(node, explicit)
         receiver = func.value
         if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
             cls = ctx.enclosing_class(node)
             method = ctx.method(cls, func.attr) if cls is not None else None
-            if method is not None and func.attr not in ("forward", "__call__"):
+            if method is not None and func.attr not in ("forward", "__call__") and not any(
+                    isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
                 return self._returned(method)
-            return DtypeClass.UNKNOWN  # a submodule: half out of a GEMM under O1, or unknown
+            return self._aliased(node, explicit)  # a submodule, or an attribute holding a torch function
         return self._method(node, func.attr, receiver, explicit)
+
+    def _aliased(self, node: ast.Call, explicit) -> DtypeClass:
+        """A call through an alias of torch functions (all candidates must be torch's)."""
+        names = self.callees(node.func)
+        if not names or None in names:
+            return DtypeClass.UNKNOWN
+        result: Optional[DtypeClass] = None
+        for qn in set(names):
+            got = self._torch_call(node, qn, explicit)
+            result = got if result is None else join(result, got)
+        return result or DtypeClass.UNKNOWN
 
     def _returned(self, func: ast.AST) -> DtypeClass:
         key = id(func)
@@ -761,6 +782,9 @@ class DtypeFlow:
             return _CAST_METHODS[attr]
         if attr in ("to", "type"):
             for arg in list(node.args) + [k.value for k in node.keywords if k.arg in ("dtype", "other", None)]:
+                if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "type"
+                        and not arg.args and not arg.keywords):
+                    return self.of(arg.func.value)  # t.type(self.inv_freq.type())
                 found = self.literal(arg)
                 if found is not None:
                     return found
@@ -828,6 +852,14 @@ class DtypeFlow:
             if isinstance(first, (ast.List, ast.Tuple)) and first.elts and all(isinstance(e, ast.Constant) for e in first.elts):
                 return DtypeClass.FP32 if any(isinstance(e.value, float) for e in first.elts) else DtypeClass.INTEGER
             return DtypeClass.UNKNOWN
+        if qn.startswith("torch.linalg.") or qn.startswith("torch.fft."):
+            tensors = [a for a in args if not isinstance(a, (ast.Constant, ast.Starred))]
+            if not tensors:
+                return DtypeClass.UNKNOWN
+            result = self.of(tensors[0])
+            for t in tensors[1:]:
+                result = promote(result, self.of(t))
+            return DtypeClass.UNKNOWN if result is DtypeClass.SCALAR else result
         if short in ("finfo", "iinfo"):
             return DtypeClass.UNKNOWN
         if explicit is not None:
@@ -876,6 +908,64 @@ class DtypeFlow:
                 return DtypeClass.UNKNOWN
             return self._policy_result(node, qn, first)
         return DtypeClass.UNKNOWN
+
+    # --- what a called expression is ----------------------------------------------------
+
+    def callees(self, func: ast.AST, depth: int = 0, layers: bool = True) -> list[Optional[str]]:
+        """The torch functions a called expression may be: ``F.softmax`` ->
+        ``["torch.nn.functional.softmax"]``; a local or module alias
+        (``softmax = torch.softmax if fast else stable_softmax``), an attribute assigned
+        one (``self.attn_fn = F.softmax``), a ``@property`` returning one,
+        ``functools.partial(F.softmax, dim=-1)`` and a module built inline
+        (``nn.Softmax(dim=-1)``, as its functional form) are followed.  ``None`` stands
+        for a candidate that is not a torch function (a function of the file, unknown).
+        A layer kept on ``self`` (``self.softmax = nn.Softmax(-1)``) is not followed
+        (``layers=False``): it is a module, which O2's ``keep_fp32_modules`` can keep fp32."""
+        ctx = self.ctx
+        if depth > 4:
+            return [None]
+        qn = ctx.qualname(func)
+        if qn is not None:
+            return [qn] if qn.startswith("torch.") else [None]
+        if isinstance(func, ast.IfExp):
+            return self.callees(func.body, depth + 1, layers) + self.callees(func.orelse, depth + 1, layers)
+        if isinstance(func, ast.Call):
+            maker = ctx.qualname(func.func) or ""
+            if maker in ("functools.partial", "torch.nn.Module") or maker.endswith(".partial"):
+                return self.callees(func.args[0], depth + 1) if func.args else [None]
+            if maker in _MODULE_FUNCTIONS and layers:
+                return [_MODULE_FUNCTIONS[maker]]
+            return [None]
+        if isinstance(func, ast.Name):
+            value = reaching_value(ctx, func) if ctx.enclosing_function(func) is not None else None
+            if value is None:
+                assigned = ctx.module_assignments(func.id)
+                if len(assigned) == 1 and isinstance(assigned[0], ast.Assign):
+                    value = assigned[0].value
+            if value is None or value is func:
+                return [None]
+            return self.callees(value, depth + 1)
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id in ("self", "cls")):
+            cls = ctx.enclosing_class(func)
+            if cls is None:
+                return [None]
+            method = ctx.method(cls, func.attr)
+            if method is not None:
+                if not any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
+                    return [None]
+                found = [self.callees(r.value, depth + 1) for r in ast.walk(method)
+                         if isinstance(r, ast.Return) and r.value is not None]
+                return [q for group in found for q in group] or [None]
+            values = []
+            for klass in (cls, *ctx.base_classes(cls)):
+                for stmt in klass.body:
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        values += [a.value for a in ctx.self_assignments(stmt).get(func.attr, ()) if a.value is not None]
+            if not values:
+                return [None]
+            return [q for v in values for q in self.callees(v, depth + 1, layers=False)]
+        return [None]
 
     # --- which code is the model's forward computation ---------------------------------
 

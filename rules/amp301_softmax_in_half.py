@@ -65,7 +65,7 @@ class SoftmaxInHalf(Rule):
     summary = "softmax / log_softmax computed in half precision inside `forward`"
     severity = Severity.WARNING
     fix_applicability = "safe"
-    markers = ("softmax", "softmin")
+    markers = ("softmax", "softmin", "Softm")
     docs = """
 ## What it does
 Flags `F.softmax`, `F.log_softmax`, `torch.softmax`, `torch.log_softmax`, `x.softmax(...)`,
@@ -212,6 +212,21 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                 def forward(self, x, dt):
                     return F.softmax(x, dim=-1, dtype=dt)
             """),
+        # the layer kept in __init__ (the module-style fix's own form); an alias of a
+        # function that is not a softmax; softmax of an nn.Parameter (fp32 under O1)
+        Valid("""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class A(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.softmax = nn.Softmax(dim=-1)
+                    self.act = F.gelu
+                    self.weights = nn.Parameter(torch.zeros(n))
+                def forward(self, x):
+                    return self.softmax(x) + self.act(x) + F.softmax(self.weights, 0)
+            """),
     ]
 
     INVALID = [
@@ -348,10 +363,68 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                         return self.softmax(s) @ x
                 """,
         ),
+        # built inline in forward (the layer is not kept in __init__): upcast, cast back
+        Invalid("""
+            import torch.nn as nn
+
+            class Attention(nn.Module):
+                def forward(self, scores):
+                    return nn.Softmax(dim=-1)(scores)
+            """,
+            line=5, message="is `F.softmax` here",
+            expected_fix="""
+                import torch.nn as nn
+
+                class Attention(nn.Module):
+                    def forward(self, scores):
+                        return nn.Softmax(dim=-1)(scores.float()).to(scores.dtype)
+                """,
+        ),
+        # an attribute assigned softmax or another normaliser; a local alias; a partial
+        Invalid("""
+            import functools
+            import torch
+            import torch.nn.functional as F
+            from torch import nn
+
+            def stable_softmax(t, dim=-1):
+                return (t - t.amax(dim, keepdim=True)).softmax(dim)
+
+            class Attention(nn.Module):
+                def __init__(self, sparse):
+                    super().__init__()
+                    self.attn_fn = F.softmax if not sparse else stable_softmax
+
+                def forward(self, dots, fast):
+                    softmax = torch.softmax if fast else stable_softmax
+                    normalise = functools.partial(F.log_softmax, dim=-1)
+                    return self.attn_fn(dots, dim=-1), softmax(dots, dim=-1), normalise(dots)
+            """,
+            line=17, count=3,
+            expected_fix="""
+                import functools
+                import torch
+                import torch.nn.functional as F
+                from torch import nn
+
+                def stable_softmax(t, dim=-1):
+                    return (t - t.amax(dim, keepdim=True)).softmax(dim)
+
+                class Attention(nn.Module):
+                    def __init__(self, sparse):
+                        super().__init__()
+                        self.attn_fn = F.softmax if not sparse else stable_softmax
+
+                    def forward(self, dots, fast):
+                        softmax = torch.softmax if fast else stable_softmax
+                        normalise = functools.partial(F.log_softmax, dim=-1)
+                        return self.attn_fn(dots.float(), dim=-1).to(dots.dtype), softmax(dots.float(), dim=-1).to(dots.dtype), normalise(dots.float()).to(dots.dtype)
+                """,
+        ),
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        call = reductions.half_call(ctx, node, _NAMES, _FUNCTIONS)
+        call = reductions.half_call(ctx, node, _NAMES, _FUNCTIONS) or reductions.aliased_call(ctx, node, _FUNCTIONS)
         if call is None:
             return
         attr, qualname, operand, is_method, shown = call.attr, call.qualname, call.operand, call.is_method, call.shown
@@ -367,6 +440,10 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             why = "log-probabilities keep 11 significant bits (-30.123456 is stored as -30.125)"
         else:
             why = "probabilities below 6e-8 are stored as 0"
+        if call.aliased:
+            message = f"`{shown}` is `{qualname.replace('torch.nn.functional.', 'F.')}` here, in half inside `forward`: {why} ({note})"
+            ctx.report(self, node, message, fix=self._upcast_fix(ctx, node, attr, operand), severity=severity)
+            return
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         fix = None
         if operand is not None and not calls.has_double_star(node):
@@ -397,6 +474,15 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             how = "upcast the operand with `.float()`"
         edits += reductions.cast_back_edits(ctx, node, source)
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast back to `{ctx.segment(source)}.dtype`")
+
+    @staticmethod
+    def _upcast_fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
+        """An alias may not take ``dtype=`` (``entmax15``): upcast the operand instead."""
+        source = reductions.dtype_source(ctx, operand)
+        if source is None or calls.has_double_star(node):
+            return None
+        edits = fixes.upcast(operand) + reductions.cast_back_edits(ctx, node, source)
+        return Fix(edits, "safe", f"Compute `{attr}` on an fp32 operand (`.float()`) and cast back to `{ctx.segment(source)}.dtype`")
 
     @staticmethod
     def _module_fix(ctx, node: ast.Call, attr: str, operand: ast.AST, is_method: bool):

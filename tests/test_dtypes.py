@@ -212,3 +212,39 @@ def test_in_model_forward():
     sums = sorted((n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "sum"),
                   key=lambda n: n.lineno)
     assert [ctx.in_model_forward(n) for n in sums] == [False, True, False]
+
+
+def test_aliases_of_torch_functions():
+    code = HEADER + textwrap.dedent("""
+        import functools
+
+        def stable_softmax(t, dim=-1):
+            return (t - t.amax(dim, keepdim=True)).softmax(dim)
+
+        class M(nn.Module):
+            def __init__(self, stable, kmeans):
+                super().__init__()
+                self.attn_fn = F.softmax if not stable else stable_softmax
+                init_fn = torch.randn if not kmeans else torch.zeros
+                self.register_buffer("embed", init_fn(4, 8))
+
+            @property
+            def loss_fn(self):
+                return F.l1_loss if self.stable else F.mse_loss
+
+            def forward(self, x, target):
+                softmax = torch.softmax if self.fast else stable_softmax
+                sm = functools.partial(F.softmax, dim=-1)
+                reveal(self.embed)
+                reveal(self.loss_fn(x, target, reduction='none'))
+                reveal(nn.Softmax(dim=-1)(x))
+    """)
+    assert reveal(code) == [F32, F32, F32]
+    ctx = _context(code)
+    calls = {ctx.segment(n.func): n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call)}
+    flow = ctx.dtype_flow
+    assert flow.callees(ast.parse("self.attn_fn").body[0].value) == [None]  # no class around it
+    attn_fn = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.Attribute) and n.attr == "attn_fn")
+    assert flow.callees(attn_fn) == ["torch.nn.functional.softmax", None]
+    assert flow.callees(calls["functools.partial"]) == ["torch.nn.functional.softmax"]
+    assert flow.callees(calls["nn.Softmax"]) == ["torch.nn.functional.softmax"]

@@ -107,6 +107,38 @@ class HalfCall:
     #: :func:`dtype_kind` of its ``dtype=`` argument: None (absent) or ``"low"``
     dtype: Optional[str]
     shown: str  # how a message names it: ``.sum()``, ``F.softmax``
+    #: reached through an alias, an attribute, ``functools.partial`` or a module built
+    #: inline (``nn.Softmax(dim=-1)(x)``): the call's own keywords are not the op's
+    aliased: bool = False
+
+
+def aliased_call(ctx, call: ast.Call, qualnames) -> Optional[HalfCall]:
+    """Like :func:`half_call`, for a call whose callee is not named as a torch function
+    but may be one of ``qualnames`` (``ctx.dtype_flow.callees``): ``self.attn_fn(dots,
+    dim=-1)`` with ``self.attn_fn = F.softmax if ... else entmax15``, a local
+    ``softmax = torch.softmax if ... else stable_softmax``, ``partial(F.softmax, ...)``,
+    ``nn.Softmax(dim=-1)(x)``."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        if func.id in ctx.functions or func.id in ctx.imports:
+            return None
+    elif isinstance(func, ast.Attribute):
+        if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")):
+            return None
+    elif not isinstance(func, ast.Call):
+        return None
+    if not call.args or isinstance(call.args[0], ast.Starred) or not ctx.in_model_forward(call):
+        return None
+    matched = [q for q in ctx.dtype_flow.callees(func) if q in qualnames]
+    if not matched:
+        return None
+    qualname = matched[0]
+    operand = call.args[0]
+    dtype = dtype_kind(ctx, argument(call, "dtype"))
+    if dtype in ("fp32", "unknown") or ctx.dtype_of(operand).known_not_half:
+        return None
+    attr = qualname.rsplit(".", 1)[-1]
+    return HalfCall(attr, qualname, operand, False, dtype, ctx.segment(func), aliased=True)
 
 
 def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[HalfCall]:
