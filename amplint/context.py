@@ -373,6 +373,11 @@ class FileContext:
             if target.__class__ is ast.Name:
                 found = functions.get(target.id)
                 found = (found,) if found is not None else ()
+                # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
+                found += tuple(functions[a.id] for a in call.args if a.__class__ is ast.Name and a.id in functions)
+                # called through a local alias: softmax = torch.softmax if fast else stable_softmax
+                if not found and target.id not in self._imports:
+                    found = self._aliased_functions(call)
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
                 found = methods_by_name.get(target.attr, ())
             else:
@@ -396,6 +401,23 @@ class FileContext:
             reachable.add(id(func))
             todo.extend(callees.get(id(func), ()))
         return reachable
+
+    def _aliased_functions(self, call: ast.Call) -> tuple:
+        """Functions of this file a call's name may be bound to in its function
+        (``f = a if cond else b``, ``f = a``)."""
+        from .dtypes import reaching_value
+
+        if self.enclosing_function(call) is None:
+            return ()
+        value = reaching_value(self, call.func)
+        names = []
+        while value is not None:
+            if value.__class__ is ast.IfExp:
+                names += [v for v in (value.body, value.orelse) if v.__class__ is ast.Name]
+            elif value.__class__ is ast.Name:
+                names.append(value)
+            break
+        return tuple(self._functions[n.id] for n in names if n.id in self._functions)
 
     # --- local bindings ------------------------------------------------------------
 

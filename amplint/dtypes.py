@@ -290,7 +290,10 @@ _DATA_PARAMETERS = frozenset("target targets tgt y_true gt labels label ref refe
 _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
 _CUSTOM_FWD = frozenset({"torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd"})
-_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.ParameterList",
+                        "torch.nn.ParameterDict"})
+#: einops functions: the result has their first argument's dtype
+_EINOPS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
 #: modules built and called inline (``nn.Softmax(dim=-1)(x)``) -> the function they run
 _MODULE_FUNCTIONS = {
     "torch.nn.Softmax": "torch.nn.functional.softmax", "torch.nn.LogSoftmax": "torch.nn.functional.log_softmax",
@@ -456,6 +459,18 @@ class DtypeFlow:
 
     def _name(self, node: ast.Name) -> DtypeClass:
         ctx = self.ctx
+        for anc in ctx.ancestors(node):  # `[c.sum(-1) for c in t.chunk(n)]`, `[p for p in self.params]`
+            if isinstance(anc, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+                for gen in anc.generators:
+                    if isinstance(gen.target, ast.Name) and gen.target.id == node.id:
+                        source = gen.iter
+                        if (isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute)
+                                and source.func.attr in ("chunk", "split", "unbind", "tensor_split")):
+                            return self.of(source.func.value)
+                        found = self.of(source)
+                        return found if found is not DtypeClass.SCALAR else DtypeClass.UNKNOWN
+            elif isinstance(anc, (ast.stmt, ast.Lambda)):
+                break
         func = ctx.enclosing_function(node)
         if func is None:
             return self._module_name(node.id)
@@ -557,7 +572,8 @@ class DtypeFlow:
         # a helper: what the file's calls pass it (all of them must agree)
         sites = self._sites(func)
         index = next((i for i, p in enumerate(positional) if p.arg == name), None)
-        if is_method and index is not None:
+        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
+        if is_method and index is not None and not static:
             index -= 1  # self
         result: Optional[DtypeClass] = None
         for call in sites:
@@ -649,9 +665,17 @@ class DtypeFlow:
             return DtypeClass.UNKNOWN
         return result
 
+    def _parameter_value(self) -> DtypeClass:
+        """A weight: fp32 storage under O0/O1 and autocast, half under O2/O3.  Without the
+        policy's upcasts (``explicit``) it is unknown: a GEMM's registration casts it to
+        half, so it is not fp32 the code asked for."""
+        if self.pure_half:
+            return DtypeClass.HALF
+        return DtypeClass.FP32 if self.upcasts else DtypeClass.UNKNOWN
+
     def _stored(self, value: ast.AST, buffer: bool) -> DtypeClass:
         if isinstance(value, ast.Call) and (self.ctx.qualname(value.func) or "") in _PARAMETER:
-            return DtypeClass.HALF if self.pure_half else DtypeClass.FP32
+            return self._parameter_value()
         if isinstance(value, ast.Name):  # self.dim = dim: a config value, almost always a number
             func = self.ctx.enclosing_function(value)
             if func is not None and func.name == "__init__" and not _assignments(func).get(value.id):
@@ -717,6 +741,8 @@ class DtypeFlow:
                 return self._torch_call(node, qn, explicit)
             if qn.startswith("math.") or qn.startswith("numpy.") and not node.args:
                 return DtypeClass.SCALAR
+            if qn in _EINOPS and node.args:
+                return self.of(node.args[0])
             return DtypeClass.UNKNOWN
         if isinstance(func, ast.Name):
             if func.id in _SCALAR_BUILTINS and func.id not in ctx.functions:
@@ -740,15 +766,33 @@ class DtypeFlow:
         return self._method(node, func.attr, receiver, explicit)
 
     def _aliased(self, node: ast.Call, explicit) -> DtypeClass:
-        """A call through an alias of torch functions (all candidates must be torch's)."""
-        names = self.callees(node.func)
-        if not names or None in names:
-            return DtypeClass.UNKNOWN
+        """A call through an alias (``init_fn = uniform_init if ... else torch.zeros``,
+        ``self.loss_fn`` a property returning ``F.l1_loss``): the join over what it may
+        be -- torch functions and functions of this file."""
         result: Optional[DtypeClass] = None
-        for qn in set(names):
-            got = self._torch_call(node, qn, explicit)
+        for target in self._alias_targets(node.func, 0):
+            if isinstance(target, str):
+                got = self._torch_call(node, target, explicit)
+            elif target is None:
+                return DtypeClass.UNKNOWN
+            else:
+                got = self._returned(target)
             result = got if result is None else join(result, got)
+            if result is DtypeClass.UNKNOWN:
+                break
         return result or DtypeClass.UNKNOWN
+
+    def _alias_targets(self, func: ast.AST, depth: int) -> list:
+        """torch qualnames (str) and function nodes a called expression may be; None: unknown."""
+        if isinstance(func, ast.Name) and func.id in self.ctx.functions:
+            return [self.ctx.functions[func.id]]
+        if isinstance(func, ast.IfExp) and depth < 4:
+            return self._alias_targets(func.body, depth + 1) + self._alias_targets(func.orelse, depth + 1)
+        if isinstance(func, ast.Name) and depth < 4 and self.ctx.enclosing_function(func) is not None:
+            value = reaching_value(self.ctx, func)
+            if value is not None and value is not func:
+                return self._alias_targets(value, depth + 1)
+        return self.callees(func, depth)
 
     def _returned(self, func: ast.AST) -> DtypeClass:
         key = id(func)
@@ -827,12 +871,12 @@ class DtypeFlow:
         short = qn.rsplit(".", 1)[-1]
         args = node.args
         if qn in _PARAMETER:
-            return DtypeClass.HALF if self.pure_half else DtypeClass.FP32
+            return self._parameter_value()
         if short == "arange" or short == "range":
             if explicit is not None:
                 return explicit
             numbers = list(args) + [k.value for k in node.keywords if k.arg in ("start", "end", "step")]
-            if any(isinstance(a, ast.Constant) and isinstance(a.value, float) for a in numbers):
+            if any(isinstance(a, (ast.Constant, ast.UnaryOp)) and self._float_scalar(a) for a in numbers):
                 return DtypeClass.FP32
             if any(self.of(a) in (DtypeClass.HALF, DtypeClass.FP32, DtypeClass.FP64) for a in numbers):
                 return DtypeClass.FP32
@@ -867,6 +911,8 @@ class DtypeFlow:
         operands = [a for a in args if not isinstance(a, ast.Starred)]
         if short in ("cat", "stack", "concat", "hstack", "vstack") and operands:
             seq = operands[0]
+            if isinstance(seq, (ast.ListComp, ast.GeneratorExp)):
+                return self.of(seq.elt)
             elts = seq.elts if isinstance(seq, (ast.List, ast.Tuple)) else None
             if not elts:
                 return DtypeClass.UNKNOWN

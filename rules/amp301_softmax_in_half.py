@@ -385,10 +385,8 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             import functools
             import torch
             import torch.nn.functional as F
+            from entmax import entmax15 as stable_softmax
             from torch import nn
-
-            def stable_softmax(t, dim=-1):
-                return (t - t.amax(dim, keepdim=True)).softmax(dim)
 
             class Attention(nn.Module):
                 def __init__(self, sparse):
@@ -400,15 +398,13 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                     normalise = functools.partial(F.log_softmax, dim=-1)
                     return self.attn_fn(dots, dim=-1), softmax(dots, dim=-1), normalise(dots)
             """,
-            line=17, count=3,
+            line=15, count=3,
             expected_fix="""
                 import functools
                 import torch
                 import torch.nn.functional as F
+                from entmax import entmax15 as stable_softmax
                 from torch import nn
-
-                def stable_softmax(t, dim=-1):
-                    return (t - t.amax(dim, keepdim=True)).softmax(dim)
 
                 class Attention(nn.Module):
                     def __init__(self, sparse):

@@ -387,14 +387,24 @@ def _tensor_operands(call: ast.Call, fam) -> list[ast.AST]:
     """The tensors a call works on: its receiver for a method, its positional arguments
     (an einsum's equation dropped, its tuple form unpacked)."""
     func = call.func
-    args = [a for a in call.args if not isinstance(a, ast.Starred)]
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return []  # einsum(eq, *args): the operands are not visible
+    args = list(call.args)
     if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
         args = args[1:]  # einsum("ij,jk->ik", ...)
     if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
         args = list(args[0].elts)
-    if isinstance(func, ast.Attribute) and not args:
+    if isinstance(func, ast.Attribute) and not args and (ctx_free_method(func)):
         args = [func.value]  # cov.inverse()
     return [a for a in args if not isinstance(a, ast.Constant)]
+
+
+def ctx_free_method(func: ast.Attribute) -> bool:
+    """``cov.inverse()``: a tensor method (the receiver is not a module such as ``torch``)."""
+    base = func.value
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return not (isinstance(base, ast.Name) and base.id in ("torch", "np", "numpy", "F", "nn", "opt_einsum", "oe"))
 
 
 def _operands_fp32(ctx, call: ast.Call, fam) -> bool:

@@ -12,7 +12,8 @@ with an empty ``[tool.amplint]`` table keeps this repository's settings out).
 
 A finding matches a label when the file and the rule agree and the finding's line is the
 label's line, or its span (``line`` .. ``end_line``) covers it, or both lines belong to the
-same innermost statement (a call whose arguments run over several lines).  Any severity
+same innermost statement (a call whose arguments run over several lines) -- unless the
+finding sits on a line that carries a label of its own for that rule.  Any severity
 counts as a report (AMP301/302/303 findings are ``info`` under O1 where the policy already
 upcasts the op).  Per rule it prints TP (hazard reported), FP (must-not-flag reported),
 FN (hazard not reported), unlabelled findings, precision TP/(TP+FP) and recall
@@ -115,9 +116,15 @@ def score(entries: list[dict], labels: list[dict], findings: list[dict]) -> dict
             f["id"] = file_id
             by_key[(file_id, f["code"])].append(f)
 
+    labelled_lines = collections.defaultdict(set)  # (id, rule) -> lines that carry a label
+    for lab in labels:
+        labelled_lines[(lab["id"], lab["rule"])].add(lab["line"])
+
     def covers(f: dict, file_id: str, line: int) -> bool:
         if f["line"] == line or f["line"] <= line <= f.get("end_line", f["line"]):
             return True
+        if f["line"] in labelled_lines[(file_id, f["code"])]:
+            return False  # a finding on a labelled line answers that label, not a neighbour's
         stmt = spans[file_id].get(line)
         return stmt is not None and stmt == spans[file_id].get(f["line"])
 
