@@ -373,15 +373,15 @@ class FileContext:
             if target.__class__ is ast.Name:
                 found = functions.get(target.id)
                 found = (found,) if found is not None else ()
-                # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
-                found += tuple(functions[a.id] for a in call.args if a.__class__ is ast.Name and a.id in functions)
                 # called through a local alias: softmax = torch.softmax if fast else stable_softmax
                 if not found and target.id not in self._imports:
                     found = self._aliased_functions(call)
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
-                found = methods_by_name.get(target.attr, ())
+                found = tuple(methods_by_name.get(target.attr, ()))
             else:
-                continue
+                found = ()
+            # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
+            found += tuple(functions[a.id] for a in call.args if a.__class__ is ast.Name and a.id in functions)
             if found:
                 # nested functions belong to their method (or module-level function)
                 caller = None

@@ -18,47 +18,6 @@ _FUNCTIONS = {
 }
 
 
-def _find_super_init(ctx, init: ast.AST):
-    """The statement in ``__init__`` that initialises the base module: ``super().__init__()``,
-    ``super(Cls, self).__init__()``, ``nn.Module.__init__(self)``, ``Base.__init__(self, ...)``."""
-    for stmt in init.body:
-        if (
-            isinstance(stmt, ast.Expr)
-            and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Attribute)
-            and stmt.value.func.attr == "__init__"
-        ):
-            return stmt
-    return None
-
-
-def _self_assignments(cls: ast.ClassDef, self_names=("self",)) -> dict[str, list[ast.AST]]:
-    """attribute name -> values assigned to ``self.<name>`` anywhere in the class's methods."""
-    out: dict[str, list[ast.AST]] = {}
-    for node in ast.walk(cls):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
-                    out.setdefault(t.attr, []).append(node.value)
-        elif isinstance(node, ast.AugAssign):
-            t = node.target
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
-                out.setdefault(t.attr, []).append(None)
-    return out
-
-
-def _literal_int(node) -> str | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return repr(node.value)
-    if (
-        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant) and type(node.operand.value) is int
-    ):
-        return repr(-node.operand.value)
-    return None
-
-
 class SoftmaxInHalf(Rule):
     code = "AMP301"
     name = "softmax-in-half"
@@ -380,41 +339,28 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                         return nn.Softmax(dim=-1)(scores.float()).to(scores.dtype)
                 """,
         ),
-        # an attribute assigned softmax or another normaliser; a local alias; a partial
+        # a local alias of softmax or another normaliser (attributes, functools.partial:
+        # fixtures/dtypes/hazards.py)
         Invalid("""
-            import functools
-            import torch
             import torch.nn.functional as F
-            from entmax import entmax15 as stable_softmax
+            from entmax import entmax15
             from torch import nn
 
             class Attention(nn.Module):
-                def __init__(self, sparse):
-                    super().__init__()
-                    self.attn_fn = F.softmax if not sparse else stable_softmax
-
-                def forward(self, dots, fast):
-                    softmax = torch.softmax if fast else stable_softmax
-                    normalise = functools.partial(F.log_softmax, dim=-1)
-                    return self.attn_fn(dots, dim=-1), softmax(dots, dim=-1), normalise(dots)
+                def forward(self, dots, sparse):
+                    softmax = F.softmax if not sparse else entmax15
+                    return softmax(dots, dim=-1)
             """,
-            line=15, count=3,
+            line=8,
             expected_fix="""
-                import functools
-                import torch
                 import torch.nn.functional as F
-                from entmax import entmax15 as stable_softmax
+                from entmax import entmax15
                 from torch import nn
 
                 class Attention(nn.Module):
-                    def __init__(self, sparse):
-                        super().__init__()
-                        self.attn_fn = F.softmax if not sparse else stable_softmax
-
-                    def forward(self, dots, fast):
-                        softmax = torch.softmax if fast else stable_softmax
-                        normalise = functools.partial(F.log_softmax, dim=-1)
-                        return self.attn_fn(dots.float(), dim=-1).to(dots.dtype), softmax(dots.float(), dim=-1).to(dots.dtype), normalise(dots.float()).to(dots.dtype)
+                    def forward(self, dots, sparse):
+                        softmax = F.softmax if not sparse else entmax15
+                        return softmax(dots.float(), dim=-1).to(dots.dtype)
                 """,
         ),
     ]
@@ -494,7 +440,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         init = ctx.method(cls, "__init__")
         if init is None or not init.args.args:
             return None
-        anchor = _find_super_init(ctx, init)
+        anchor = reductions.find_super_init(ctx, init)
         if anchor is None or ctx.line_text(anchor.lineno)[: anchor.col_offset].strip():
             return None  # no base initialiser, or one sharing its line (`def __init__(self): super()...`)
         init_self = init.args.args[0].arg
@@ -510,13 +456,13 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                 dim_node = kw.value
             elif kw.arg not in ("input", "dim"):
                 return False
-        dim = _literal_int(dim_node)
+        dim = reductions.literal_int(dim_node)
         if dim is None:
             return False
         nn = calls.nn_alias(ctx)
         if nn is None:
             return None
-        assigned = _self_assignments(cls, (init_self, self_name))
+        assigned = reductions.class_self_assignments(cls, (init_self, self_name))
         taken = set(assigned) | {
             s.name for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         } | {
@@ -533,7 +479,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                 existing = values[0]
                 existing_dim = existing.args[0] if existing.args else (
                     calls.keyword(existing, "dim").value if calls.keyword(existing, "dim") else None)
-                if _literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
+                if reductions.literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
                     name = candidate  # reuse the layer
                     break
             if candidate not in taken:

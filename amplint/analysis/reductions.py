@@ -297,6 +297,22 @@ def _not_a_tensor(ctx, expr: ast.AST) -> bool:
     return ctx.evaluate(expr) is not None  # a constant: self.scale = d ** -0.5
 
 
+def upcast_edits(ctx, operand: ast.AST) -> list[Edit]:
+    """``.float()`` on ``operand`` (:func:`amplint.fixes.upcast`), after its own
+    parentheses when the source already has them: ``(x - u).float()``."""
+    line = ctx.line_text(operand.lineno)
+    end_line = ctx.line_text(operand.end_lineno)
+    before = line[: operand.col_offset].rstrip()
+    after = end_line[operand.end_col_offset:]
+    if before.endswith("(") and after.lstrip().startswith(")") and ctx._ascii:
+        close = operand.end_col_offset + after.index(")") + 1
+        opener = ctx.parent(operand)
+        # the parenthesis belongs to the operand, not to a call's argument list
+        if not (isinstance(opener, ast.Call) and operand in opener.args):
+            return [Edit.insert_at(operand.end_lineno, close, ".float()")]
+    return fixes.upcast(operand)
+
+
 def cast_back_edits(ctx, node: ast.AST, source: ast.AST) -> list[Edit]:
     """Cast ``node``'s result back to ``source``'s dtype (:func:`amplint.fixes.cast_back`);
     nothing when the code already casts it."""
@@ -507,3 +523,137 @@ def max_subtracted(ctx, operand) -> bool:
             if isinstance(inner, ast.Attribute) and "max" in inner.attr:
                 return True
     return False
+
+
+# --- squares of hand-written norms and variances (AMP302) ----------------------------------
+
+_REDUCERS = frozenset({"sum", "mean", "nansum", "nanmean"})
+
+
+def squared_operand(ctx, node: ast.AST) -> Optional[ast.AST]:
+    """``x`` for a square: ``x ** 2``, ``x * x`` (the same simple expression twice),
+    ``torch.square(x)``; None otherwise (``x.pow(2)`` is AMP302's pow check)."""
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Pow):
+            value = ctx.evaluate(node.right)
+            if value is not None and value.value == 2:
+                return node.left
+        elif isinstance(node.op, ast.Mult) and is_simple(node.left) and _same(node.left, node.right):
+            return node.left
+        return None
+    if isinstance(node, ast.Call) and node.args and ctx.qualname(node.func) == "torch.square":
+        return node.args[0]
+    return None
+
+
+def _reduces(ctx, node: ast.AST) -> bool:
+    """``node.sum(...)`` / ``node.mean(...)`` / ``torch.sum(node, ...)``."""
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in _REDUCERS:
+        outer = ctx.parent(parent)
+        return isinstance(outer, ast.Call) and outer.func is parent and ctx.qualname(parent) is None
+    if isinstance(parent, ast.Call) and parent.args and parent.args[0] is node:
+        return (ctx.qualname(parent.func) or "").rsplit(".", 1)[-1] in _REDUCERS and \
+            (ctx.qualname(parent.func) or "").startswith("torch.")
+    return False
+
+
+def _next_use(ctx, stmt: ast.AST, name: str) -> Optional[ast.Name]:
+    """The first load of ``name`` after ``stmt`` in its function."""
+    func = ctx.enclosing_function(stmt)
+    if func is None:
+        return None
+    uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            and (n.lineno, n.col_offset) > (stmt.end_lineno, stmt.end_col_offset)]
+    return min(uses, key=lambda n: (n.lineno, n.col_offset), default=None)
+
+
+def square_reduced(ctx, node: ast.AST) -> bool:
+    """The square ``node`` is summed or averaged: directly (``(x ** 2).mean(-1)``,
+    ``torch.sum(x * x, 1)``) or through a name (``d = x ** 2; torch.sum(d, -1)``)."""
+    if _reduces(ctx, node):
+        return True
+    stmt = ctx.parent(node)
+    if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        use = _next_use(ctx, stmt, stmt.targets[0].id)
+        return use is not None and _reduces(ctx, use)
+    return False
+
+
+def bounding_point_through_names(ctx, node: ast.AST) -> Optional[ast.AST]:
+    """:func:`bounding_point`, also across one assignment: ``s = (x - u).pow(2).mean(-1)``
+    then ``(x - u) / torch.sqrt(s + eps)`` bounds ``s`` at the division."""
+    found = bounding_point(ctx, node)
+    if found is not None:
+        return found
+    top = node
+    for _ in range(8):
+        parent = ctx.parent(top)
+        if isinstance(parent, ast.Attribute) and parent.value is top and parent.attr in _PASS_THROUGH | _REDUCERS:
+            outer = ctx.parent(parent)
+            if isinstance(outer, ast.Call) and outer.func is parent:
+                top = outer
+                continue
+        if isinstance(parent, ast.Call) and parent.args and parent.args[0] is top and \
+                (ctx.qualname(parent.func) or "").rsplit(".", 1)[-1] in _REDUCERS:
+            top = parent
+            continue
+        break
+    stmt = ctx.parent(top)
+    if not (isinstance(stmt, ast.Assign) and stmt.value is top and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    name = stmt.targets[0].id
+    if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(top)):
+        return None  # `d = torch.sum(d, -1)`: the operand's name now holds the fp32 result
+    use = _next_use(ctx, stmt, name)
+    if use is None:
+        return None
+    point = bounding_point(ctx, use)
+    # only a statistic in the denominator is bounded there: `(x - u) / torch.sqrt(s + eps)`
+    if isinstance(point, ast.BinOp) and any(n is use for n in ast.walk(point.right)):
+        return point
+    return None
+
+
+# --- the module-style softmax fix (AMP301) --------------------------------------------------
+
+def find_super_init(ctx, init: ast.AST):
+    """The statement in ``__init__`` that initialises the base module: ``super().__init__()``,
+    ``super(Cls, self).__init__()``, ``nn.Module.__init__(self)``, ``Base.__init__(self, ...)``."""
+    for stmt in init.body:
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr == "__init__"
+        ):
+            return stmt
+    return None
+
+
+def class_self_assignments(cls: ast.ClassDef, self_names=("self",)) -> dict[str, list[ast.AST]]:
+    """attribute name -> values assigned to ``self.<name>`` anywhere in the class's methods."""
+    out: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
+                    out.setdefault(t.attr, []).append(node.value)
+        elif isinstance(node, ast.AugAssign):
+            t = node.target
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
+                out.setdefault(t.attr, []).append(None)
+    return out
+
+
+def literal_int(node) -> Optional[str]:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return repr(node.value)
+    if (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant) and type(node.operand.value) is int
+    ):
+        return repr(-node.operand.value)
+    return None
