@@ -185,9 +185,12 @@ def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict]) -
     with open(path, encoding="utf-8") as f:
         before = json.load(f)
     scored = {label_key(lab) for lab in labels}  # only the files cached in this run
+    # a label re-labelled since (with a note saying why) is compared as what it is now
+    kind_now = {label_key(lab): "reported" if lab["label"] == "hazard" else "quiet" for lab in labels}
     worse, better = [], []
     for kind, lost_as in (("reported", "no longer reported"), ("quiet", "now flagged")):
-        was, is_ = set(before[kind]) & scored, set(now[kind])
+        was = {k for k in set(before[kind]) & scored if kind_now.get(k) == kind}
+        is_ = set(now[kind])
         worse += [f"{key}: {lost_as}" for key in sorted(was - is_)]
         better += [f"{key}: newly {kind}" for key in sorted(is_ - set(before[kind]))]
     for line in better:
