@@ -368,13 +368,14 @@ class FileContext:
         # call graph from the Call nodes the walk collected: caller function -> callees
         callees: dict[int, list[ast.AST]] = {}
         functions = self._functions
+        aliases = self._function_aliases()
         for call in self._calls:
             target = call.func
             if target.__class__ is ast.Name:
                 found = functions.get(target.id)
                 found = (found,) if found is not None else ()
                 # called through a local alias: softmax = torch.softmax if fast else stable_softmax
-                if not found and target.id not in self._imports:
+                if not found and target.id in aliases:
                     found = self._aliased_functions(call)
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
                 found = tuple(methods_by_name.get(target.attr, ()))
@@ -401,6 +402,17 @@ class FileContext:
             reachable.add(id(func))
             todo.extend(callees.get(id(func), ()))
         return reachable
+
+    def _function_aliases(self) -> set:
+        """Names assigned a function of this file, or a choice of them (``f = a if c else b``)."""
+        found = set()
+        for node in self._binding_nodes:
+            if node.__class__ is ast.Assign:
+                value = node.value
+                options = (value.body, value.orelse) if value.__class__ is ast.IfExp else (value,)
+                if any(o.__class__ is ast.Name and o.id in self._functions for o in options):
+                    found.update(t.id for t in node.targets if t.__class__ is ast.Name)
+        return found
 
     def _aliased_functions(self, call: ast.Call) -> tuple:
         """Functions of this file a call's name may be bound to in its function

@@ -364,6 +364,7 @@ class DtypeFlow:
         self._attrs: dict[tuple[int, str], Any] = {}
         self._policy_cache: dict[str, Optional[str]] = {}
         self._call_sites: Optional[dict[str, list[ast.Call]]] = None
+        self._alias_names: Optional[set] = None
 
     # --- public ---------------------------------------------------------------------
 
@@ -956,6 +957,33 @@ class DtypeFlow:
         return DtypeClass.UNKNOWN
 
     # --- what a called expression is ----------------------------------------------------
+
+    def alias_names(self) -> set:
+        """Names and ``self`` attributes assigned something that may be a callable alias
+        (a name, an attribute, a conditional choice, ``partial(...)``), once per file: a
+        cheap filter before :meth:`callees`."""
+        if self._alias_names is None:
+            found = set()
+            for node in self.ctx._binding_nodes:
+                if node.__class__ is ast.Assign or node.__class__ is ast.AnnAssign:
+                    value = node.value
+                    if value is None or value.__class__ not in (ast.Name, ast.Attribute, ast.IfExp, ast.Call):
+                        continue
+                    if value.__class__ is ast.Call and not (isinstance(value.func, (ast.Name, ast.Attribute)) and
+                                                             (getattr(value.func, "id", None) or value.func.attr) == "partial"):
+                        continue
+                    for t in (node.targets if node.__class__ is ast.Assign else (node.target,)):
+                        if t.__class__ is ast.Name:
+                            found.add(t.id)
+                        elif t.__class__ is ast.Attribute:
+                            found.add("." + t.attr)
+            for cls in self.ctx.classes.values():  # properties returning a function
+                for stmt in cls.body:
+                    if isinstance(stmt, ast.FunctionDef) and any(
+                            isinstance(d, ast.Name) and d.id == "property" for d in stmt.decorator_list):
+                        found.add("." + stmt.name)
+            self._alias_names = found
+        return self._alias_names
 
     def callees(self, func: ast.AST, depth: int = 0, layers: bool = True) -> list[Optional[str]]:
         """The torch functions a called expression may be: ``F.softmax`` ->

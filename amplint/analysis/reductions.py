@@ -120,12 +120,13 @@ def aliased_call(ctx, call: ast.Call, qualnames) -> Optional[HalfCall]:
     ``nn.Softmax(dim=-1)(x)``."""
     func = call.func
     if isinstance(func, ast.Name):
-        if func.id in ctx.functions or func.id in ctx.imports:
+        if func.id not in ctx.dtype_flow.alias_names():
             return None
     elif isinstance(func, ast.Attribute):
-        if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")):
+        if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")) \
+                or "." + func.attr not in ctx.dtype_flow.alias_names():
             return None
-    elif not isinstance(func, ast.Call):
+    elif not isinstance(func, ast.Call) or not (ctx.qualname(func.func) or "").startswith("torch.nn."):
         return None
     if not call.args or isinstance(call.args[0], ast.Starred) or not ctx.in_model_forward(call):
         return None
