@@ -31,7 +31,8 @@ Flags `F.softmax`, `F.log_softmax`, `torch.softmax`, `torch.log_softmax`, `x.sof
 `x.log_softmax(...)`, `F.softmin` and `F.gumbel_softmax` called in model code (an
 `nn.Module`'s `forward`, or a function or method `forward` calls in the same file) without
 `dtype=torch.float32` and on an operand that is not already fp32 (`.float()`,
-`.to(torch.float32)`, `.type(torch.float32)`).
+`.to(torch.float32)`, an fp32 weight under O1: the shared dtype flow). Also through an alias
+(`self.attn_fn = F.softmax if ...`, `functools.partial`) or `nn.Softmax(dim)(x)` built inline.
 
 Severity follows the settings: under `opt-level = "O1"` the finding is `info` when the
 selected op policy (`engine`, `device`) already runs the op in fp32 (CUDA autocast and the

@@ -97,7 +97,7 @@ Flags, in model code (an `nn.Module`'s `forward` and what it calls in the same f
 range-growing operations on possibly-half tensors without fp32 accumulation:
 `sum`, `nansum`, `cumsum`, `cumprod`, `prod`, `norm` / `torch.linalg.vector_norm` /
 `torch.linalg.norm`, `var`, `exp`, and `pow` with a constant exponent above 1, as tensor
-methods or `torch.*` functions. Not flagged: an operand already fp32 (`.float()`,
+methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x`, `torch.square`). Not flagged: an operand already fp32 (`.float()`,
 `.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks and counts,
 `torch.logsumexp` and `exp(x - x.max(...))` (stable forms), and the exp / sum of a
 hand-written softmax (AMP303 reports those).
