@@ -13,7 +13,8 @@ rules the benchmark scores, AMP604) keeps this repository's settings out).
 
 A finding matches a label when the file and the rule agree and the finding's line is the
 label's line, or its span (``line`` .. ``end_line``) covers it, or both lines belong to the
-same innermost statement (a call whose arguments run over several lines).  Any severity
+same innermost statement (a call whose arguments run over several lines) -- unless the
+finding sits on a line that carries a label of its own for that rule.  Any severity
 counts as a report (AMP301/302/303 findings are ``info`` under O1 where the policy already
 upcasts the op).  Per rule it prints TP (hazard reported), FP (must-not-flag reported),
 FN (hazard not reported), unlabelled findings, precision TP/(TP+FP) and recall
@@ -125,9 +126,15 @@ def score(entries: list[dict], labels: list[dict], findings: list[dict]) -> dict
             by_key[(file_id, f["code"])].append(copy)
     findings[:] = expanded
 
+    labelled_lines = collections.defaultdict(set)  # (id, rule) -> lines that carry a label
+    for lab in labels:
+        labelled_lines[(lab["id"], lab["rule"])].add(lab["line"])
+
     def covers(f: dict, file_id: str, line: int) -> bool:
         if f["line"] == line or f["line"] <= line <= f.get("end_line", f["line"]):
             return True
+        if f["line"] in labelled_lines[(file_id, f["code"])]:
+            return False  # a finding on a labelled line answers that label, not a neighbour's
         stmt = spans[file_id].get(line)
         return stmt is not None and stmt == spans[file_id].get(f["line"])
 
@@ -188,9 +195,12 @@ def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict]) -
     with open(path, encoding="utf-8") as f:
         before = json.load(f)
     scored = {label_key(lab) for lab in labels}  # only the files cached in this run
+    # a label re-labelled since (with a note saying why) is compared as what it is now
+    kind_now = {label_key(lab): "reported" if lab["label"] == "hazard" else "quiet" for lab in labels}
     worse, better = [], []
     for kind, lost_as in (("reported", "no longer reported"), ("quiet", "now flagged")):
-        was, is_ = set(before[kind]) & scored, set(now[kind])
+        was = {k for k in set(before[kind]) & scored if kind_now.get(k) == kind}
+        is_ = set(now[kind])
         worse += [f"{key}: {lost_as}" for key in sorted(was - is_)]
         better += [f"{key}: newly {kind}" for key in sorted(is_ - set(before[kind]))]
     for line in better:

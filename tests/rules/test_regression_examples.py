@@ -10,6 +10,7 @@ from amplint.rules.amp101_overflow_constant import OverflowConstant
 from amplint.rules.amp102_underflow_epsilon import UnderflowEpsilon
 from amplint.rules.amp201_unaligned_dimension import UnalignedDimension
 from amplint.rules.amp301_softmax_in_half import SoftmaxInHalf
+from amplint.rules.amp302_reduction_in_half import ReductionInHalf
 from amplint.rules.amp401_uncovered_op import UncoveredOp
 
 EXAMPLES = {
@@ -729,6 +730,28 @@ EXAMPLES = {
                             return F.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)
                     """,
             ),
+            Invalid("""
+                import torch.nn.functional as F
+                from entmax import entmax15
+                from torch import nn
+
+                class Attention(nn.Module):
+                    def forward(self, dots, sparse):
+                        softmax = F.softmax if not sparse else entmax15
+                        return softmax(dots, dim=-1)
+                """,
+                line=8,
+                expected_fix="""
+                    import torch.nn.functional as F
+                    from entmax import entmax15
+                    from torch import nn
+
+                    class Attention(nn.Module):
+                        def forward(self, dots, sparse):
+                            softmax = F.softmax if not sparse else entmax15
+                            return softmax(dots.float(), dim=-1).to(dots.dtype)
+                    """,
+            ),
         ],
     ),
     UncoveredOp: (
@@ -846,6 +869,29 @@ EXAMPLES = {
                         return torch.ops.mylib.gelu_fast(y)
                 """,
                 line=5, count=2, message="compiled extension", expected_fix=None,
+            ),
+        ],
+    ),
+    ReductionInHalf: (
+        [],
+        [
+            Invalid("""
+                import torch
+                class LayerNorm(torch.nn.Module):
+                    def forward(self, x):
+                        d = x - x.mean(-1, keepdim=True, dtype=torch.float32).to(x.dtype)
+                        s = (d * d).mean(-1, keepdim=True, dtype=torch.float32)
+                        return d / torch.sqrt(s + 1e-5)
+                """,
+                line=5, count=1, severity="warning", message="255.9",
+                expected_fix="""
+                    import torch
+                    class LayerNorm(torch.nn.Module):
+                        def forward(self, x):
+                            d = x - x.mean(-1, keepdim=True, dtype=torch.float32).to(x.dtype)
+                            s = (d.float() * d).mean(-1, keepdim=True, dtype=torch.float32)
+                            return (d / torch.sqrt(s + 1e-5)).to(d.dtype)
+                    """,
             ),
         ],
     ),
