@@ -55,6 +55,11 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
     run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core)")
     _add_allow_option(run)
+    adopt = p.add_argument_group("adopting amplint on an existing codebase")
+    adopt.add_argument("--baseline", metavar="FILE", help="do not report findings recorded in this baseline file (written by check --write-baseline)")
+    if not fix:
+        adopt.add_argument("--write-baseline", metavar="FILE", help="record every current finding in FILE and exit 0 (errors still exit 2)")
+        adopt.add_argument("--add-noqa", action="store_true", help="append `# noqa: CODE` to the line of each finding (merging existing codes) and exit 0")
     if fix:
         p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
         p.add_argument("--diff", action="store_true", help="print a unified diff of the fixes and write nothing")
@@ -186,6 +191,15 @@ def _lint(args) -> int:
                 _warn_rules_not_loaded(resolver, allowed)
                 return EXIT_ERROR
 
+    baseline = None
+    if args.baseline:
+        from .baseline import Baseline, BaselineError
+
+        try:
+            baseline = Baseline(args.baseline)
+        except BaselineError as exc:
+            print(f"amplint: error: --baseline {exc}", file=sys.stderr)
+            return EXIT_ERROR
     fmt = args.format or "text"
     if args.statistics and fmt not in ("text", "concise", "json"):
         print(f"amplint: error: --statistics works with --format text, concise or json, not {fmt}", file=sys.stderr)
@@ -214,6 +228,17 @@ def _lint(args) -> int:
     finally:
         finish()
     _warn_rules_not_loaded(resolver, allowed)
+    if getattr(args, "write_baseline", None):
+        return _write_baseline(args.write_baseline, results)
+    if baseline is not None:
+        for r in results:
+            r.findings = baseline.filter(r.findings)
+        if not args.quiet:
+            stale = f"; {baseline.stale} of its entries matched nothing" if baseline.stale else ""
+            print(f"amplint: {baseline.matched} finding{'s' if baseline.matched != 1 else ''} "
+                  f"in the baseline {args.baseline} not shown{stale}", file=sys.stderr)
+    if getattr(args, "add_noqa", False):
+        return _add_noqa(results, resolver)
     out = sys.stdout
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
     if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
@@ -241,6 +266,43 @@ def _lint(args) -> int:
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _write_baseline(file: str, results) -> int:
+    from .baseline import write_baseline
+    from .engine import UNUSED_SUPPRESSION
+    from .reporters.common import render_errors
+
+    findings = [f for r in results for f in r.findings if f.code != UNUSED_SUPPRESSION]
+    try:
+        count = write_baseline(file, findings)
+    except OSError as exc:
+        print(f"amplint: error: --write-baseline {file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    render_errors(results, sys.stderr)
+    print(f"Wrote {count} finding{'s' if count != 1 else ''} to the baseline {file}.", file=sys.stderr)
+    return EXIT_ERROR if any(r.errors for r in results) else EXIT_CLEAN
+
+
+def _add_noqa(results, resolver: ConfigResolver) -> int:
+    from .files import SourceError
+    from .noqa import add_noqa
+    from .reporters.common import render_errors
+
+    added = lines = files = 0
+    for r in results:
+        if not r.findings:
+            continue
+        try:
+            codes, changed = add_noqa(r.path, r.findings, resolver.for_path(r.path))
+        except SourceError as exc:
+            r.errors.append(exc)
+            continue
+        added, lines, files = added + codes, lines + changed, files + bool(changed)
+    render_errors(results, sys.stderr)
+    print(f"Added {added} noqa code{'s' if added != 1 else ''} on {lines} line{'s' if lines != 1 else ''} "
+          f"in {files} file{'s' if files != 1 else ''}.", file=sys.stderr)
+    return EXIT_ERROR if any(r.errors for r in results) else EXIT_CLEAN
 
 
 def _needs_torch(feature: str, run) -> int:

@@ -18,7 +18,8 @@ from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
 from .registry import all_rules, select_rules
-from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
+from .baseline import assign_fingerprints
+from .rule import Applicability, Edit, Finding, Fix, Position, Related, Rule, Severity
 from .suppress import apply_suppressions
 
 MAX_FIX_ITERATIONS = 10
@@ -280,13 +281,39 @@ class RunOptions:
 
 
 def _finding_from_dict(d: dict) -> Finding:
+    """A finding as it comes back from a worker or the cache.  Its fix's edits are in
+    report coordinates from here on: 0-based *character* columns (``Finding.to_dict``
+    without ``char_col``), no longer byte offsets -- they are shown, not applied."""
     fix = None
     if d["fix"] is not None:
-        fix = Fix((), d["fix"]["applicability"], d["fix"]["description"])
+        edits = [Edit(Position(e["line"], e["column"] - 1), Position(e["end_line"], e["end_column"] - 1), e["content"])
+                 for e in d["fix"]["edits"]]
+        fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"])
     return Finding(
         d["path"], d["line"], d["column"], d["end_line"], d["end_column"], d["code"], d["rule"],
-        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]],
+        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]], d["fingerprint"],
     )
+
+
+def _char_columns(text: str) -> Callable[[int, int], int]:
+    """``(line, utf-8 byte column) -> character column`` for ``text``."""
+    if text.isascii():
+        return lambda line, col: col
+    lines = FileContext.split_lines(text)
+
+    def char_col(line: int, col: int) -> int:
+        source = lines[line - 1] if 0 < line <= len(lines) else ""
+        return len(source.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "replace"))
+
+    return char_col
+
+
+def _outgoing(findings: list[Finding], text: str) -> list[dict]:
+    """Findings of one file as they leave the worker: fingerprinted, fix edits in
+    character columns, no ast node."""
+    assign_fingerprints(findings, text)
+    char_col = _char_columns(text)
+    return [f.to_dict(char_col) for f in findings]
 
 
 @dataclasses.dataclass
@@ -354,9 +381,7 @@ def _check_task(args) -> dict:
     except SourceError as exc:
         entry["errors"].append(_error_dict(exc))
         return entry
-    for f in findings:
-        f.node = None  # ast nodes stay in the worker
-    entry["findings"] = [f.to_dict() for f in findings]
+    entry["findings"] = _outgoing(findings, source.text)
     entry["frames"] = _frames(findings, source.text)
     entry["errors"] = [_error_dict(e) for e in errors]
     return entry
@@ -392,9 +417,7 @@ def _fix_task(args) -> FileResult:
     except OSError as exc:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
         return result
-    for f in findings:
-        f.node = None  # ast nodes stay in the worker
-    result.findings = findings
+    result.findings = [_finding_from_dict(d) for d in _outgoing(findings, source.text)]
     result.frames = _frames(findings, source.text)
     return result
 
