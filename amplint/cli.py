@@ -50,6 +50,10 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
     run = p.add_argument_group("running")
     run.add_argument("--exclude", type=lambda v: [s for s in v.split(",") if s], metavar="GLOBS", help="comma-separated path globs to skip, added to the config's exclude")
+    run.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false",
+                     help="also lint files that .gitignore / .ignore files ignore (default: skip them when walking folders)")
+    run.add_argument("--force-exclude", action="store_true",
+                     help="apply exclude (and .gitignore) to paths named on the command line too (for pre-commit)")
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
@@ -219,6 +223,8 @@ def _lint(args) -> int:
         jobs=args.jobs,
         report_unused_suppressions=args.report_unused_suppressions,
         progress=progress,
+        respect_gitignore=args.respect_gitignore,
+        force_exclude=args.force_exclude,
     )
     try:
         results = run(paths, resolver, options)

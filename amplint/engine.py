@@ -278,6 +278,8 @@ class RunOptions:
     jobs: int = 0  # 0: one per core
     report_unused_suppressions: bool = False
     progress: Optional[Callable[[int, int], None]] = None  # (done, total)
+    respect_gitignore: bool = True  # skip what .gitignore / .ignore files ignore when walking folders
+    force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
 
 def _finding_from_dict(d: dict) -> Finding:
@@ -505,7 +507,8 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
         settings = settings_for(path)
         return settings is None or settings.is_excluded(path)
 
-    for path, error in discover(paths, excluded):
+    for path, error in discover(paths, excluded, respect_gitignore=options.respect_gitignore,
+                                force_exclude=options.force_exclude):
         if error is not None:
             results[path] = FileResult(path, errors=[error])
             continue

@@ -129,41 +129,71 @@ def _looks_like_python(path: str) -> bool:
     return first.startswith(b"#!") and b"python" in first
 
 
-def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[str, Optional[SourceError]]]:
+def _as_typed(path: str) -> str:
+    """``./src/model.py`` -> ``src/model.py``: paths are shown relative to the current
+    folder as given, without a ``./`` prefix."""
+    prefix = "." + os.sep
+    while path.startswith(prefix) or path.startswith("./"):
+        path = path[2:].lstrip("/" + os.sep) or "."
+    return path
+
+
+def discover(
+    paths: list[str],
+    is_excluded,
+    extra_exclude=(),
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+) -> Iterator[tuple[str, Optional[SourceError]]]:
     """Yield (file, None) for each file to lint and (path, error) for bad paths.
 
     Folders are walked without following symlinked folders (no loops), skipping
-    version-control, virtualenv, build and cache folders and the ``exclude`` patterns;
-    explicitly named files are linted whatever their suffix unless excluded.
+    version-control, virtualenv, build and cache folders, the ``exclude`` patterns and
+    (unless ``respect_gitignore`` is false) what ``.gitignore`` / ``.ignore`` files
+    ignore.  Explicitly named files are linted whatever their suffix; the exclusions
+    apply to them only with ``force_exclude`` (Ruff's ``--force-exclude``, for
+    pre-commit, which passes every changed file by name).
     """
+    from .ignorefiles import IgnoreFiles
+
+    ignore_files = IgnoreFiles() if respect_gitignore else None
     seen: set[str] = set()
     excluded_dirs = DEFAULT_EXCLUDE + tuple(extra_exclude)
     for given in paths:
+        given = _as_typed(given)
         if not os.path.lexists(given):
             yield given, SourceError(given, "no such file or directory")
             continue
         if os.path.isdir(given):
+            if force_exclude and (is_excluded(given) or (
+                    ignore_files is not None and ignore_files.ignored(given, True, os.path.dirname(os.path.abspath(given))))):
+                continue
+
+            def ignored(path: str, is_dir: bool) -> bool:
+                return ignore_files is not None and ignore_files.ignored(path, is_dir, given)
+
             for root, dirs, files in os.walk(given, followlinks=False):
                 dirs[:] = sorted(
                     d for d in dirs
                     if not any(_path_matches(d, p) for p in excluded_dirs)
-                    and not is_excluded(os.path.join(root, d))
+                    and not is_excluded(_as_typed(os.path.join(root, d)))
                     and not os.path.islink(os.path.join(root, d))
+                    and not ignored(os.path.join(root, d), True)
                 )
                 for name in sorted(files):
                     if not name.endswith(PY_SUFFIXES):
                         continue
-                    full = os.path.join(root, name)
+                    full = _as_typed(os.path.join(root, name))
                     if os.path.islink(full) and not os.path.exists(full):
                         # checked before is_excluded: resolving a symlink loop raises
                         try:
-                            excluded = is_excluded(full)
+                            excluded = is_excluded(full) or ignored(full, False)
                         except (OSError, RuntimeError):
                             excluded = False
                         if not excluded:
                             yield full, SourceError(full, "broken symbolic link (or a symlink loop)")
                         continue
-                    if is_excluded(full):
+                    if is_excluded(full) or ignored(full, False):
                         continue
                     key = os.path.realpath(full)
                     if key in seen:
@@ -174,7 +204,10 @@ def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[
             if os.path.islink(given) and not os.path.exists(given):
                 yield given, SourceError(given, "broken symbolic link (or a symlink loop)")
                 continue
-            if is_excluded(given) or not _looks_like_python(given):
+            if force_exclude and (is_excluded(given) or (
+                    ignore_files is not None and ignore_files.ignored(given, False, os.path.dirname(os.path.abspath(given))))):
+                continue
+            if not _looks_like_python(given):
                 continue
             key = os.path.realpath(given)
             if key not in seen:

@@ -131,3 +131,62 @@ def test_bad_baseline_is_one_line_exit_2(tmp_path, amplint):
     assert proc.returncode == 2 and proc.stderr.startswith("amplint: error: --baseline b.json: ") and proc.stdout == ""
     proc = amplint("check", "--baseline", "missing.json", "m.py", cwd=tmp_path)
     assert proc.returncode == 2 and "missing.json" in proc.stderr
+
+
+# --- discovery ----------------------------------------------------------------------
+
+APEX = "from apex import amp\n"
+
+
+def _linted(proc):
+    return sorted(line.split(":")[0] for line in proc.stdout.splitlines() if ": AMP" in line)
+
+
+def test_gitignore_and_ignore_files_are_respected_when_walking(tmp_path, amplint):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "info").mkdir()
+    (tmp_path / ".git" / "info" / "exclude").write_text("local_only.py\n")
+    (tmp_path / ".gitignore").write_text("# generated code\ngenerated/\n/top_only.py\n*_tmp.py\n!keep_tmp.py\n")
+    for name in ("train.py", "local_only.py", "top_only.py", "x_tmp.py", "keep_tmp.py"):
+        (tmp_path / name).write_text(APEX)
+    for folder in ("generated", "src", "src/sub"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "generated" / "model.py").write_text(APEX)
+    (tmp_path / "src" / "top_only.py").write_text(APEX)  # /top_only.py is anchored to the root
+    (tmp_path / "src" / ".gitignore").write_text("secret.py\nsub/\n")
+    (tmp_path / "src" / "secret.py").write_text(APEX)
+    (tmp_path / "src" / "sub" / "deep.py").write_text(APEX)
+    (tmp_path / "src" / ".ignore").write_text("!secret.py\n")  # .ignore wins over .gitignore in its folder
+    src = tmp_path / "src"
+    proc = amplint("check", "--no-cache", "--format", "concise", cwd=tmp_path)
+    assert _linted(proc) == ["keep_tmp.py", "src/secret.py", "src/top_only.py", "train.py"]
+    # from a subfolder: the root's .gitignore still applies, and paths are relative to the current folder
+    (src / "x_tmp.py").write_text(APEX)
+    proc = amplint("check", "--no-cache", "--format", "concise", ".", cwd=src)
+    assert _linted(proc) == ["secret.py", "top_only.py"]
+    everything = amplint("check", "--no-cache", "--format", "concise", "--no-respect-gitignore", cwd=tmp_path)
+    assert len(_linted(everything)) == 10
+    # a file named on the command line is linted, unless --force-exclude
+    assert _linted(amplint("check", "--no-cache", "--format", "concise", "x_tmp.py", cwd=tmp_path)) == ["x_tmp.py"]
+    assert amplint("check", "--no-cache", "--force-exclude", "x_tmp.py", "generated/model.py", cwd=tmp_path).returncode == 0
+
+
+def test_force_exclude_applies_exclude_to_named_files(tmp_path, amplint):
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\nexclude = ['vendor/*']\n")
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "vendor" / "old.py").write_text(APEX)
+    assert amplint("check", "--no-cache", cwd=tmp_path).returncode == 0
+    assert amplint("check", "--no-cache", "vendor/old.py", cwd=tmp_path).returncode == 1  # named: linted (Ruff's way)
+    assert amplint("check", "--no-cache", "--force-exclude", "vendor/old.py", cwd=tmp_path).returncode == 0
+    assert amplint("fix", "--no-cache", "--force-exclude", "vendor/old.py", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "vendor" / "old.py").read_text() == APEX
+
+
+def test_paths_are_printed_without_a_dot_slash_prefix(tmp_path, amplint):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.py").write_text(APEX)
+    for args in ((), (".",), ("./src",), ("./src/model.py",)):
+        proc = amplint("check", "--no-cache", "--format", "concise", *args, cwd=tmp_path)
+        assert proc.stdout.startswith("src/model.py:1:1: AMP501"), (args, proc.stdout)
+    proc = amplint("check", "--no-cache", "--format", "concise", "../src", cwd=tmp_path / "src")
+    assert proc.stdout.startswith("../src/model.py:1:1: AMP501")
