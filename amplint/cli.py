@@ -44,6 +44,7 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     tgt.add_argument("--fix-style", choices=FIX_STYLES, help="how softmax fixes are written: functional (dtype=torch.float32) or module (nn.Softmax in __init__)")
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")
+    out.add_argument("--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout (amplint's own errors still go to stderr)")
     out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
     out.add_argument("--report-unused-suppressions", action="store_true", help=f"report suppression comments that silence nothing (code AMP900)")
@@ -154,7 +155,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _lint(args) -> int:
     from .engine import RunOptions, run
     from .registry import RuleLoadError, all_rules, unknown_codes
-    from .reporters import REPORTERS
 
     if args.alignment is not None and (args.alignment <= 0 or args.alignment & (args.alignment - 1)):
         print(f"amplint: error: --alignment must be a positive power of two, not {args.alignment}", file=sys.stderr)
@@ -245,7 +245,28 @@ def _lint(args) -> int:
                   f"in the baseline {args.baseline} not shown{stale}", file=sys.stderr)
     if getattr(args, "add_noqa", False):
         return _add_noqa(results, resolver)
-    out = sys.stdout
+    if args.output_file:
+        try:
+            out = open(args.output_file, "w", encoding="utf-8")
+        except OSError as exc:
+            print(f"amplint: error: --output-file {args.output_file}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_ERROR
+        with out:
+            _report(args, fmt, options, results, out)
+    else:
+        _report(args, fmt, options, results, sys.stdout)
+    if any(r.errors for r in results):
+        return EXIT_ERROR
+    findings = any(r.findings for r in results)
+    changes = options.diff and any(r.diff for r in results)
+    if (findings or changes) and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _report(args, fmt: str, options, results, out) -> None:
+    from .reporters import REPORTERS
+
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
     if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
         from .reporters.common import diff_summary, render_errors
@@ -265,13 +286,6 @@ def _lint(args) -> int:
     else:
         REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
     out.flush()
-    if any(r.errors for r in results):
-        return EXIT_ERROR
-    findings = any(r.findings for r in results)
-    changes = options.diff and any(r.diff for r in results)
-    if (findings or changes) and not args.exit_zero:
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
 
 
 def _write_baseline(file: str, results) -> int:
