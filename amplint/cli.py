@@ -55,6 +55,9 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
                      help="also lint files that .gitignore / .ignore files ignore (default: skip them when walking folders)")
     run.add_argument("--force-exclude", action="store_true",
                      help="apply exclude (and .gitignore) to paths named on the command line too (for pre-commit)")
+    run.add_argument("--stdin-filename", metavar="NAME",
+                     help="read the source from stdin and report it as NAME (its config, per-file-ignores); "
+                          + ("write the fixed source to stdout, the findings left to stderr" if fix else "no PATH with it"))
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
@@ -174,6 +177,13 @@ def _lint(args) -> int:
     allowed = _local_rules_allowed(args)
     resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
     paths = args.paths or ["."]
+    stdin = None
+    if args.stdin_filename is not None:
+        if args.paths:
+            print("amplint: error: --stdin-filename reads the source from stdin: give no PATH", file=sys.stderr)
+            return EXIT_ERROR
+        paths = [args.stdin_filename]
+        stdin = sys.stdin.buffer.read()
     try:
         base = resolver.for_path(paths[0])
     except ConfigError as exc:
@@ -218,13 +228,14 @@ def _lint(args) -> int:
         fix=args.command == "fix" and not getattr(args, "diff", False),
         unsafe_fixes=getattr(args, "unsafe_fixes", False),
         diff=getattr(args, "diff", False),
-        use_cache=not args.no_cache,
+        use_cache=not args.no_cache and stdin is None,
         cache_dir=args.cache_dir,
         jobs=args.jobs,
         report_unused_suppressions=args.report_unused_suppressions,
         progress=progress,
         respect_gitignore=args.respect_gitignore,
         force_exclude=args.force_exclude,
+        stdin=stdin,
     )
     try:
         results = run(paths, resolver, options)
@@ -245,7 +256,14 @@ def _lint(args) -> int:
                   f"in the baseline {args.baseline} not shown{stale}", file=sys.stderr)
     if getattr(args, "add_noqa", False):
         return _add_noqa(results, resolver)
-    if args.output_file:
+    if stdin is not None and options.fix:
+        # an editor's "format with amplint": the fixed source (or the source unchanged) on
+        # stdout, the findings left on stderr
+        fixed = next((r.output for r in results if r.output is not None), stdin)
+        sys.stdout.buffer.write(fixed)
+        sys.stdout.flush()
+        _report(args, fmt, options, results, sys.stderr)
+    elif args.output_file:
         try:
             out = open(args.output_file, "w", encoding="utf-8")
         except OSError as exc:

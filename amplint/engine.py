@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
-from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
+from .files import SourceError, SourceFile, _as_typed, discover, read_regular, read_source, write_atomic
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
 from .registry import all_rules, select_rules
 from .baseline import assign_fingerprints
@@ -38,6 +38,8 @@ class FileResult:
     diff: str = ""
     #: first source line of each finding, for the text reporter's frames
     frames: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: ``fix`` of source read from stdin: the fixed bytes, for stdout (nothing is written)
+    output: Optional[bytes] = None
 
 
 class _Rules:
@@ -278,6 +280,9 @@ class RunOptions:
     jobs: int = 0  # 0: one per core
     report_unused_suppressions: bool = False
     progress: Optional[Callable[[int, int], None]] = None  # (done, total)
+    #: the source of the one path given, read from stdin (``--stdin-filename``); the
+    #: file, if there is one, is neither read nor written
+    stdin: Optional[bytes] = None
     respect_gitignore: bool = True  # skip what .gitignore / .ignore files ignore when walking folders
     force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
@@ -328,16 +333,22 @@ class WorkerState:
     rule_classes: dict[str, list[type[Rule]]] = dataclasses.field(default_factory=dict)
     #: settings fingerprint -> those rules instantiated, with their dispatch table
     rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
+    #: path -> the bytes to lint instead of the file's (``--stdin-filename``)
+    sources: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 # Set in each pool process by _init_worker (or in-process).
 _WORKER = WorkerState()
 
 
-def _init_worker(project_json: Optional[list]) -> None:
+def _init_worker(project_json: Optional[list], sources: Optional[dict] = None) -> None:
     global _WORKER
     project = ProjectIndex(FileSummary.from_json(s) for s in project_json) if project_json is not None else None
-    _WORKER = WorkerState(project)
+    _WORKER = WorkerState(project, sources=sources or {})
+
+
+def _read_source(path: str) -> SourceFile:
+    return read_source(path, _WORKER.sources.get(path))
 
 
 def _rules_for(settings: Settings) -> list[type[Rule]]:
@@ -370,7 +381,7 @@ def _check_task(args) -> dict:
     path, settings, unused = args
     entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
     try:
-        source = read_source(path)
+        source = _read_source(path)
         if not _worth_parsing(source.text, settings, unused):
             entry["summary"] = FileSummary(path).to_json()
             return entry  # cannot involve torch or any selected rule: not even parsed
@@ -393,7 +404,7 @@ def _fix_task(args) -> FileResult:
     path, settings, options = args
     result = FileResult(path)
     try:
-        source = read_source(path)
+        source = _read_source(path)
     except SourceError as exc:
         result.errors.append(exc)
         return result
@@ -407,10 +418,12 @@ def _fix_task(args) -> FileResult:
             result.changed = True
             if options.diff:
                 result.diff = _unified_diff(path, source.text, new_text)
-            else:
+            elif path not in _WORKER.sources:
                 write_atomic(path, source.encode(new_text))
             # the findings (written or, with --diff, that would be) left after the fixes
             source = SourceFile(path, new_text, source.encoding, b"")
+        if path in _WORKER.sources:
+            result.output = source.encode(new_text)
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:
@@ -441,7 +454,7 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
 def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     path, settings = args
     try:
-        source = read_source(path)
+        source = _read_source(path)
         if not any(m in source.text for m in _summary_markers(settings)):
             return path, FileSummary(path).to_json(), None
         tree = parse(path, source.text)
@@ -507,6 +520,13 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
         settings = settings_for(path)
         return settings is None or settings.is_excluded(path)
 
+    if options.stdin is not None:
+        path = _as_typed(paths[0])
+        settings = settings_for(path)
+        if settings is not None and not (options.force_exclude and settings.is_excluded(path)):
+            files.append((path, settings))
+            results.update((_run_fix if (options.fix or options.diff) else _run_check)(files, options, 1))
+        return [results[p] for p in sorted(results)]
     for path, error in discover(paths, excluded, respect_gitignore=options.respect_gitignore,
                                 force_exclude=options.force_exclude):
         if error is not None:
@@ -525,13 +545,14 @@ def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     """Fix mode: summaries of every file first (the project index), then fix each file
     against it.  No cache: fixing always starts from the bytes on disk."""
     summaries, out = [], {}
-    for path, summary, error in _map(_summarize_task, files, jobs, (None,), None):
+    sources = {files[0][0]: options.stdin} if options.stdin is not None else None
+    for path, summary, error in _map(_summarize_task, files, jobs, (None, sources), None):
         if summary is not None:
             summaries.append(summary)
         else:
             out[path] = FileResult(path, errors=[error])
     tasks = [(path, settings, options) for path, settings in files if path not in out]
-    for result in _map(_fix_task, tasks, jobs, (summaries,), options.progress):
+    for result in _map(_fix_task, tasks, jobs, (summaries, sources), options.progress):
         out[result.path] = result
     return out
 
@@ -544,7 +565,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     from .cache import Cache, entry_key, valid_entry
 
     cache = None
-    if options.use_cache:
+    sources = {files[0][0]: options.stdin} if options.stdin is not None else None
+    if options.use_cache and sources is None:
         cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
     unused = options.report_unused_suppressions
     settings_of = dict(files)
@@ -564,7 +586,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = hit
                 continue
         todo.append((path, settings, unused))
-    for entry in _map(_check_task, todo, jobs, (None,), options.progress):
+    for entry in _map(_check_task, todo, jobs, (None, sources), options.progress):
         entries[entry["path"]] = entry
         if cache is not None and not entry["errors"]:
             cache.put(keys[entry["path"]], entry)
@@ -583,7 +605,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
                     continue
             todo.append((path, settings_of[path], unused))
-        for entry in _map(_check_task, todo, jobs, (project_json,), None):
+        for entry in _map(_check_task, todo, jobs, (project_json, sources), None):
             entries[entry["path"]].update(findings=entry["findings"], frames=entry["frames"], errors=entry["errors"])
             if cache is not None and not entry["errors"]:
                 cache.put(keys[entry["path"]], entry)

@@ -43,9 +43,10 @@ class SourceFile:
         return text.encode(self.encoding)
 
 
-def read_source(path: str) -> SourceFile:
+def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
+    """The decoded source of ``path``, or of ``data`` (read from stdin) under that name."""
     try:
-        raw = read_regular(path)
+        raw = read_regular(path) if data is None else data
     except IsADirectoryError:
         raise SourceError(path, "is a directory") from None
     except PermissionError:

@@ -133,3 +133,41 @@ def test_json_fix_edits_are_character_ranges_that_apply(tmp_path, amplint):
         lines[e["line"] - 1] = text[: e["column"] - 1] + e["content"] + text[e["end_column"] - 1:]
     amplint("fix", "--no-cache", "--unsafe-fixes", "m.py", cwd=tmp_path)
     assert "\n".join(lines) == (tmp_path / "m.py").read_text(encoding="utf-8")
+
+
+# --- --stdin-filename ----------------------------------------------------------------
+
+def test_check_stdin_filename_reports_under_that_name_with_its_config(tmp_path, amplint):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "pyproject.toml").write_text("[tool.amplint]\nper-file-ignores = { 'quiet.py' = ['AMP101'] }\n")
+    on_disk = tmp_path / "pkg" / "model.py"
+    on_disk.write_text("x = 1\n")  # what is on disk is not what is linted
+    proc = amplint("check", "--no-cache", "--format", "concise", "--stdin-filename", "pkg/model.py", cwd=tmp_path, input=MASK)
+    assert proc.returncode == 1 and proc.stdout.startswith("pkg/model.py:5:")
+    proc = amplint("check", "--stdin-filename", "pkg/quiet.py", cwd=tmp_path, input=MASK)
+    assert proc.returncode == 0  # the config that governs that name applies
+    proc = amplint("check", "--stdin-filename", "new/unsaved.py", cwd=tmp_path, input="import torch\ndef f(:\n")
+    assert proc.returncode == 2 and proc.stderr.startswith("new/unsaved.py:2:") and "syntax error" in proc.stderr
+    proc = amplint("check", "--stdin-filename", "a.py", "b.py", cwd=tmp_path, input=MASK)
+    assert proc.returncode == 2 and "give no PATH" in proc.stderr
+
+
+def test_fix_stdin_filename_writes_the_fixed_source_to_stdout_and_nothing_to_disk(tmp_path, amplint):
+    apex = "from apex import amp  # keep this comment\r\n"
+    (tmp_path / "train.py").write_text("untouched\n")
+    proc = amplint("fix", "--stdin-filename", "train.py", cwd=tmp_path, input=apex)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "from amplint import amp  # keep this comment\n"  # (text mode reads \r\n as \n)
+    assert "Fixed 1 finding" in proc.stderr
+    assert (tmp_path / "train.py").read_text() == "untouched\n"
+    proc = amplint("fix", "--stdin-filename", "m.py", cwd=tmp_path, input=MASK)  # safe before a softmax
+    assert proc.returncode == 0 and proc.stdout == MASK.replace("-1e9", "torch.finfo(scores.dtype).min")
+    # findings left (an unsafe fix not applied) go to stderr; the source comes back unchanged
+    unaligned = "import torch.nn as nn\nlayer = nn.Linear(768, 1001)\n"
+    proc = amplint("fix", "--format", "concise", "--stdin-filename", "m.py", cwd=tmp_path, input=unaligned)
+    assert proc.returncode == 1 and proc.stdout == unaligned and "m.py:2:" in proc.stderr and "AMP201" in proc.stderr
+    broken = "import torch\ndef f(:\n"
+    proc = amplint("fix", "--stdin-filename", "m.py", cwd=tmp_path, input=broken)
+    assert proc.returncode == 2 and proc.stdout == broken and "syntax error" in proc.stderr
+    proc = amplint("fix", "--diff", "--stdin-filename", "t.py", cwd=tmp_path, input="from apex import amp\n")
+    assert proc.returncode == 1 and proc.stdout.startswith("--- t.py\n+++ t.py\n") and "+from amplint import amp" in proc.stdout
