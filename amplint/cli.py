@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
     explain.add_argument("code", metavar="CODE", help="rule code (AMP101) or name (overflow-constant)")
     _add_allow_option(explain)
+    server = sub.add_parser("server", help="run the language server (LSP over stdio) for editors",
+                            description='A language server over stdio: diagnostics, quick fixes, fix-all and hover. '
+                                        'Needs the lsp extra: pip install "amplint[lsp]".')
+    _add_allow_option(server)
     try:
         from .verify import cli as verify_cli
     except ImportError:
@@ -141,6 +145,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _rules(args)
         if args.command == "explain":
             return _explain(args)
+        if args.command == "server":
+            return _server(args)
         if args.command == "verify":
             from .verify import cli as verify_cli
 
@@ -341,6 +347,17 @@ def _add_noqa(results, resolver: ConfigResolver) -> int:
     print(f"Added {added} noqa code{'s' if added != 1 else ''} on {lines} line{'s' if lines != 1 else ''} "
           f"in {files} file{'s' if files != 1 else ''}.", file=sys.stderr)
     return EXIT_ERROR if any(r.errors for r in results) else EXIT_CLEAN
+
+
+def _server(args) -> int:
+    try:
+        from . import server
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("pygls", "lsprotocol") and not (exc.name or "").startswith(("pygls.", "lsprotocol.")):
+            raise
+        print('amplint server needs pygls: pip install "amplint[lsp]"', file=sys.stderr)
+        return EXIT_ERROR
+    return server.main(_local_rules_allowed(args))
 
 
 def _needs_torch(feature: str, run) -> int:
