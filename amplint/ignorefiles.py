@@ -44,7 +44,9 @@ class IgnoreFiles:
 
     def __init__(self):
         self._specs: dict[str, object] = {}  # folder -> GitIgnoreSpec or None
-        self._roots: dict[str, str] = {}  # folder -> where its ignore files start
+        #: walk root -> (where its ignore files start, the repository root or None)
+        self._roots: dict[str, tuple[str, Optional[str]]] = {}
+        self._chains: dict[str, list] = {}  # folder -> the specs that apply in it, deepest first
 
     def _spec(self, folder: str, repository: Optional[str]):
         if folder not in self._specs:
@@ -61,21 +63,27 @@ class IgnoreFiles:
             self._specs[folder] = spec
         return self._specs[folder]
 
+    def _chain(self, folder: str, top: str, repository: Optional[str]) -> list:
+        """The (folder, spec) pairs that apply to files in ``folder``, deepest first."""
+        chain = self._chains.get(folder)
+        if chain is None:
+            above = [] if folder == top or os.path.dirname(folder) == folder else self._chain(os.path.dirname(folder), top, repository)
+            spec = self._spec(folder, repository)
+            chain = self._chains[folder] = ([(folder, spec)] if spec is not None else []) + above
+        return chain
+
     def ignored(self, path: str, is_dir: bool, walk_root: str) -> bool:
         """Whether ``path`` (found while walking ``walk_root``) is ignored."""
         path = os.path.abspath(path)
-        top = self._roots.get(walk_root)
-        if top is None:
-            top = self._roots[walk_root] = repository_root(walk_root) or os.path.abspath(walk_root)
-        repository = top if os.path.exists(os.path.join(top, ".git")) else None
-        folder = os.path.dirname(path)
-        while True:  # deepest folder first: the first one with a matching pattern decides
-            spec = self._spec(folder, repository)
-            if spec is not None:
-                rel = os.path.relpath(path, folder).replace(os.sep, "/") + ("/" if is_dir else "")
-                decision = spec.check_file(rel).include
-                if decision is not None:
-                    return decision
-            if folder == top or os.path.dirname(folder) == folder:
-                return False
-            folder = os.path.dirname(folder)
+        found = self._roots.get(walk_root)
+        if found is None:
+            repository = repository_root(walk_root)
+            found = self._roots[walk_root] = (repository or os.path.abspath(walk_root), repository)
+        top, repository = found
+        for folder, spec in self._chain(os.path.dirname(path), top, repository):
+            # the deepest file with a matching pattern decides
+            rel = path[len(folder):].lstrip(os.sep).replace(os.sep, "/") + ("/" if is_dir else "")
+            decision = spec.check_file(rel).include
+            if decision is not None:
+                return decision
+        return False
