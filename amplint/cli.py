@@ -188,6 +188,10 @@ def _lint(args) -> int:
         if args.paths:
             print("amplint: error: --stdin-filename reads the source from stdin: give no PATH", file=sys.stderr)
             return EXIT_ERROR
+        for option in ("add_noqa", "write_baseline"):  # they edit or record files on disk
+            if getattr(args, option, None):
+                print(f"amplint: error: --{option.replace('_', '-')} works on files, not with --stdin-filename", file=sys.stderr)
+                return EXIT_ERROR
         paths = [args.stdin_filename]
         stdin = sys.stdin.buffer.read()
     try:

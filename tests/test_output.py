@@ -150,6 +150,8 @@ def test_check_stdin_filename_reports_under_that_name_with_its_config(tmp_path, 
     assert proc.returncode == 2 and proc.stderr.startswith("new/unsaved.py:2:") and "syntax error" in proc.stderr
     proc = amplint("check", "--stdin-filename", "a.py", "b.py", cwd=tmp_path, input=MASK)
     assert proc.returncode == 2 and "give no PATH" in proc.stderr
+    proc = amplint("check", "--add-noqa", "--stdin-filename", "pkg/model.py", cwd=tmp_path, input=MASK)
+    assert proc.returncode == 2 and "--add-noqa works on files" in proc.stderr and on_disk.read_text() == "x = 1\n"
 
 
 def test_fix_stdin_filename_writes_the_fixed_source_to_stdout_and_nothing_to_disk(tmp_path, amplint):
