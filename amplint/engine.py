@@ -17,11 +17,12 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
-from .files import (FileChangedError, SourceError, SourceFile, check_writable, discover, read_regular, read_source,
-                    write_atomic)
+from .files import (FileChangedError, SourceError, SourceFile, _as_typed, check_writable, discover, read_regular,
+                    read_source, write_atomic)
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
 from .registry import UNUSED_SUPPRESSION, all_rules, select_rules
-from .rule import Applicability, Finding, Fix, Related, Rule, Severity
+from .baseline import assign_fingerprints
+from .rule import Applicability, Edit, Finding, Fix, Position, Related, Rule, Severity
 from .suppress import apply_suppressions
 
 MAX_FIX_ITERATIONS = 10
@@ -41,6 +42,8 @@ class FileResult:
     diff: str = ""
     #: first source line of each finding, for the text reporter's frames
     frames: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: ``fix`` of source read from stdin: the fixed bytes, for stdout (nothing is written)
+    output: Optional[bytes] = None
 
 
 class _Rules:
@@ -289,16 +292,47 @@ class RunOptions:
     jobs: int = 0  # 0: one per core
     report_unused_suppressions: bool = False
     progress: Optional[Callable[[int, int], None]] = None  # (done, total)
+    #: the source of the one path given, read from stdin (``--stdin-filename``); the
+    #: file, if there is one, is neither read nor written
+    stdin: Optional[bytes] = None
+    respect_gitignore: bool = True  # skip what .gitignore / .ignore files ignore when walking folders
+    force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
 
 def _finding_from_dict(d: dict) -> Finding:
+    """A finding as it comes back from a worker or the cache.  Its fix's edits are in
+    report coordinates from here on: 0-based *character* columns (``Finding.to_dict``
+    without ``char_col``), no longer byte offsets -- they are shown, not applied."""
     fix = None
     if d["fix"] is not None:
-        fix = Fix((), d["fix"]["applicability"], d["fix"]["description"])
+        edits = [Edit(Position(e["line"], e["column"] - 1), Position(e["end_line"], e["end_column"] - 1), e["content"])
+                 for e in d["fix"]["edits"]]
+        fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"])
     return Finding(
         d["path"], d["line"], d["column"], d["end_line"], d["end_column"], d["code"], d["rule"],
-        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]],
+        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]], d["fingerprint"],
     )
+
+
+def _char_columns(text: str) -> Callable[[int, int], int]:
+    """``(line, utf-8 byte column) -> character column`` for ``text``."""
+    if text.isascii():
+        return lambda line, col: col
+    lines = FileContext.split_lines(text)
+
+    def char_col(line: int, col: int) -> int:
+        source = lines[line - 1] if 0 < line <= len(lines) else ""
+        return len(source.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "replace"))
+
+    return char_col
+
+
+def _outgoing(findings: list[Finding], text: str) -> list[dict]:
+    """Findings of one file as they leave the worker: fingerprinted, fix edits in
+    character columns, no ast node."""
+    assign_fingerprints(findings, text)
+    char_col = _char_columns(text)
+    return [f.to_dict(char_col) for f in findings]
 
 
 @dataclasses.dataclass
@@ -313,16 +347,22 @@ class WorkerState:
     rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
     #: the large file whose pieces this worker is linting: (path, identity, lines)
     large_file: Optional[tuple] = None
+    #: path -> the bytes to lint instead of the file's (``--stdin-filename``)
+    sources: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 # Set in each pool process by _init_worker (or in-process).
 _WORKER = WorkerState()
 
 
-def _init_worker(project_json: Optional[list]) -> None:
+def _init_worker(project_json: Optional[list], sources: Optional[dict] = None) -> None:
     global _WORKER
     project = ProjectIndex(FileSummary.from_json(s) for s in project_json) if project_json is not None else None
-    _WORKER = WorkerState(project)
+    _WORKER = WorkerState(project, sources=sources or {})
+
+
+def _read_source(path: str) -> SourceFile:
+    return read_source(path, _WORKER.sources.get(path))
 
 
 def _rules_for(settings: Settings) -> list[type[Rule]]:
@@ -355,7 +395,7 @@ def _check_task(args) -> dict:
     path, settings, unused = args
     entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
     try:
-        source = read_source(path)
+        source = _read_source(path)
         if not _worth_parsing(source.text, settings, unused):
             check_syntax(path, source.text)
             entry["summary"] = FileSummary(path).to_json()
@@ -374,9 +414,7 @@ def _check_task(args) -> dict:
     except SourceError as exc:
         entry["errors"].append(_error_dict(exc))
         return entry
-    for f in findings:
-        f.node = None  # ast nodes stay in the worker
-    entry["findings"] = [f.to_dict() for f in findings]
+    entry["findings"] = _outgoing(findings, source.text)
     entry["frames"] = _frames(findings, source.text)
     entry["errors"] = [_error_dict(e) for e in errors]
     return entry
@@ -497,8 +535,10 @@ def _lint_piece(path: str, lines: _Lines, first: int, end: int, preamble, settin
     project = given if given is not None else ProjectIndex()
     piece = lines.piece_source(first, end, preamble)
     found, ctx, errors = lint_text(path, piece, settings, _rules_for(settings), project, unused)
-    # as JSON right away: a Finding's node would keep the piece's whole tree alive
-    findings = [f.to_dict() for f in found if first <= f.line < end]
+    # as JSON right away: a Finding's node would keep the piece's whole tree alive; the
+    # piece keeps the file's line numbers, so fingerprints and columns are the file's
+    # (occurrence numbers are made file-wide by _join_pieces)
+    findings = _outgoing([f for f in found if first <= f.line < end], piece)
     out = {
         "findings": findings,
         "frames": {f["line"]: lines.line(f["line"]) for f in findings},
@@ -529,7 +569,18 @@ def _join_pieces(path: str, parts: Sequence[dict]) -> dict:
             summary["configs"].extend(part["summary"]["configs"])
             _merge_facts(summary["facts"], part["summary"]["facts"])
     entry["summary"] = summary
+    _renumber_fingerprints(entry["findings"])
     return entry
+
+
+def _renumber_fingerprints(findings: list[dict]) -> None:
+    """Pieces number repeated fingerprints (``digest:n``) each from 0; number them over
+    the whole file, in the order :func:`amplint.baseline.assign_fingerprints` uses."""
+    seen: dict[str, int] = {}
+    for f in sorted(findings, key=lambda f: (f["path"], f["line"], f["column"], f["code"])):
+        digest = f["fingerprint"].split(":")[0]
+        f["fingerprint"] = f"{digest}:{seen.get(digest, 0)}"
+        seen[digest] = seen.get(digest, 0) + 1
 
 
 def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool, given: Optional[ProjectIndex]) -> Optional[dict]:
@@ -664,8 +715,8 @@ def _fix_task(args) -> FileResult:
     path, settings, options = args
     result = FileResult(path)
     try:
-        source = read_source(path)
-        if not options.diff:
+        source = _read_source(path)
+        if not options.diff and path not in _WORKER.sources:
             check_writable(source)
     except SourceError as exc:
         result.errors.append(exc)
@@ -680,10 +731,12 @@ def _fix_task(args) -> FileResult:
             result.changed = True
             if options.diff:
                 result.diff = _unified_diff(path, source.text, new_text)
-            else:
+            elif path not in _WORKER.sources:
                 write_atomic(path, source.encode(new_text), expected=source)
             # the findings (written or, with --diff, that would be) left after the fixes
             source = SourceFile(path, new_text, source.encoding, b"")
+        if path in _WORKER.sources:
+            result.output = source.encode(new_text)
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:
@@ -696,9 +749,7 @@ def _fix_task(args) -> FileResult:
     except OSError as exc:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
         return result
-    for f in findings:
-        f.node = None  # ast nodes stay in the worker
-    result.findings = findings
+    result.findings = [_finding_from_dict(d) for d in _outgoing(findings, source.text)]
     result.frames = _frames(findings, source.text)
     return result
 
@@ -720,7 +771,7 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
 def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     path, settings = args
     try:
-        source = read_source(path)
+        source = _read_source(path)
         if not any(m in source.text for m in _summary_markers(settings)) and not defines_constants(source.text):
             check_syntax(path, source.text)
             return path, FileSummary(path).to_json(), None
@@ -786,7 +837,15 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
         settings = settings_for(path)
         return settings is None or settings.is_excluded(path)
 
-    for path, error in discover(paths, excluded):
+    if options.stdin is not None:
+        path = _as_typed(paths[0])
+        settings = settings_for(path)
+        if settings is not None and not (options.force_exclude and settings.is_excluded(path)):
+            files.append((path, settings))
+            results.update((_run_fix if (options.fix or options.diff) else _run_check)(files, options, 1))
+        return [results[p] for p in sorted(results)]
+    for path, error in discover(paths, excluded, respect_gitignore=options.respect_gitignore,
+                                force_exclude=options.force_exclude):
         if error is not None:
             result = results.setdefault(path, FileResult(path))
             (result.warnings if error.severity == "warning" else result.errors).append(error)
@@ -812,13 +871,14 @@ def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     """Fix mode: summaries of every file first (the project index), then fix each file
     against it.  No cache: fixing always starts from the bytes on disk."""
     summaries, out = [], {}
-    for path, summary, error in _map(_summarize_task, files, jobs, (None,), None):
+    sources = {files[0][0]: options.stdin} if options.stdin is not None else None
+    for path, summary, error in _map(_summarize_task, files, jobs, (None, sources), None):
         if summary is not None:
             summaries.append(summary)
         else:
             out[path] = FileResult(path, errors=[error])
     tasks = [(path, settings, options) for path, settings in files if path not in out]
-    for result in _map(_fix_task, tasks, jobs, (summaries,), options.progress):
+    for result in _map(_fix_task, tasks, jobs, (summaries, sources), options.progress):
         out[result.path] = result
     return out
 
@@ -831,7 +891,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     from .cache import Cache, entry_key, valid_entry
 
     cache = None
-    if options.use_cache:
+    sources = {files[0][0]: options.stdin} if options.stdin is not None else None
+    if options.use_cache and sources is None:
         cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
     unused = options.report_unused_suppressions
     settings_of = dict(files)
@@ -851,7 +912,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = hit
                 continue
         todo.append((path, settings, unused))
-    large = [(path, settings) for path, settings, _ in todo if _size(path) > LARGE_FILE]
+    large = [(path, settings) for path, settings, _ in todo if sources is None and _size(path) > LARGE_FILE]
     if large:
         done, whole = _check_large_files(large, unused, options.jobs, options.progress)
         skip = {path for path, _ in large} - {path for path, _ in whole}
@@ -859,7 +920,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         first_pass = list(done.values())
     else:
         first_pass = []
-    for entry in first_pass + _map(_check_task, todo, jobs, (None,), options.progress):
+    for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress):
         entries[entry["path"]] = entry
         if cache is not None and not entry["errors"]:
             cache.put(keys[entry["path"]], entry)
@@ -878,7 +939,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
                     continue
             todo.append((path, settings_of[path], unused))
-        for entry in _map(_check_task, todo, jobs, (project_json,), None):
+        for entry in _map(_check_task, todo, jobs, (project_json, sources), None):
             entries[entry["path"]].update(findings=entry["findings"], frames=entry["frames"], errors=entry["errors"])
             if cache is not None and not entry["errors"]:
                 cache.put(keys[entry["path"]], entry)

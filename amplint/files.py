@@ -103,9 +103,10 @@ def keeps_bytes(encoding: str, text: str, data: bytes) -> bool:
     return b"".join(map(alone.__getitem__, text)) == data
 
 
-def read_source(path: str) -> SourceFile:
+def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
+    """The decoded source of ``path``, or of ``data`` (read from stdin) under that name."""
     try:
-        raw, st = read_regular(path, with_stat=True)
+        raw, st = read_regular(path, with_stat=True) if data is None else (data, None)
     except IsADirectoryError:
         raise SourceError(path, "is a directory") from None
     except PermissionError:
@@ -136,6 +137,8 @@ def read_source(path: str) -> SourceFile:
     if encoding == "utf-8" and raw.startswith(codecs.BOM_UTF8):
         encoding = "utf-8-sig"
         text = text.lstrip("\ufeff")
+    if st is None:  # from stdin: there is no file to compare with or to write
+        return SourceFile(path, text, encoding, raw)
     return SourceFile(path, text, encoding, raw, FileIdentity.of(st, raw), (st.st_uid, st.st_gid))
 
 
@@ -281,45 +284,79 @@ def _lstat_error(path: str) -> Optional[SourceError]:
     return None
 
 
-def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[str, Optional[SourceError]]]:
+def _as_typed(path: str) -> str:
+    """``./src/model.py`` -> ``src/model.py``: paths are shown relative to the current
+    folder as given, without a ``./`` prefix."""
+    prefix = "." + os.sep
+    while path.startswith(prefix) or path.startswith("./"):
+        path = path[2:].lstrip("/" + os.sep) or "."
+    return path
+
+
+def discover(
+    paths: list[str],
+    is_excluded,
+    extra_exclude=(),
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+) -> Iterator[tuple[str, Optional[SourceError]]]:
     """Yield (file, None) for each file to lint and (path, error) for bad paths.
 
     Folders are walked without following symlinked folders (no loops), skipping
-    version-control, virtualenv, build and cache folders and the ``exclude`` patterns;
-    a folder that cannot be listed is an error.  Explicitly named files are linted when
-    they look like Python (suffix or shebang); any other named file gets a warning.
+    version-control, virtualenv, build and cache folders, the ``exclude`` patterns and
+    (unless ``respect_gitignore`` is false) what ``.gitignore`` / ``.ignore`` files
+    ignore; a folder that cannot be listed is an error.  Explicitly named files are
+    linted when they look like Python (suffix or shebang), any other named file gets a
+    warning; the exclusions apply to named paths only with ``force_exclude`` (Ruff's
+    ``--force-exclude``, for pre-commit, which passes every changed file by name).
     """
+    from .ignorefiles import IgnoreFiles
+
+    ignore_files = IgnoreFiles() if respect_gitignore else None
     seen: set[str] = set()
     excluded_dirs = DEFAULT_EXCLUDE + tuple(extra_exclude)
+
+    def force_excluded(path: str, is_dir: bool) -> bool:
+        return force_exclude and (is_excluded(path) or (
+            ignore_files is not None and ignore_files.ignored(path, is_dir, os.path.dirname(os.path.abspath(path)))))
+
     for given in paths:
+        given = _as_typed(given)
         error = _lstat_error(given)
         if error is not None:
             yield given, error
             continue
         if os.path.isdir(given):
+            if force_excluded(given, True):
+                continue
+
+            def ignored(path: str, is_dir: bool) -> bool:
+                return ignore_files is not None and ignore_files.ignored(path, is_dir, given)
+
             unlisted: list[OSError] = []
             for root, dirs, files in os.walk(given, followlinks=False, onerror=unlisted.append):
                 yield from _folder_errors(unlisted)
                 dirs[:] = sorted(
                     d for d in dirs
                     if not any(_path_matches(d, p) for p in excluded_dirs)
-                    and not is_excluded(os.path.join(root, d))
+                    and not is_excluded(_as_typed(os.path.join(root, d)))
                     and not os.path.islink(os.path.join(root, d))
+                    and not ignored(os.path.join(root, d), True)
                 )
                 for name in sorted(files):
                     if not name.endswith(PY_SUFFIXES):
                         continue
-                    full = os.path.join(root, name)
+                    full = _as_typed(os.path.join(root, name))
                     if os.path.islink(full) and not os.path.exists(full):
                         # checked before is_excluded: resolving a symlink loop raises
                         try:
-                            excluded = is_excluded(full)
+                            excluded = is_excluded(full) or ignored(full, False)
                         except (OSError, RuntimeError):
                             excluded = False
                         if not excluded:
                             yield full, SourceError(full, "broken symbolic link (or a symlink loop)")
                         continue
-                    if is_excluded(full):
+                    if is_excluded(full) or ignored(full, False):
                         continue
                     key = os.path.realpath(full)
                     if key in seen:
@@ -331,7 +368,7 @@ def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[
             if os.path.islink(given) and not os.path.exists(given):
                 yield given, SourceError(given, "broken symbolic link (or a symlink loop)")
                 continue
-            if is_excluded(given):
+            if force_excluded(given, False):
                 continue
             if not _looks_like_python(given):
                 yield given, SourceError(given, "not linted: not a Python file (no .py/.pyi suffix or python shebang)",
@@ -347,6 +384,6 @@ def _folder_errors(unlisted: list) -> Iterator[tuple[str, SourceError]]:
     """The folders ``os.walk`` could not list, as errors (and empty the list)."""
     while unlisted:
         exc = unlisted.pop(0)
-        where = exc.filename or "."
+        where = _as_typed(exc.filename or ".")
         reason = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
         yield where, SourceError(where, f"cannot list folder: {reason}; nothing under it was linted")

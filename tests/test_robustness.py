@@ -655,9 +655,11 @@ def test_unsearchable_folder_is_one_line_and_the_rest_is_linted(tmp_path):
         os.chmod(tmp_path / "deep/er/locked2", 0o755)
     assert "Traceback" not in proc.stderr + named.stderr, proc.stderr + named.stderr
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "./locked:1:1: error: cannot list folder: permission denied" in proc.stderr
-    assert "./deep/er/locked2:1:1: error: cannot list folder: permission denied" in proc.stderr
-    assert "./good.py:7:" in proc.stdout
+    # paths as typed, without a ./ prefix (Ruff's convention)
+    assert "\nlocked:1:1: error: cannot list folder: permission denied" in "\n" + proc.stderr
+    assert "./locked" not in proc.stderr
+    assert "deep/er/locked2:1:1: error: cannot list folder: permission denied" in proc.stderr
+    assert "good.py:7:" in proc.stdout and "./good.py" not in proc.stdout
     assert named.returncode == 2
     assert "locked/m.py:1:1: error: permission denied" in named.stderr and "good.py:7:" in named.stdout
 

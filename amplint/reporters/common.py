@@ -2,6 +2,9 @@
 table and the summary line."""
 from __future__ import annotations
 
+import hashlib
+import os
+
 from ..rule import Applicability
 
 #: characters a terminal would act on (escape sequences, carriage returns, newlines that
@@ -98,3 +101,22 @@ def diff_summary(results) -> str:
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked)")
     return "; ".join(parts) + "."
+
+
+def location_fingerprint(finding, base: str) -> str:
+    """A finding's identity across commits for code-quality services: its path relative
+    to ``base``, its code and its fingerprint (which survives line shifts)."""
+    try:
+        rel = os.path.relpath(os.path.abspath(finding.path), base).replace(os.sep, "/")
+    except ValueError:
+        rel = os.path.abspath(finding.path)
+    return hashlib.sha256(f"{rel}\0{finding.code}\0{finding.fingerprint}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def source_root() -> str:
+    """What locations are relative to in SARIF and GitLab reports: the git work tree
+    the run starts in, else the current folder."""
+    from ..ignorefiles import repository_root
+
+    cwd = os.getcwd()
+    return repository_root(cwd) or cwd
