@@ -21,6 +21,8 @@ IGNORE_FILES = (".gitignore", ".ignore")  # later wins
 
 
 def repository_root(folder: str) -> Optional[str]:
+    """The nearest folder at or above ``folder`` holding a ``.git`` (None: not in a
+    repository).  ``folder`` is taken as given (made absolute, links not resolved)."""
     folder = os.path.abspath(folder)
     while True:
         if os.path.exists(os.path.join(folder, ".git")):

@@ -27,15 +27,10 @@ def within(path: str, folder: str) -> bool:
 def repository_root(start: Optional[str] = None) -> str:
     """The git work tree containing ``start`` (default: the current folder), else
     ``start`` itself: configs above it are not the project's."""
+    from .ignorefiles import repository_root as git_work_tree
+
     start = os.path.realpath(start or os.getcwd())
-    folder = start
-    while True:
-        if os.path.exists(os.path.join(folder, ".git")):
-            return folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return start
-        folder = parent
+    return git_work_tree(start) or start
 
 
 @functools.lru_cache(maxsize=1)
