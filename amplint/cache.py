@@ -200,6 +200,8 @@ def _query_ok(q) -> bool:
         return False
     if q[0] == "config":
         return len(q) == 3 and isinstance(q[1], str) and (q[2] is None or isinstance(q[2], str))
+    if q[0] == "named":  # ("named", code, name): one named fact of other files (ProjectIndex.named)
+        return len(q) == 3 and isinstance(q[1], str) and isinstance(q[2], str)
     return q[0] == "facts" and len(q) == 2 and isinstance(q[1], str)
 
 

@@ -195,6 +195,22 @@ def test_cache_key_covers_the_path_relative_to_the_config(cached, amplint):
     assert run(amplint, "check", "a.py", cwd=project / "src", env=env).returncode == 1
 
 
+def test_every_entry_the_engine_writes_is_valid_when_read_back(cached, amplint):
+    """A warm run must hit: an entry whose cross-file questions include a named fact
+    (a module constant of another file) was once rejected as malformed on every read."""
+    from amplint.cache import valid_entry
+
+    project, env = cached
+    (project / "src" / "consts.py").write_text("NEG_INF = -1e9\n")
+    (project / "src" / "model.py").write_text(
+        "import torch\nfrom consts import NEG_INF\n\n\nclass M(torch.nn.Module):\n"
+        "    def forward(self, s, m):\n        return s.masked_fill(m, NEG_INF).softmax(-1)\n")
+    assert run(amplint, "check", ".", cwd=project / "src", env=env).returncode == 1
+    entries = [_stored(f)[1] for f in _entries(project)]
+    assert any(q[0] == "named" for e in entries for q in e["queries"]), "the model's entry asks a named fact"
+    assert all(valid_entry(e, e["path"]) for e in entries)
+
+
 def test_a_crafted_cache_entry_cannot_hide_findings(cached, tmp_path, amplint):
     import json
 
