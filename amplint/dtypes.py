@@ -303,6 +303,19 @@ _DEVICES = {"cuda": ("cuda",), "cpu": ("cpu",), "any": ("cuda", "cpu")}
 _IN_PROGRESS = object()
 
 
+def _cached(table: dict, key, compute) -> "DtypeClass":
+    """``table[key]``, computing it once with ``compute()``; a key asked again while it is
+    being computed (a cycle: ``x = f(x)`` in a loop, mutually recursive helpers) is UNKNOWN."""
+    found = table.get(key)
+    if found is _IN_PROGRESS:
+        return DtypeClass.UNKNOWN
+    if found is not None:
+        return found
+    table[key] = _IN_PROGRESS
+    result = table[key] = compute()
+    return result
+
+
 def join(a: DtypeClass, b: DtypeClass) -> DtypeClass:
     """The class of a value that is one of ``a`` / ``b`` (two branches)."""
     if a is b:
@@ -371,19 +384,13 @@ class DtypeFlow:
     def of(self, node: Optional[ast.AST]) -> DtypeClass:
         if node is None:
             return DtypeClass.UNKNOWN
-        key = id(node)
-        found = self._memo.get(key)
-        if found is _IN_PROGRESS:
-            return DtypeClass.UNKNOWN  # a cycle (x = f(x) in a loop)
-        if found is not None:
-            return found
-        self._memo[key] = _IN_PROGRESS
+        return _cached(self._memo, id(node), lambda: self._expr_or_unknown(node))
+
+    def _expr_or_unknown(self, node: ast.AST) -> DtypeClass:
         try:
-            result = self._expr(node)
+            return self._expr(node)
         except RecursionError:
-            result = DtypeClass.UNKNOWN
-        self._memo[key] = result
-        return result
+            return DtypeClass.UNKNOWN
 
     def literal(self, expr: Optional[ast.AST]) -> Optional[DtypeClass]:
         """``torch.float32`` -> FP32; ``x.dtype`` -> the class of ``x``; None otherwise."""
@@ -538,16 +545,7 @@ class DtypeFlow:
         return DtypeClass.UNKNOWN
 
     def _parameter(self, func: ast.AST, name: str) -> DtypeClass:
-        key = (id(func), name)
-        found = self._params.get(key)
-        if found is _IN_PROGRESS:
-            return DtypeClass.UNKNOWN
-        if found is not None:
-            return found
-        self._params[key] = _IN_PROGRESS
-        result = self._parameter_class(func, name)
-        self._params[key] = result
-        return result
+        return _cached(self._params, (id(func), name), lambda: self._parameter_class(func, name))
 
     def _parameter_class(self, func, name: str) -> DtypeClass:
         ctx = self.ctx
@@ -624,16 +622,7 @@ class DtypeFlow:
         return DtypeClass.UNKNOWN
 
     def _self_attribute(self, cls: ast.ClassDef, attr: str) -> DtypeClass:
-        key = (id(cls), attr)
-        found = self._attrs.get(key)
-        if found is _IN_PROGRESS:
-            return DtypeClass.UNKNOWN
-        if found is not None:
-            return found
-        self._attrs[key] = _IN_PROGRESS
-        result = self._self_attribute_class(cls, attr)
-        self._attrs[key] = result
-        return result
+        return _cached(self._attrs, (id(cls), attr), lambda: self._self_attribute_class(cls, attr))
 
     def _self_attribute_class(self, cls: ast.ClassDef, attr: str) -> DtypeClass:
         """``self.attr`` from its assignments in the class: a parameter or a floating
@@ -796,13 +785,10 @@ class DtypeFlow:
         return self.callees(func, depth)
 
     def _returned(self, func: ast.AST) -> DtypeClass:
-        key = id(func)
-        found = self._returns.get(key)
-        if found is _IN_PROGRESS:
-            return DtypeClass.UNKNOWN
-        if found is not None:
-            return found
-        self._returns[key] = _IN_PROGRESS
+        return _cached(self._returns, id(func), lambda: self._returned_class(func))
+
+    def _returned_class(self, func: ast.AST) -> DtypeClass:
+        """The join of the classes of ``func``'s return values (nested defs left out)."""
         result: Optional[DtypeClass] = None
         stack = list(func.body)
         while stack:
@@ -818,9 +804,7 @@ class DtypeFlow:
                 block = getattr(stmt, field, None)
                 if block:
                     stack.extend(block)
-        result = result or DtypeClass.UNKNOWN
-        self._returns[key] = result
-        return result
+        return result or DtypeClass.UNKNOWN
 
     def _method(self, node: ast.Call, attr: str, receiver: ast.AST, explicit) -> DtypeClass:
         if attr in _CAST_METHODS and not node.args and not node.keywords:
