@@ -10,7 +10,9 @@ every torch call), and only of the finding's kind:
                  inputs were finite and whose output has inf/NaN the fp32 run has not -- lies
                  in it.  Calls that only propagate inf/NaN made elsewhere never count;
 * ``underflow``  values that are non-zero in fp32 are zero here (at least 1 % of them);
-* ``divergence`` the call's result differs from fp32 by more than the tolerance;
+* ``divergence`` the call's result differs from fp32 by more than the tolerance (neither
+                 counts for a call that got an inf/NaN input: ``x / (std + eps)`` is 0 when
+                 ``std`` overflowed, whatever the epsilon);
 * ``fp32 path``  (AMP4xx: op coverage) the call ran in fp32 at a level that should run it in half;
 * ``slow path``  (AMP201: alignment) a layer built on those lines ran a half GEMM with a
                  dimension that is not a multiple of 8.
@@ -18,7 +20,10 @@ every torch call), and only of the finding's kind:
 A finding whose span is itself the hazardous call (a softmax or reduction in half, a
 hand-written softmax, an uncovered op) is confirmed only by that op: the ``/`` that divides
 by a vanished epsilon on the same line is not the ``.pow()`` finding's overflow.  Findings on
-a literal (an overflowing constant, an epsilon) are confirmed by the calls that contain it.
+a literal (an overflowing constant, an epsilon) are confirmed by the calls that contain it
+(an origin or a crash), or by the underflow or divergence of the innermost of them, the call
+the literal is an operand of: ``(x - mean) / (std + eps) * g`` -- the ``+``, whose zeros or
+errors are the epsilon's, not the ``*`` that carries a division by an overflowed ``std`` on.
 """
 from __future__ import annotations
 
@@ -102,10 +107,15 @@ def evidence(finding: dict, level: str, run: dict, tolerance: float, columns: bo
                     "detail": f"first inf/NaN made by {origin['op']}{expr} at line {origin['line']} (inputs finite)"
                     if origin.get("inputs_finite") else f"first new inf/NaN in {origin['op']}{expr} at line {origin['line']}"})
     traced = bool(run.get("sites")) or origin is not None
-    for site in run.get("sites", ()):
-        if not overlaps(site, span, columns) or not _own_op(site["op"], named):
-            continue
+    sites = [s for s in run.get("sites", ()) if overlaps(s, span, columns) and _own_op(s["op"], named)]
+    if named is None and not code.startswith("AMP4"):
+        sites = _innermost(sites)
+    for site in sites:
         where = f"{site['op']} at line {site['line']}"
+        if site.get("inputs_nonfinite") and not code.startswith("AMP4"):
+            # an inf/NaN input (made elsewhere, e.g. a variance that overflowed): x / inf is 0
+            # whatever the epsilon beside it, so these zeros and errors are not this finding's
+            continue
         if site["underflow"] is not None and site["underflow"] >= UNDERFLOW_FRACTION:
             out.append({"level": level, "kind": "underflow", "detail": f"{where}: {site['underflow']:.1%} of values are 0 here but not in fp32", "line": site["line"]})
         if site["rel_err"] is not None and site["rel_err"] > tolerance and not site["new_nonfinite"]:
@@ -133,6 +143,23 @@ def evidence(finding: dict, level: str, run: dict, tolerance: float, columns: bo
             if mod["name"] == first and src and src["file"] == path and src["line"] <= start <= (src.get("end_line") or src["line"]):
                 out.append({"level": level, "kind": "inf/NaN", "detail": f"first inf/NaN in module {first} ({mod['class']})", "line": start})
     return _dedupe(out)
+
+
+def _innermost(sites: list[dict]) -> list[dict]:
+    """The calls a literal is a direct operand of: of the calls containing it, those that
+    contain no other.  ``(x - mean) / (std + eps) * g``: the ``+``, not the ``/`` or the
+    ``*`` that only carry its result on (and whatever else went wrong on the line)."""
+    def bounds(s):
+        if s.get("column") is None or s.get("end_column") is None:
+            return None
+        return (s["line"], s["column"]), (s.get("end_line") or s["line"], s["end_column"])
+
+    spans = [bounds(s) for s in sites]
+    out = []
+    for s, b in zip(sites, spans):
+        if b is None or not any(o is not None and o != b and b[0] <= o[0] and o[1] <= b[1] for o in spans):
+            out.append(s)
+    return out
 
 
 def _dedupe(items: list[dict]) -> list[dict]:
@@ -195,13 +222,24 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
         if err is not None and err > tolerance and not (site or module or origin):
             out.append({"level": level, "kind": "divergence", "file": None, "line": None,
                         "detail": f"model output differs from fp32 by {_num(err)} (tolerance {tolerance:g})"})
+        made = _origin_order(run) if origin and origin.get("inputs_finite") else None
         for mod in run.get("modules", ()):
             uf = mod["forward"]["underflow"]
+            if made is not None and tuple(mod["forward"].get("first_order") or (0, 0)) > made:
+                continue  # zeros after the first inf/NaN: x / inf, carried on from the origin
             if uf is not None and uf >= UNDERFLOW_FRACTION and mod["forward"]["underflow_count"] > 0:
                 out.append({"level": level, "kind": "underflow", "file": _module_file(run, mod["name"]), "line": _module_line(run, mod["name"]),
                             "module": mod["name"], "detail": f"{uf:.1%} of {mod['name']}'s outputs are 0 here but not in fp32"})
                 break
     return out
+
+
+def _origin_order(run: dict) -> Optional[tuple]:
+    """(step, call order) of the call that made the level's first inf/NaN (step 0's trace)."""
+    origin = run["origin"]
+    orders = [s["order"] for s in run.get("sites", ()) if s.get("order") is not None
+              and (s["file"], s["line"], s["op"]) == (origin["file"], origin["line"], origin["op"])]
+    return (0, min(orders)) if orders else None
 
 
 def _expr(site: dict) -> str:

@@ -391,6 +391,7 @@ class Census(TorchFunctionMode):
         self.calls: list[tuple] = []  # (site, output keys, inputs-finite flag tensor)
         self._kinds: dict = {}
         self._positions: dict = {}
+        self.tainted: set = set()  # sites with a call whose inputs had inf/NaN (set by origin())
 
     def _kind(self, code) -> int:
         kind = self._kinds.get(code)
@@ -476,6 +477,8 @@ class Census(TorchFunctionMode):
         present = [f for f in flags if f is not None]
         values = iter(torch.stack(present).tolist()) if present else iter(())
         finite = [True if f is None else bool(next(values)) for f in flags]
+        # sites that got an inf/NaN input: their zeros and errors may be inherited, not made there
+        self.tainted = {site for (site, _, _), ok in zip(self.calls, finite) if not ok}
         first = None
         for (site, keys, _), ok in zip(self.calls, finite):
             new = any(bad.get(k, 0) > (ref_nonfinite.get(k, 0) if ref_nonfinite is not None else 0) for k in keys)
@@ -852,12 +855,12 @@ class LevelRunner:
             out["loss_rel_err"] = max(errs) if errs else None
         out["executed"] = lines.by_file() if lines else None
         out["modules"] = self._module_report(modules, sites)
-        out["sites"] = self._site_report(census)
         if census is not None:
             try:
                 out["origin"] = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
             except Exception:  # a device error while reading the flags: no origin rather than no report
                 out["origin"] = None
+        out["sites"] = self._site_report(census)
         first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
         if first:
             out["first_nonfinite_module"] = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
@@ -909,6 +912,7 @@ class LevelRunner:
             built = sites.get(mod)
             f, g = fwd.to_dict(), grd.to_dict()
             f["first_new_nonfinite"] = fwd.first_new_nonfinite
+            f["first_order"] = list(fwd.first_order) if fwd.first_order else None
             g["first_new_nonfinite"] = grd.first_new_nonfinite
             weight = getattr(mod, "weight", None)
             if not isinstance(weight, torch.Tensor):
@@ -929,6 +933,7 @@ class LevelRunner:
         for (file, line, op, col, end_line, end_col), agg in census.sites.items():
             d = agg.to_dict()
             d.update({"file": file, "line": line, "op": op, "first_new_nonfinite": agg.first_new_nonfinite,
+                      "inputs_nonfinite": (file, line, op, col, end_line, end_col) in census.tainted,
                       "order": agg.first_order[1] if agg.first_order else None, "end_line": end_line or line,
                       "column": _char_column(file, line, col) if col is not None else None,
                       "end_column": _char_column(file, end_line, end_col) if col is not None else None})
