@@ -1,0 +1,402 @@
+"""Ground truth for the real-model suite, from plain PyTorch runs (no amplint code runs here).
+
+For every model of ``bench/verify_real/expected.json`` the harness factory builds the
+unmodified upstream model (pinned, unpacked by ``bench/verify_real.py --fetch``), and this
+script trains it 3 steps (AdamW, lr 1e-4, the mean of squares of the output as the loss:
+what ``amplint verify`` does by default) in these modes, each on a fresh model:
+
+``fp32``       the reference;
+``O1``         apex's O1 casting policy emulated with a ``TorchFunctionMode`` over the lists
+               apex published (apex/amp/lists/torch_overrides.py, functional_overrides.py,
+               tensor_overrides.py): GEMMs and convolutions get half inputs, the fp32 list
+               (softmax, norms, sums, pow, exp, log, losses...) fp32 inputs, everything else
+               (einsum included: apex never listed it) runs in whatever dtypes it is given;
+``O2``         ``model.half()`` with BatchNorm kept fp32, half inputs, fp32 master weights and
+               dynamic loss scaling by hand (2**16, halved on inf/NaN gradients, step skipped);
+``autocast``   ``torch.autocast("cpu", dtype=float16)``, reported for contrast only: PyTorch's
+               own autocast lists einsum, so crashes apex-style O1 has do not happen there.
+
+Step 0's forward runs under a recorder (a ``TorchFunctionMode``) that keys every torch call
+by (file, line, function, occurrence) of the nearest upstream source line, and under
+``sys.settrace`` for the lines that ran.  Per finding of ``expected.json`` (code, file, line,
+the finding's op, its levels) the script then reports, at each of the finding's levels:
+
+* ``crash``      the level raised and the innermost upstream frame is the finding's line;
+* ``origin``     the first call whose inputs were finite and whose output has inf/NaN that the
+                 fp32 call has not is on the finding's line (and is the finding's op);
+* ``underflow``  a call of the finding's op on the line has >= 1 % of its values 0 here but not
+                 in fp32; ``divergence``: max |half - fp32| / max |fp32| above 1e-2 -- both
+                 only for a call whose inputs matched the fp32 call's (finite, within 1e-2):
+                 ``x / (std + eps)`` with an overflowed ``std`` is 0 whatever the epsilon;
+* ``fp32 path``  (AMP401) the call on the line got an fp32 input at O1;
+* ``ran``        whether the line ran at all.
+
+and the verdict these give: ``confirmed`` (any of the first four at a level), ``not
+executed`` (the line ran at none of the finding's levels), else ``not reproduced``.  It
+prints them next to the hand-written verdicts of ``expected.json`` and exits 1 where they
+differ.  Level outcomes (ok / crash at file:line / inf/NaN / skipped steps) come from the same
+runs.
+
+    python bench/verify_real_truth.py                 # all models
+    python bench/verify_real_truth.py --model vit_classifier --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import importlib.util
+import json
+import math
+import os
+import sys
+import traceback
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUITE = os.path.join(HERE, "verify_real")
+TOLERANCE = 1e-2
+UNDERFLOW_FRACTION = 0.01
+STEPS = 3
+
+# apex's O1 lists (apex/amp/lists), by Python-level function name
+APEX_HALF = frozenset("""conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc prelu
+linear addmm addmv addr matmul mm mv addbmm baddbmm bmm chain_matmul __matmul__ __rmatmul__""".split())
+APEX_FLOAT = frozenset("""interpolate grid_sample softplus softmin log_softmax softmax layer_norm group_norm
+local_response_norm normalize cosine_similarity poisson_nll_loss cosine_embedding_loss cross_entropy
+hinge_embedding_loss kl_div l1_loss mse_loss smooth_l1_loss margin_ranking_loss multilabel_margin_loss
+multilabel_soft_margin_loss multi_margin_loss nll_loss binary_cross_entropy_with_logits soft_margin_loss
+triplet_margin_loss acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow
+__pow__ __rpow__ cumprod cumsum dist norm prod std var sum renorm""".split())
+_IGNORED = frozenset("""__get__ __set__ size dim numel __len__ __bool__ __index__ __int__ __float__ item tolist
+stride is_contiguous is_floating_point data_ptr element_size __format__ __repr__ __hash__ dtype device shape
+requires_grad_ retain_grad register_hook detach clone""".split())
+
+
+def short_name(func) -> str:
+    name = getattr(func, "__name__", None) or str(func)
+    return name
+
+
+def op_name(name: str) -> str:
+    """``__truediv__`` -> div, ``__rmatmul__`` -> matmul, ``softmax`` -> softmax."""
+    name = name.strip("_")
+    for prefix in ("r", "i"):
+        if name.startswith(prefix) and name[1:] in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+            name = name[1:]
+    name = name.rstrip("_")
+    return {"truediv": "div", "linalg_vector_norm": "norm", "vector_norm": "norm"}.get(name, name)
+
+
+def floats(obj):
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from floats(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from floats(o)
+
+
+def cast(obj, dtype):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() and obj.dtype != dtype else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cast(o, dtype) for o in obj)
+    if isinstance(obj, dict):
+        return {k: cast(v, dtype) for k, v in obj.items()}
+    return obj
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |x - ref| / max |ref| over the values finite in both."""
+    finite = torch.isfinite(x) & torch.isfinite(ref)
+    if not finite.any():
+        return 0.0
+    zero = torch.zeros(())
+    den = float(torch.where(finite, ref.abs(), zero).amax())
+    err = float(torch.where(finite, (x - ref).abs(), zero).amax())
+    return err / den if den else (0.0 if err == 0 else math.inf)
+
+
+class Recorder(TorchFunctionMode):
+    """Every torch call, keyed by the nearest upstream source line; optionally apex's O1 casts."""
+
+    def __init__(self, root: str, apex_o1: bool, reference: dict | None):
+        super().__init__()
+        self.root, self.apex_o1, self.reference = root + os.sep, apex_o1, reference
+        self.calls: dict = {}  # key -> record
+        self.counts: dict = {}
+        self.origin = None
+        self._files: dict = {}
+
+    def _where(self):
+        frame = sys._getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            path = self._files.get(code)
+            if path is None:
+                path = self._files[code] = os.path.realpath(code.co_filename)
+            if path.startswith(self.root):
+                return os.path.relpath(path, self.root), frame.f_lineno
+            frame = frame.f_back
+        return None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = short_name(func)
+        if self.apex_o1 and name in APEX_HALF:
+            args, kwargs = cast(args, torch.float16), cast(kwargs, torch.float16)
+        elif self.apex_o1 and name in APEX_FLOAT:
+            args, kwargs = cast(args, torch.float32), cast(kwargs, torch.float32)
+        out = func(*args, **kwargs)
+        if name in _IGNORED:
+            return out
+        where = self._where()
+        if where is None:
+            return out
+        result = next(floats(out), None)
+        if result is None:
+            return out
+        base = (where[0], where[1], op_name(name))
+        k = self.counts[base] = self.counts.get(base, -1) + 1
+        key = base + (k,)
+        with torch.no_grad():
+            in_dtypes = sorted({str(t.dtype).replace("torch.", "") for t in floats((args, kwargs))})
+            inputs_finite = all(bool(torch.isfinite(t).all()) for t in floats((args, kwargs)))
+            r = result.detach()
+            rec = {"dtype": str(r.dtype).replace("torch.", ""), "in_dtypes": in_dtypes, "nonfinite": int((~torch.isfinite(r)).sum())}
+            ins = [t.detach().float() for t in floats((args, kwargs))][:8]
+            if self.reference is None:
+                rec["value"] = r.float().clone()
+                rec["inputs"] = [t.clone() for t in ins]
+            else:
+                refs = self.reference.get(key, {}).get("inputs") or []
+                # its inputs as in fp32 (finite, within the tolerance): what it does wrong is its own
+                rec["inputs_match"] = inputs_finite and len(refs) == len(ins) and all(
+                    a.shape == b.shape and rel_err(a, b) <= TOLERANCE for a, b in zip(ins, refs))
+                ref = self.reference.get(key, {}).get("value")
+                if ref is not None and ref.shape == r.shape:
+                    rf = r.float()
+                    finite = torch.isfinite(rf) & torch.isfinite(ref)
+                    rec["underflow"] = float(((rf == 0) & (ref != 0)).float().mean())
+                    den = float(torch.where(finite, ref.abs(), torch.zeros(())).amax()) if finite.any() else 0.0
+                    err = float(torch.where(finite, (rf - ref).abs(), torch.zeros(())).amax()) if finite.any() else 0.0
+                    rec["rel_err"] = err / den if den else (0.0 if err == 0 else math.inf)
+                    new_bad = (~torch.isfinite(rf)) & torch.isfinite(ref)
+                    rec["new_nonfinite"] = int(new_bad.sum())
+                    if self.origin is None and rec["new_nonfinite"] and inputs_finite:
+                        self.origin = {"file": where[0], "line": where[1], "op": op_name(name)}
+        self.calls[key] = rec
+        return out
+
+
+class Lines:
+    """Upstream source lines that ran (``sys.settrace``, upstream frames only)."""
+
+    def __init__(self, root):
+        self.root, self.ran = root + os.sep, set()
+
+    def _call(self, frame, event, arg):
+        path = os.path.realpath(frame.f_code.co_filename)
+        if not path.startswith(self.root):
+            return None
+        rel = os.path.relpath(path, self.root)
+        self.ran.add((rel, frame.f_lineno))
+
+        def line(frame, event, arg):
+            if event == "line":
+                self.ran.add((rel, frame.f_lineno))
+            return line
+        return line
+
+    @contextlib.contextmanager
+    def active(self):
+        previous = sys.gettrace()
+        sys.settrace(self._call)
+        try:
+            yield
+        finally:
+            sys.settrace(previous)
+
+
+def load_harness(name: str):
+    path = os.path.join(SUITE, "models", f"{name}.py")
+    sys.path.insert(0, os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location(f"verify_real_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build
+
+
+def split_inputs(inputs):
+    return ((), dict(inputs)) if isinstance(inputs, dict) else (tuple(inputs), {})
+
+
+def crash_site(exc, root):
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.realpath(f.filename).startswith(root + os.sep)]
+    if not frames:
+        return None, None
+    return os.path.relpath(os.path.realpath(frames[-1].filename), root), frames[-1].lineno
+
+
+def run_mode(build, mode: str, root: str, reference: dict | None) -> dict:
+    """Train a fresh model 3 steps in ``mode``; step 0's forward recorded."""
+    torch.manual_seed(0)
+    model, inputs = build()
+    args, kwargs = split_inputs(inputs)
+    if mode == "O2":
+        model = model.half()
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.float()
+        args, kwargs = cast(args, torch.float16), cast(kwargs, torch.float16)
+        master = [p.detach().float().clone().requires_grad_() for p in model.parameters()]
+        optimizer = torch.optim.AdamW(master, lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+    out = {"mode": mode, "crash": None, "losses": [], "skipped": 0, "scale": 2.0 ** 16, "origin": None, "calls": {}, "ran": set()}
+    recorder = Recorder(root, apex_o1=(mode == "O1"), reference=reference)
+    lines = Lines(root)
+    scale = 2.0 ** 16
+    step = 0
+    try:
+        for step in range(STEPS):
+            torch.manual_seed(1000 + step)
+            ctx = torch.autocast("cpu", dtype=torch.float16) if mode == "autocast" else contextlib.nullcontext()
+            with ctx:
+                if step == 0:
+                    with lines.active(), recorder:
+                        output = model(*args, **kwargs)
+                else:
+                    output = model(*args, **kwargs)
+            loss = sum(t.float().pow(2).mean() for t in floats(output))
+            out["losses"].append(float(loss))
+            if mode == "O2":
+                model.zero_grad(set_to_none=True)
+                (loss * scale).backward()
+                grads = [p.grad for p in model.parameters()]
+                if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
+                    out["skipped"] += 1
+                    scale /= 2
+                    continue
+                for m, p in zip(master, model.parameters()):
+                    m.grad = None if p.grad is None else p.grad.float() / scale
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                with torch.no_grad():
+                    for m, p in zip(master, model.parameters()):
+                        p.copy_(m)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+    except Exception as exc:  # the level's crash: where, and what
+        file, line = crash_site(exc, root)
+        out["crash"] = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:200], "file": file, "line": line, "step": step}
+    out["scale"] = scale
+    out["origin"] = recorder.origin
+    out["calls"] = recorder.calls
+    out["ran"] = lines.ran
+    return out
+
+
+def outcome(run: dict) -> str:
+    """ok | crash at FILE:LINE | inf/NaN | N of M steps skipped."""
+    c = run["crash"]
+    if c:
+        return f"crash at {c['file']}:{c['line']}"
+    if run["origin"] is not None or any(not math.isfinite(x) for x in run["losses"]):
+        return "inf/NaN"
+    if run["skipped"] >= 2 and run["skipped"] * 2 > STEPS:
+        return f"{run['skipped']} of {STEPS} steps skipped"
+    return "ok"
+
+
+def observe(finding: dict, runs: dict) -> tuple[str, list[str]]:
+    """(verdict, evidence) for one finding from the plain runs at its levels."""
+    file, line, op, code = finding["file"], finding["line"], finding.get("op"), finding["code"]
+    evidence, ran_somewhere = [], False
+    for level in finding["levels"]:
+        run = runs[level]
+        ran = (file, line) in run["ran"]
+        ran_somewhere |= ran
+        c = run["crash"]
+        if c and (c["file"], c["line"]) == (file, line):
+            evidence.append(f"{level} crash: {c['type']}: {c['message'][:70]}")
+        o = run["origin"]
+        if o and (o["file"], o["line"]) == (file, line) and (op is None or o["op"] == op):
+            evidence.append(f"{level} first inf/NaN made by {o['op']} here")
+        for (f, ln, name, k), rec in run["calls"].items():
+            if (f, ln) != (file, line) or (op is not None and name != op):
+                continue
+            if not rec.get("inputs_match", True) and not code.startswith("AMP4"):
+                continue  # zeros or errors carried in from an earlier call: not this finding's
+            if rec.get("underflow", 0) >= UNDERFLOW_FRACTION:
+                evidence.append(f"{level} {name}#{k}: {rec['underflow']:.1%} underflow")
+            if rec.get("rel_err") is not None and rec["rel_err"] > TOLERANCE and not rec.get("new_nonfinite"):
+                evidence.append(f"{level} {name}#{k}: rel err {rec['rel_err']:.3g}")
+            if code.startswith("AMP4") and level == "O1" and "float32" in rec["in_dtypes"]:
+                evidence.append(f"{level} {name}#{k}: ran with fp32 input ({'/'.join(rec['in_dtypes'])})")
+    evidence = list(dict.fromkeys(evidence))
+    if evidence:
+        return "confirmed", evidence
+    return ("not reproduced" if ran_somewhere else "not executed"), []
+
+
+def truth_for(model: dict) -> dict:
+    root = os.path.realpath(os.path.join(os.environ.get("AMPLINT_REAL_SRC") or os.path.join(HERE, "realcode", ".cache", "src"), model["dist"]))
+    build = load_harness(model["name"])
+    torch.set_num_threads(1)
+    ref = run_mode(build, "fp32", root, None)
+    runs = {"O0": ref}
+    for mode in ("O1", "O2", "autocast"):
+        runs[mode] = run_mode(build, mode, root, ref["calls"])
+    result = {"name": model["name"], "levels": {m: outcome(r) for m, r in runs.items()},
+              "losses": {m: [round(x, 4) for x in r["losses"]] for m, r in runs.items()}, "findings": []}
+    for f in model["findings"]:
+        verdict, evidence = observe(f, runs)
+        result["findings"].append({"code": f["code"], "file": f["file"], "line": f["line"], "expected": f["expected"],
+                                   "observed": verdict, "evidence": evidence})
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
+    ap.add_argument("--json", help="write the observations here")
+    args = ap.parse_args(argv)
+    with open(os.path.join(SUITE, "expected.json"), encoding="utf-8") as fh:
+        models = json.load(fh)["models"]
+    results, mismatches = [], 0
+    for model in models:
+        if args.model and model["name"] not in args.model:
+            continue
+        r = truth_for(model)
+        results.append(r)
+        print(f"== {r['name']} ({model['dist']})")
+        for level, text in r["levels"].items():
+            want = model["level_outcomes"].get(level)
+            flag = "" if want is None or want == text else f"   <-- expected.json says {want!r}"
+            mismatches += bool(flag)
+            print(f"   {level:8} {text:60} losses {r['losses'][level]}{flag}")
+        for f in r["findings"]:
+            flag = "" if f["observed"] == f["expected"] else f"   <-- expected.json says {f['expected']!r}"
+            mismatches += bool(flag)
+            print(f"   {f['code']} {f['file']}:{f['line']}: {f['observed']}{flag}")
+            for e in f["evidence"]:
+                print(f"        {e}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(results, fh, indent=1)
+    print(f"{mismatches} difference(s) between the plain PyTorch runs and expected.json")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
