@@ -127,9 +127,10 @@ def main(argv=None) -> int:
     ap.add_argument("--src", default=os.environ.get("AMPLINT_REAL_SRC") or os.path.join(HERE, "realcode", ".cache", "src"),
                     help="where the pinned sources are unpacked")
     ap.add_argument("--json", help="write the comparison here")
+    ap.add_argument("--expected", default=os.path.join(SUITE, "expected.json"), help="the suite's expected verdicts")
     ap.add_argument("--verbose", "-v", action="store_true", help="print every finding, not only disagreements")
     args = ap.parse_args(argv)
-    models = [m for m in load_expected() if not args.model or m["name"] in args.model]
+    models = [m for m in load_expected(args.expected) if not args.model or m["name"] in args.model]
     if args.make_venv:
         return make_venv(args.make_venv)
     if args.fetch:

@@ -224,13 +224,15 @@ class Lines:
             sys.settrace(previous)
 
 
-def load_harness(name: str):
-    path = os.path.join(SUITE, "models", f"{name}.py")
+def load_harness(target: str):
+    """``PATH::FACTORY`` (PATH relative to the repository root) -> the factory."""
+    path, _, factory = target.partition("::")
+    path = os.path.join(os.path.dirname(HERE), path)
     sys.path.insert(0, os.path.dirname(path))
-    spec = importlib.util.spec_from_file_location(f"verify_real_{name}", path)
+    spec = importlib.util.spec_from_file_location("verify_real_" + os.path.basename(path)[:-3], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build
+    return getattr(module, factory or "build")
 
 
 def split_inputs(inputs):
@@ -349,9 +351,9 @@ def observe(finding: dict, runs: dict) -> tuple[str, list[str]]:
     return ("not reproduced" if ran_somewhere else "not executed"), []
 
 
-def truth_for(model: dict) -> dict:
-    root = os.path.realpath(os.path.join(os.environ.get("AMPLINT_REAL_SRC") or os.path.join(HERE, "realcode", ".cache", "src"), model["dist"]))
-    build = load_harness(model["name"])
+def truth_for(model: dict, src: str) -> dict:
+    root = os.path.realpath(os.path.join(src, model["dist"]))
+    build = load_harness(model["target"])
     torch.set_num_threads(1)
     ref = run_mode(build, "fp32", root, None)
     runs = {"O0": ref}
@@ -370,14 +372,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     ap.add_argument("--json", help="write the observations here")
+    ap.add_argument("--expected", default=os.path.join(SUITE, "expected.json"), help="the suite's expected verdicts")
+    ap.add_argument("--src", default=os.environ.get("AMPLINT_REAL_SRC") or os.path.join(HERE, "realcode", ".cache", "src"),
+                    help="where the pinned sources are unpacked")
     args = ap.parse_args(argv)
-    with open(os.path.join(SUITE, "expected.json"), encoding="utf-8") as fh:
+    os.environ["AMPLINT_REAL_SRC"] = args.src  # read by the harnesses' _pinned.py
+    with open(args.expected, encoding="utf-8") as fh:
         models = json.load(fh)["models"]
     results, mismatches = [], 0
     for model in models:
         if args.model and model["name"] not in args.model:
             continue
-        r = truth_for(model)
+        r = truth_for(model, args.src)
         results.append(r)
         print(f"== {r['name']} ({model['dist']})")
         for level, text in r["levels"].items():
