@@ -12,6 +12,7 @@ does not list (or the reverse) counts as a disagreement too.
     python bench/verify_real.py --make-venv bench/.venv-real   # throwaway venv: amplint + einops + entmax, no torchvision
     python bench/verify_real.py                        # all models, CPU
     python bench/verify_real.py --model vit_classifier --device cuda --json out.json
+    python bench/verify_real.py --fix                  # verify --fix: are the fixes proven where plain runs say so
 
 The models import einops (and x-transformers 0.3.0 entmax); ``--make-venv`` installs them
 with ``--no-deps`` so that no second torch or torchvision is pulled in.  Exit status: 0 when
@@ -30,6 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SUITE = os.path.join(HERE, "verify_real")
+DEFAULT_SRC = os.path.join(HERE, "realcode", ".cache", "src")
 #: pure-Python packages the upstream models import, installed with --no-deps
 MODEL_DEPS = ("einops==0.8.2", "entmax==1.3")
 
@@ -85,8 +87,9 @@ def level_outcome(run: dict, dist_root: str) -> str:
     return "ok"
 
 
-def compare(model: dict, report: dict, src: str) -> dict:
-    """Agreement of one verify report with expected.json."""
+def compare(model: dict, report: dict, src: str, fix: bool = False) -> dict:
+    """Agreement of one verify report with expected.json (``fix``: a ``verify --fix`` report,
+    judged by ``expected_fix`` and ``level_outcomes_after`` where expected.json has them)."""
     dist_root = os.path.realpath(os.path.join(src, model["dist"]))
     rows = []
     got = {}
@@ -98,16 +101,19 @@ def compare(model: dict, report: dict, src: str) -> dict:
         key = (want["file"], want["line"], want["code"])
         f = got.pop(key, None)
         status = f["status"] if f else "(not reported)"
-        rows.append({"finding": f"{want['code']} {want['file']}:{want['line']}", "expected": want["expected"],
-                     "verify": status, "agree": status == want["expected"],
+        wanted = want.get("expected_fix", want["expected"]) if fix else want["expected"]
+        rows.append({"finding": f"{want['code']} {want['file']}:{want['line']}", "expected": wanted,
+                     "verify": status, "agree": status == wanted,
                      "evidence": [e["detail"] for e in (f or {}).get("evidence", [])],
                      "why": want.get("why", "")})
     for (rel, line, code), f in got.items():
         rows.append({"finding": f"{code} {rel}:{line}", "expected": "(not listed)", "verify": f["status"], "agree": False,
                      "evidence": [e["detail"] for e in f.get("evidence", [])], "why": ""})
     levels = []
-    for level, want in model["level_outcomes"].items():
-        run = report["before"].get(level)
+    runs = report["after"] if fix and report.get("after") else report["before"]
+    wanted_levels = (model.get("level_outcomes_after") if fix else None) or model["level_outcomes"]
+    for level, want in wanted_levels.items():
+        run = runs.get(level)
         text = level_outcome(run, dist_root) if run else "(not run)"
         levels.append({"level": level, "expected": want, "verify": text, "agree": text == want})
     unpredicted = [f"{p['level']} {p['kind']}" + (f" at {os.path.relpath(p['file'], dist_root)}:{p['line']}" if p.get("file") else "")
@@ -124,10 +130,11 @@ def main(argv=None) -> int:
     ap.add_argument("--make-venv", metavar="DIR", help="create a throwaway venv for the suite and stop")
     ap.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    ap.add_argument("--src", default=os.environ.get("AMPLINT_REAL_SRC") or os.path.join(HERE, "realcode", ".cache", "src"),
+    ap.add_argument("--src", default=os.environ.get("AMPLINT_REAL_SRC") or DEFAULT_SRC,
                     help="where the pinned sources are unpacked")
     ap.add_argument("--json", help="write the comparison here")
     ap.add_argument("--expected", default=os.path.join(SUITE, "expected.json"), help="the suite's expected verdicts")
+    ap.add_argument("--fix", action="store_true", help="run verify --fix and judge the fixes (expected_fix, level_outcomes_after)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print every finding, not only disagreements")
     args = ap.parse_args(argv)
     models = [m for m in load_expected(args.expected) if not args.model or m["name"] in args.model]
@@ -135,18 +142,21 @@ def main(argv=None) -> int:
         return make_venv(args.make_venv)
     if args.fetch:
         return fetch(models)
-    os.environ["AMPLINT_REAL_SRC"] = args.src
+    if os.path.realpath(args.src) != os.path.realpath(DEFAULT_SRC):
+        # an absolute location: verify --fix's temporary copies of the harnesses would import
+        # the original sources from it (verify warns); the default is found relative to them
+        os.environ["AMPLINT_REAL_SRC"] = args.src
     print(f"# amplint verify on {len(models)} real models, device {args.device}, {platform.node()}, "
           f"python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     results, broken = [], 0
     totals = {"findings": [0, 0], "levels": [0, 0], "unpredicted": [0, 0]}
     for model in models:
-        report, seconds, error = run_verify(model, args.device, [])
+        report, seconds, error = run_verify(model, args.device, ["--fix"] if args.fix else [])
         if report is None:
             broken += 1
             print(f"{model['name']}: verify failed: {error}")
             continue
-        res = compare(model, report, args.src)
+        res = compare(model, report, args.src, args.fix)
         res["seconds"] = round(seconds, 1)
         results.append(res)
         n_f = sum(r["agree"] for r in res["findings"])

@@ -11,8 +11,9 @@ what ``amplint verify`` does by default) in these modes, each on a fresh model:
                tensor_overrides.py): GEMMs and convolutions get half inputs, the fp32 list
                (softmax, norms, sums, pow, exp, log, losses...) fp32 inputs, everything else
                (einsum included: apex never listed it) runs in whatever dtypes it is given;
-``O2``         ``model.half()`` with BatchNorm kept fp32, half inputs, fp32 master weights and
-               dynamic loss scaling by hand (2**16, halved on inf/NaN gradients, step skipped);
+``O2``         ``model.half()`` with BatchNorm kept fp32, half inputs, fp32 master weights;
+               O1 and O2 with apex's dynamic loss scaling, by hand (2**16, halved on inf/NaN
+               gradients, the step skipped);
 ``autocast``   ``torch.autocast("cpu", dtype=float16)``, reported for contrast only: PyTorch's
                own autocast lists einsum, so crashes apex-style O1 has do not happen there.
 
@@ -34,11 +35,15 @@ the finding's op, its levels) the script then reports, at each of the finding's 
 and the verdict these give: ``confirmed`` (any of the first four at a level), ``not
 executed`` (the line ran at none of the finding's levels), else ``not reproduced``.  It
 prints them next to the hand-written verdicts of ``expected.json`` and exits 1 where they
-differ.  Level outcomes (ok / crash at file:line / inf/NaN / skipped steps) come from the same
+differ.  ``--fix`` also runs the same modes on copies fixed by ``amplint fix`` (the fp16 O1
+and O2 settings, safe fixes, as ``verify --fix``): a confirmed finding is ``fixed`` when its
+evidence is gone there and the fp32 losses moved less than 1e-2 (``expected_fix``), and the
+levels' outcomes after the fixes are ``level_outcomes_after``.  Level outcomes (ok / crash at file:line / inf/NaN / skipped steps) come from the same
 runs.
 
     python bench/verify_real_truth.py                 # all models
     python bench/verify_real_truth.py --model vit_classifier --json out.json
+    python bench/verify_real_truth.py --fix                      # and the fixed copies
 """
 from __future__ import annotations
 
@@ -126,9 +131,10 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 class Recorder(TorchFunctionMode):
     """Every torch call, keyed by the nearest upstream source line; optionally apex's O1 casts."""
 
-    def __init__(self, root: str, apex_o1: bool, reference: dict | None):
+    def __init__(self, root: str, apex_o1: bool, reference: dict | None, half_extra: frozenset = frozenset()):
         super().__init__()
         self.root, self.apex_o1, self.reference = root + os.sep, apex_o1, reference
+        self.half = APEX_HALF | half_extra
         self.calls: dict = {}  # key -> record
         self.counts: dict = {}
         self.origin = None
@@ -149,7 +155,7 @@ class Recorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = short_name(func)
-        if self.apex_o1 and name in APEX_HALF:
+        if self.apex_o1 and name in self.half:
             args, kwargs = cast(args, torch.float16), cast(kwargs, torch.float16)
         elif self.apex_o1 and name in APEX_FLOAT:
             args, kwargs = cast(args, torch.float32), cast(kwargs, torch.float32)
@@ -246,7 +252,7 @@ def crash_site(exc, root):
     return os.path.relpath(os.path.realpath(frames[-1].filename), root), frames[-1].lineno
 
 
-def run_mode(build, mode: str, root: str, reference: dict | None) -> dict:
+def run_mode(build, mode: str, root: str, reference: dict | None, half_extra: frozenset = frozenset()) -> dict:
     """Train a fresh model 3 steps in ``mode``; step 0's forward recorded."""
     torch.manual_seed(0)
     model, inputs = build()
@@ -263,7 +269,7 @@ def run_mode(build, mode: str, root: str, reference: dict | None) -> dict:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     out = {"mode": mode, "crash": None, "losses": [], "skipped": 0, "scale": 2.0 ** 16, "origin": None, "calls": {}, "ran": set()}
-    recorder = Recorder(root, apex_o1=(mode == "O1"), reference=reference)
+    recorder = Recorder(root, apex_o1=(mode == "O1"), reference=reference, half_extra=half_extra)
     lines = Lines(root)
     scale = 2.0 ** 16
     step = 0
@@ -279,13 +285,19 @@ def run_mode(build, mode: str, root: str, reference: dict | None) -> dict:
                     output = model(*args, **kwargs)
             loss = sum(t.float().pow(2).mean() for t in floats(output))
             out["losses"].append(float(loss))
-            if mode == "O2":
+            if mode in ("O1", "O2"):  # apex's dynamic loss scaling
                 model.zero_grad(set_to_none=True)
                 (loss * scale).backward()
                 grads = [p.grad for p in model.parameters()]
                 if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
                     out["skipped"] += 1
                     scale /= 2
+                    continue
+                if mode == "O1":
+                    for p in model.parameters():
+                        if p.grad is not None:
+                            p.grad /= scale
+                    optimizer.step()
                     continue
                 for m, p in zip(master, model.parameters()):
                     m.grad = None if p.grad is None else p.grad.float() / scale
@@ -351,20 +363,100 @@ def observe(finding: dict, runs: dict) -> tuple[str, list[str]]:
     return ("not reproduced" if ran_somewhere else "not executed"), []
 
 
-def truth_for(model: dict, src: str) -> dict:
+def forget(root: str) -> None:
+    """Drop the modules imported from ``root`` (and the harnesses' helper), so that the next
+    harness import loads another copy of the same package."""
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None) or ""
+        if name == "_pinned" or (path and os.path.realpath(path).startswith(root + os.sep)):
+            del sys.modules[name]
+    sys.path[:] = [p for p in sys.path if not os.path.realpath(p).startswith(root)]
+
+
+def line_back(original: str, fixed: str, line: int) -> int:
+    """A line of the fixed copy -> the line of the original it came from (difflib)."""
+    import difflib
+
+    with open(original, encoding="utf-8") as a, open(fixed, encoding="utf-8") as b:
+        old, new = a.read().splitlines(), b.read().splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if j1 < line <= j2:
+            return i1 + min(line - j1, max(i2 - i1, 1))
+    return line
+
+
+def fixed_copy(model: dict, src: str, tmp: str) -> tuple[str, frozenset]:
+    """The dist copied under ``tmp`` with ``amplint fix`` (safe fixes, fp16, the O1 then the O2
+    settings, as ``verify --fix`` applies them) on the files with findings; and the functions
+    the fixed files register as half (``amp.register_half_function(torch, "einsum")``, or on the
+    module itself for a ``from torch import einsum``), which
+    the O1 emulation then casts like apex would."""
+    import re
+    import shutil
+    import subprocess
+
+    dest = os.path.join(tmp, model["dist"])
+    shutil.copytree(os.path.join(src, model["dist"]), dest)
+    files = sorted({os.path.join(dest, f["file"]) for f in model["findings"]})
+    for level in ("O1", "O2"):
+        subprocess.run([sys.executable, "-m", "amplint", "fix", "--target", "fp16", "--opt-level", level,
+                        "--device", "cpu", "--no-cache", "-q", *files], capture_output=True, text=True)
+    extra = set()
+    for path in files:
+        with open(path, encoding="utf-8") as fh:
+            extra.update(re.findall(r"register_half_function\([^,]+,\s*['\"](\w+)['\"]", fh.read()))
+    return dest, frozenset(extra)
+
+
+def plain_runs(model: dict, src: str, half_extra: frozenset = frozenset()) -> dict:
     root = os.path.realpath(os.path.join(src, model["dist"]))
+    forget(os.path.realpath(src))
+    os.environ["AMPLINT_REAL_SRC"] = src  # read by the harnesses' _pinned.py
     build = load_harness(model["target"])
-    torch.set_num_threads(1)
     ref = run_mode(build, "fp32", root, None)
     runs = {"O0": ref}
     for mode in ("O1", "O2", "autocast"):
-        runs[mode] = run_mode(build, mode, root, ref["calls"])
+        runs[mode] = run_mode(build, mode, root, ref["calls"], half_extra)
+    return runs
+
+
+def truth_for(model: dict, src: str, with_fix: bool = False) -> dict:
+    import tempfile
+
+    torch.set_num_threads(1)
+    runs = plain_runs(model, src)
     result = {"name": model["name"], "levels": {m: outcome(r) for m, r in runs.items()},
               "losses": {m: [round(x, 4) for x in r["losses"]] for m, r in runs.items()}, "findings": []}
     for f in model["findings"]:
         verdict, evidence = observe(f, runs)
         result["findings"].append({"code": f["code"], "file": f["file"], "line": f["line"], "expected": f["expected"],
                                    "observed": verdict, "evidence": evidence})
+    if with_fix:
+        # the same runs on the fixed copies: a confirmed finding is fixed when its evidence (same
+        # level, same kind) is gone there and the fp32 losses did not move beyond the tolerance
+        forget(os.path.realpath(src))
+        with tempfile.TemporaryDirectory() as tmp:
+            dest, extra = fixed_copy(model, src, tmp)
+            after = plain_runs(model, tmp, extra)
+            forget(os.path.realpath(tmp))
+            for run in after.values():  # crash lines of the fixed copy -> lines of the original
+                c = run["crash"]
+                if c and c["file"]:
+                    c["line"] = line_back(os.path.join(src, model["dist"], c["file"]), os.path.join(dest, c["file"]), c["line"])
+        result["levels_after"] = {m: outcome(r) for m, r in after.items()}
+        ref, new = runs["O0"]["losses"], after["O0"]["losses"]
+        change = max((abs(a - b) / abs(a) if a else abs(b)) for a, b in zip(ref, new)) if ref and new else math.inf
+        for f, row in zip(model["findings"], result["findings"]):
+            if row["observed"] != "confirmed":
+                continue
+            still = observe(f, after)[1]
+            kinds = {e.split(":")[0] for e in row["evidence"]}
+            if any(e.split(":")[0] in kinds for e in still):
+                row["observed_fix"], row["evidence_fix"] = "fix did not remove it", still
+            elif change > TOLERANCE:
+                row["observed_fix"], row["evidence_fix"] = "fix changes fp32 results", [f"fp32 losses moved by {change:.3g}"]
+            else:
+                row["observed_fix"], row["evidence_fix"] = "fixed", still
     return result
 
 
@@ -375,15 +467,15 @@ def main(argv=None) -> int:
     ap.add_argument("--expected", default=os.path.join(SUITE, "expected.json"), help="the suite's expected verdicts")
     ap.add_argument("--src", default=os.environ.get("AMPLINT_REAL_SRC") or os.path.join(HERE, "realcode", ".cache", "src"),
                     help="where the pinned sources are unpacked")
+    ap.add_argument("--fix", action="store_true", help="also run the fixed copies (amplint fix) and judge the fixes")
     args = ap.parse_args(argv)
-    os.environ["AMPLINT_REAL_SRC"] = args.src  # read by the harnesses' _pinned.py
     with open(args.expected, encoding="utf-8") as fh:
         models = json.load(fh)["models"]
     results, mismatches = [], 0
     for model in models:
         if args.model and model["name"] not in args.model:
             continue
-        r = truth_for(model, args.src)
+        r = truth_for(model, args.src, args.fix)
         results.append(r)
         print(f"== {r['name']} ({model['dist']})")
         for level, text in r["levels"].items():
@@ -397,6 +489,16 @@ def main(argv=None) -> int:
             print(f"   {f['code']} {f['file']}:{f['line']}: {f['observed']}{flag}")
             for e in f["evidence"]:
                 print(f"        {e}")
+            if "observed_fix" in f:
+                want = next((w.get("expected_fix") for w in model["findings"] if (w["file"], w["line"], w["code"]) == (f["file"], f["line"], f["code"])), None)
+                flag = "" if want is None or want == f["observed_fix"] else f"   <-- expected.json says {want!r}"
+                mismatches += bool(flag)
+                print(f"        with --fix: {f['observed_fix']}{flag}")
+        for level, text in r.get("levels_after", {}).items():
+            want = model.get("level_outcomes_after", {}).get(level)
+            flag = "" if want is None or want == text else f"   <-- expected.json says {want!r}"
+            mismatches += bool(flag)
+            print(f"   after the fixes: {level:8} {text}{flag}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=1)
