@@ -198,9 +198,10 @@ def main(args) -> int:
     threads = args.threads or defaults.get("threads")
     if threads:
         torch.set_num_threads(threads)
-    from .runner import skip_dynamo_import
+    from .runner import keep_freed_memory, skip_dynamo_import
 
     skip_dynamo_import()
+    keep_freed_memory()
 
     from .core import verify_target
     from .runner import RunConfig

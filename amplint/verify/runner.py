@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from amplint.amp.policy import OPT_LEVELS as LEVELS
 
+from .cpu_gemm import HalfGemmInFp32
 from .target import AMP_DIR, ConstructionSites, canonical, class_source, normalize_example
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -66,6 +67,8 @@ class RunConfig:
     lr: float = 1e-4
     census: bool = True
     hooks: bool = True
+    #: CPU only: fp16/bf16 matrix products in fp32, rounded once (cpu_gemm.py; same arithmetic, 10-80x faster)
+    half_gemm_in_fp32: bool = True
 
     def resolved_device(self) -> str:
         if self.device:
@@ -129,21 +132,35 @@ def _inf(device):
 _SENTINEL = 65504.0
 
 
+def absmax(d: torch.Tensor) -> torch.Tensor:
+    """max |x| as a 0-d float32 tensor, NaN when any value is NaN, inf when any is +-inf.
+
+    One ``aminmax`` pass (NaN-propagating): ``vector_norm(d, inf)`` gives the same value but
+    ran 10x slower on CPU, and this runs on every recorded tensor of every step."""
+    lo, hi = torch.aminmax(d)
+    return torch.maximum(hi, -lo).float()
+
+
 def _stats(d: torch.Tensor, ref: Optional[torch.Tensor]) -> torch.Tensor:
-    """[absmax (NaN/inf when any value is), min |x| > 0, max |x - ref|, max |ref|, #underflow]."""
-    amax = torch.linalg.vector_norm(d, float("inf")).float()
+    """[absmax (NaN/inf when any value is), min |x| > 0, max |x - ref|, max |ref|, #underflow].
+
+    ``ref`` is a :meth:`Reference.keep` copy: fp32, with NaN wherever the fp32 value lies
+    beyond fp16's range.  Only values inside that range on both sides are compared: beyond
+    it are sentinels (``finfo(dtype).min`` masks differ by design between fp32 and half) or
+    overflow, which the inf/NaN counts report instead.  Written as few whole-tensor passes
+    without boolean temporaries: on a 50257-token LM head's logits each pass is 50 MB."""
+    amax = absmax(d)
     a = d.abs()
     minnz = torch.where(a > 0, a, _inf(a.device).to(a.dtype)).amin().float()
     if ref is not None and ref.shape == d.shape:
-        # compare only values inside fp16's range on both sides: beyond it are sentinels
-        # (finfo(dtype).min masks differ by design between fp32 and half) or overflow, which
-        # the inf/NaN counts report instead
         df = d.float()
-        keep = (ref.abs() <= _SENTINEL) & (df.abs() <= _SENTINEL)
-        zero = torch.zeros((), device=df.device)
-        err = torch.where(keep, (df - ref).abs(), zero).amax()
-        den = torch.where(keep, ref.abs(), zero).amax()
-        under = ((d == 0) & (ref != 0)).sum().float()
+        diff = df.sub(ref).abs_()  # NaN where either side is excluded or NaN, inf where d is
+        if d.dtype != torch.float16:  # bf16 and fp32 hold finite values beyond fp16's range
+            diff.masked_fill_(df.abs() > _SENTINEL, math.nan)
+        compared = diff * 0  # 0 where both sides are compared, NaN elsewhere (inf * 0 is NaN)
+        err = diff.add_(compared).nan_to_num_(0.0, 0.0, 0.0).amax()
+        den = ref.abs().add_(compared).nan_to_num_(0.0, 0.0, 0.0).amax()
+        under = torch.logical_and(d == 0, ref).sum().float()  # NaN (excluded, non-zero in fp32) counts as non-zero
         return torch.stack((amax, minnz, err, den, under))
     return torch.stack((amax, minnz))
 
@@ -197,7 +214,7 @@ class _Pending:
 
     A *full* record (step 0, where the comparisons with O0 happen, and the last step) costs a
     few kernels per tensor; the steps between record only the abs-max (one kernel:
-    ``vector_norm(inf)``, which is also NaN/inf when any value is), which keeps the hooks cheap.
+    :func:`absmax`, which is also NaN/inf when any value is), which keeps the hooks cheap.
     """
 
     def __init__(self):
@@ -208,7 +225,7 @@ class _Pending:
         if full:
             stats = _stats(d, ref)
         else:
-            stats = torch.linalg.vector_norm(d, float("inf"))
+            stats = absmax(d)
         self.items.append((agg, key, d, stats, ref is not None and ref.shape == d.shape, order, step))
 
     def flush(self, ref_nonfinite: dict, record_nonfinite: Optional[dict]):
@@ -273,10 +290,12 @@ class Reference:
         self.losses: list[float] = []
 
     def keep(self, key, d: torch.Tensor):
+        """Keep ``d`` in the form :func:`_stats` compares against: fp32, NaN beyond fp16's range."""
         n = d.numel()
         if n <= self.budget:
             self.budget -= n
-            self.tensors[key] = d.detach().float().clone()
+            r = d.detach().float()
+            self.tensors[key] = torch.where(r.abs() <= _SENTINEL, r, math.nan)
 
     def get(self, key):
         return self.tensors.get(key)
@@ -459,7 +478,7 @@ class Census(TorchFunctionMode):
                 self.pending.add(agg, key, d, ref, self.order[0], 0)
             inputs = floating_tensors((args, kwargs), limit=8)
             if inputs:
-                flag = torch.stack([torch.isfinite(t.detach()).all() for t in inputs]).all()
+                flag = torch.isfinite(torch.stack([absmax(t.detach()) for t in inputs])).all()
             else:
                 flag = None
             self.calls.append((site, keys, flag))
@@ -737,6 +756,7 @@ class LevelRunner:
         self.loss_fn = loss_fn
         self.reference = Reference()
         self.sites_meta: dict = {}
+        self._class_sources: dict = {}
 
     def build(self, sites: Optional[ConstructionSites] = None):
         _seed_all(self.cfg.seed)
@@ -767,6 +787,7 @@ class LevelRunner:
         order = [0]
         census = None
         lines = LineTrace(self.user_files) if cfg.census else None
+        products = contextlib.ExitStack()
         try:
             with lines.active() if lines else contextlib.nullcontext():
                 model, args, kwargs = self.build(sites)
@@ -789,6 +810,8 @@ class LevelRunner:
                 model, optimizer = amp.initialize(model, optimizer, **kw)
             else:
                 model = amp.initialize(model, **kw)
+            if not is_ref and device == "cpu" and cfg.half_gemm_in_fp32:
+                products.enter_context(HalfGemmInFp32())
             for step in range(cfg.steps):
                 state["step"] = step
                 state["full"] = step == 0 or step == cfg.steps - 1
@@ -839,6 +862,7 @@ class LevelRunner:
             except Exception:
                 pending.items.clear()
         finally:
+            products.close()
             for h in handles:
                 h.remove()
             amp.reset()
@@ -901,11 +925,19 @@ class LevelRunner:
 
         return hook
 
+    def _class_source(self, cls) -> Optional[dict]:
+        """class_source of a user class, once per class (inspect's source search is slow); a copy."""
+        if cls not in self._class_sources:
+            user = canonical(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files
+            self._class_sources[cls] = class_source(cls) if user else None
+        src = self._class_sources[cls]
+        return dict(src) if src is not None else None
+
     def _module_report(self, modules, sites: ConstructionSites) -> list[dict]:
         rows = []
         for name, mod, fwd, grd in modules:
             cls = type(mod)
-            src = class_source(cls) if canonical(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files else None
+            src = self._class_source(cls)
             built = sites.get(mod)
             f, g = fwd.to_dict(), grd.to_dict()
             f["first_new_nonfinite"] = fwd.first_new_nonfinite
@@ -964,3 +996,24 @@ def skip_dynamo_import() -> int:
                 original.__dynamo_disable = original
                 count += 1
     return count
+
+
+def keep_freed_memory() -> bool:
+    """Command-line start-up only: keep freed memory in the process (glibc malloc) instead of
+    handing every large block back to the system.  torch allocates each CPU temporary with
+    ``malloc``; blocks over glibc's mmap threshold (at most 32 MiB) are mapped and unmapped
+    every time, so each new 50 MB tensor (the logits of a 50257-token head) costs
+    12,000 page faults -- a subtraction ran 12x slower than its arithmetic.  Memory use
+    stays at the peak instead of shrinking between steps.  Returns whether it applied."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        # mallopt returns 1 on success; 1 GiB is above any one tensor of the models verify runs on CPU
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 31))
+    except (OSError, AttributeError):
+        return False
+
