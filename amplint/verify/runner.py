@@ -501,16 +501,22 @@ class Census(TorchFunctionMode):
             if not new:
                 continue
             if ok:
-                return _origin_dict(site, True)
+                return _origin_dict(site, True, self.sites.get(site))
             if first is None:
                 first = site
-        return _origin_dict(first, False) if first is not None else None
+        return _origin_dict(first, False, self.sites.get(first)) if first is not None else None
 
 
-def _origin_dict(site: tuple, inputs_finite: bool) -> dict:
+def _origin_dict(site: tuple, inputs_finite: bool, agg: Optional[_Agg] = None) -> dict:
+    """The origin's place and expression, and the range of what that call site produced
+    (``output``: abs-max of the finite values, smallest non-zero, inf and NaN counts), which
+    the HTML report draws even when the op is not a module's output."""
     file, line, op, col, end_line, end_col = site
     out = {"file": file, "line": line, "op": op, "end_line": end_line or line, "column": None, "end_column": None,
-           "expr": None, "inputs_finite": inputs_finite}
+           "expr": None, "inputs_finite": inputs_finite, "output": None}
+    if agg is not None and agg.calls:
+        d = agg.to_dict()
+        out["output"] = {k: d[k] for k in ("absmax", "min_nonzero", "inf", "nan", "dtypes")}
     if col is not None:
         out["column"] = _char_column(file, line, col)
         out["end_column"] = _char_column(file, end_line, end_col)
@@ -748,6 +754,26 @@ def _relative_error(outs: list[torch.Tensor], refs: Optional[list[torch.Tensor]]
     return err / den if den > 0 else (0.0 if err == 0 else math.inf)
 
 
+class _Buffers:
+    """The model's buffers before a forward (BatchNorm statistics and the like change in it),
+    to run that forward again from the same state.  Nothing is kept for models whose
+    buffers are large (over 16M elements): their forward is then rerun from the updated
+    buffers, which changes running statistics only."""
+
+    LIMIT = 1 << 24
+
+    def __init__(self, model):
+        buffers = list(model.buffers())
+        self.saved = []
+        if sum(b.numel() for b in buffers) <= self.LIMIT:
+            self.saved = [(b, b.detach().clone()) for b in buffers]
+
+    @torch.no_grad()
+    def restore(self):
+        for b, value in self.saved:
+            b.copy_(value)
+
+
 class LevelRunner:
     def __init__(self, make: Callable, user_files: set, cfg: RunConfig, loss_fn: Callable):
         self.make = make
@@ -786,6 +812,7 @@ class LevelRunner:
         modules: list[tuple[str, Any, _Agg, _Agg]] = []
         order = [0]
         census = None
+        origin = None  # where inf/NaN were first made: step 0's census, or a later step's traced replay
         lines = LineTrace(self.user_files) if cfg.census else None
         products = contextlib.ExitStack()
         try:
@@ -819,6 +846,9 @@ class LevelRunner:
                 if optimizer is not None:
                     optimizer.zero_grad(set_to_none=True)
                 phase = "forward"
+                # after a clean traced step 0, each step may be the one where inf/NaN first appear
+                watch = step > 0 and census is not None and origin is None
+                buffers = _Buffers(model) if watch else None
                 traced = lines.active() if lines and step == 0 else contextlib.nullcontext()
                 with traced:
                     if step == 0 and cfg.census:
@@ -832,6 +862,20 @@ class LevelRunner:
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                     raise TypeError(f"the loss must be a scalar tensor, got {type(loss).__name__}")
                 loss_value = float(loss.detach().float())
+                if watch:
+                    pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                    if self._went_nonfinite(modules, step, loss_value):
+                        # this step's forward once more, traced, from the same parameters, buffers,
+                        # inputs and seed; it replaces the first (same values, hooks not recounted)
+                        del output, loss
+                        phase = "forward"
+                        buffers.restore()
+                        _seed_all(cfg.seed * 1000 + step + 1)
+                        output, origin = self._traced_forward(model, args, kwargs, is_ref, state)
+                        if origin is not None:
+                            origin["step"] = step
+                        phase = "loss"
+                        loss = self.loss_fn(output, (args, kwargs))
                 out["losses"].append(loss_value)
                 if not _finite(loss_value):
                     out["nonfinite_loss"] = True
@@ -842,6 +886,7 @@ class LevelRunner:
                     else:
                         out["output_rel_err"] = _relative_error(outs, self.reference.output)
                     pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                    origin = self._origin(census, pending, is_ref)
                 if optimizer is not None and loss.requires_grad:
                     phase = "backward"
                     skipped_before = amp.skipped_steps(0)
@@ -877,11 +922,9 @@ class LevelRunner:
         out["executed"] = lines.by_file() if lines else None
         out["modules"] = self._module_report(modules, sites)
         out["sites"] = self._site_report(census)
-        if census is not None:
-            try:
-                out["origin"] = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
-            except Exception:  # a device error while reading the flags: no origin rather than no report
-                out["origin"] = None
+        if origin is None and census is not None:  # step 0 crashed: its calls so far
+            origin = self._origin(census, pending, is_ref)
+        out["origin"] = origin
         first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
         if first:
             out["first_nonfinite_module"] = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
@@ -891,6 +934,42 @@ class LevelRunner:
             out["first_nonfinite_site"] = {"file": s["file"], "line": s["line"], "op": s["op"]}
         out["seconds"] = time.perf_counter() - started
         return out
+
+    def _origin(self, census: "Census", pending: _Pending, is_ref: bool) -> Optional[dict]:
+        try:
+            origin = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
+        except Exception:  # a device error while reading the flags: no origin rather than no report
+            return None
+        if origin is not None:
+            origin["step"] = 0
+        return origin
+
+    def _went_nonfinite(self, modules, step: int, loss_value: float) -> bool:
+        """Whether this step's forward made inf/NaN the fp32 run had not: in a module's output
+        (the hooks) or, without hooks, in the loss."""
+        if any(fwd.first_new_nonfinite is not None and fwd.first_new_nonfinite[0] == step for _, _, fwd, _ in modules):
+            return True
+        ref = self.reference.losses
+        return not modules and not _finite(loss_value) and (not ref or step >= len(ref) or _finite(ref[step]))
+
+    def _traced_forward(self, model, args, kwargs, is_ref: bool, state: dict):
+        """The forward under a census of its own (no fp32 references: those are step 0's) ->
+        (output, origin).  The module hooks record no forward statistics meanwhile: the
+        replaced forward recorded them; gradients are recorded as usual."""
+        pending = _Pending()
+        census = Census(self.user_files, Reference(budget=0), False, pending, [0])
+        state["replay"] = True
+        try:
+            with census:
+                output = model(*args, **kwargs)
+        finally:
+            state["replay"] = False
+        pending.flush(self.reference.nonfinite if not is_ref else {}, {} if is_ref else None)
+        try:
+            origin = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
+        except Exception:
+            origin = None
+        return output, origin
 
     def _hook(self, idx, fwd: _Agg, grd: _Agg, pending: _Pending, state: dict, order: list, is_ref: bool):
         reference = self.reference
@@ -917,8 +996,10 @@ class LevelRunner:
 
         def hook(module, args, output):
             tensors = floating_tensors(output, limit=4)
+            replay = state.get("replay")
             for i, t in enumerate(tensors):
-                record(fwd, ("fwd", idx, i), t.detach())
+                if not replay:
+                    record(fwd, ("fwd", idx, i), t.detach())
                 if t.requires_grad and torch.is_grad_enabled():
                     t.register_hook(grad_hook_for(i))
             return None
@@ -941,6 +1022,7 @@ class LevelRunner:
             built = sites.get(mod)
             f, g = fwd.to_dict(), grd.to_dict()
             f["first_new_nonfinite"] = fwd.first_new_nonfinite
+            f["order"] = fwd.first_order[1] if fwd.first_order else None  # when it first returned (step 0)
             g["first_new_nonfinite"] = grd.first_new_nonfinite
             weight = getattr(mod, "weight", None)
             if not isinstance(weight, torch.Tensor):
