@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv.add_argument("--opt-level", dest="opt_level", nargs="+", action=_LevelsAction, metavar="LEVEL",
                     help="opt levels to check against O0 (always the fp32 reference): O1 O2 O3, as `O1 O2` or `O1,O2` (default O1 O2)")
     lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
-    lv.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when available, else cpu)")
+    lv.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where to run: auto (the default) is cuda when available, else cpu")
     lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
     lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: the output's 'loss' key or attribute, else "
                     "the first 0-d float tensor anywhere in it, else the mean of squares), mean, sum, square, first, "
@@ -245,7 +245,8 @@ def main(args) -> int:
             if opts["device"] == "cuda" and not torch.cuda.is_available():
                 print("amplint: error: --device cuda: CUDA is not available in this PyTorch build/machine", file=sys.stderr)
                 return EXIT_ERROR
-            cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=opts["device"], steps=opts["steps"],
+            device = None if opts["device"] in (None, "auto") else opts["device"]  # None: RunConfig picks cuda when available
+            cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=device, steps=opts["steps"],
                             loss=opts["loss"], seed=opts["seed"], tolerance=opts["tolerance"], optimizer=opts["optimizer"],
                             lr=opts["lr"], census=not args.no_trace)
             if not args.quiet and args.format == "text" and sys.stderr.isatty() and progress is None:

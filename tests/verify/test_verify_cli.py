@@ -161,3 +161,21 @@ def test_no_progress_when_stderr_is_not_a_terminal(amplint):
     proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "cpu", "--opt-level", "O1", "--steps", "1")
     assert proc.returncode == 0
     assert "step 1/1" not in proc.stderr + proc.stdout and "\x1b[" not in proc.stderr
+
+
+def test_device_auto_is_the_default_and_picks_cuda_only_when_available(tmp_path, amplint):
+    import torch
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    for extra in ((), ("--device", "auto")):
+        proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--opt-level", "O1", "--steps", "1",
+                       "--format", "json", *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["results"][0]["device"] == expected
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint.verify]\ndevice = "auto"\n'
+                                             f'targets = ["{V}/clean/mlp.py::example"]\nsteps = 1\nopt-level = ["O1"]\n')
+    proc = amplint("verify", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["results"][0]["device"] == expected
+    proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "tpu")
+    assert proc.returncode == 2 and "auto" in proc.stderr
