@@ -15,6 +15,7 @@ Engine state (one per process, :data:`ENGINE`):
 from __future__ import annotations
 
 import collections.abc
+import sys
 import warnings
 import weakref
 
@@ -334,7 +335,9 @@ def _check_models(models):
 
 
 def _dtensor_type():
-    if not torch.distributed.is_available():
+    # a DTensor parameter means torch.distributed.tensor is imported already; importing it
+    # just to look costs seconds on every initialize
+    if not torch.distributed.is_available() or "torch.distributed.tensor" not in sys.modules:
         return None
     try:
         from torch.distributed.tensor import DTensor

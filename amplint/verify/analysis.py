@@ -203,9 +203,10 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
         if origin:
             made = "made by" if origin.get("inputs_finite") else "first seen in"
             where = f" (module {module})" if module and module != "(model)" else ""
+            step = f" (step {origin['step']}; step 0 was clean)" if origin.get("step") else ""  # counted as crashes are
             out.append({"level": level, "kind": "inf/NaN", "file": origin["file"], "line": origin["line"],
                         "column": origin.get("column"), "module": module, "origin": origin,
-                        "detail": f"first inf/NaN {made} {_expr(origin)} at line {origin['line']}{where}"})
+                        "detail": f"first inf/NaN {made} {_expr(origin)} at line {origin['line']}{step}{where}"})
         elif site or module:
             where = f"first in module {module}" if module else ""
             if site:

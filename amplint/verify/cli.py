@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv.add_argument("--opt-level", dest="opt_level", nargs="+", action=_LevelsAction, metavar="LEVEL",
                     help="opt levels to check against O0 (always the fp32 reference): O1 O2 O3, as `O1 O2` or `O1,O2` (default O1 O2)")
     lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
-    lv.add_argument("--device", choices=("cpu", "cuda"), help="where to run (default: cuda when available, else cpu)")
+    lv.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where to run: auto (the default) is cuda when available, else cpu")
     lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
     lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: the output's 'loss' key or attribute, else "
                     "the first 0-d float tensor anywhere in it, else the mean of squares), mean, sum, square, first, "
@@ -106,39 +106,69 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     out.add_argument("--report", metavar="FILE.html", help="also write a self-contained HTML report (value ranges per module and level on a log scale)")
-    out.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    out.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     out.add_argument("--config", metavar="FILE", help="read [tool.amplint] and [tool.amplint.verify] from this pyproject.toml")
 
 
 class _Progress:
-    """A rich progress bar on stderr (terminals only): one tick per training step."""
+    """What verify is doing, on the terminal (stderr; never when stderr is not a terminal, or
+    with --format json): the target, the opt level (and which of the run's levels it is), the
+    training step, and a bar over all steps of the target.  Redrawn at every level and step,
+    so short runs show them too; erased at the end (the report follows)."""
 
-    def __init__(self, total: int):
+    def __init__(self):
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         # a copy of the terminal's stderr: the model's own output is captured from fds 1 and 2
-        # while it runs (capture.py), and the bar must still reach the terminal
+        # while it runs (capture.py), and the display must still reach the terminal
         self.stream = open(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", closefd=True)
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True,
-                            console=Console(file=self.stream, force_terminal=True))
-        self.bar.start()
-        self.task = self.bar.add_task("verify", total=total)
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), TextColumn("{task.completed}/{task.total} steps"),
+                            TimeElapsedColumn(), transient=True, console=Console(file=self.stream, force_terminal=True, highlight=False))
+        self.task = self.bar.add_task("", total=1)
+        self.started = False
+        self.target, self.levels, self.steps, self.fix = "", [], 1, False
+        self.level, self.level_index, self.step_index, self.fixed_copy = "", 0, 0, False
+
+    def begin_target(self, target: str, levels: list, steps: int, fix: bool) -> None:
+        self.target, self.levels, self.steps, self.fix = target, list(levels), steps, fix
+        self.fixed_copy = False
+        self.level = ""
+        self.bar.reset(self.task, total=len(self.levels) * steps * (2 if fix else 1), completed=0)
+        if not self.started:
+            self.bar.start()
+            self.started = True
+        self.message("importing and building the model")
 
     def start_level(self, level: str) -> None:
-        self.bar.update(self.task, description=f"running {level}")
+        if level == self.levels[0] and self.level:  # the levels again: the fixed copies' run
+            self.fixed_copy = True
+        self.level, self.step_index = level, 0
+        self.level_index = self.levels.index(level) + 1 if level in self.levels else 0
+        self._show_step()
 
     def step(self) -> None:
+        self.step_index += 1
         self.bar.advance(self.task)
+        if self.step_index < self.steps:
+            self._show_step()
 
     def message(self, text: str) -> None:
-        self.bar.update(self.task, description=text)
+        self._show(f"{text}  [dim]{self.target}[/]")
 
-    def retarget(self, name: str, total: int) -> None:
-        self.bar.reset(self.task, total=total, description=name)
+    def _show_step(self) -> None:
+        # level and step first: a narrow terminal cuts the end of the line
+        copy = " (fixed copy)" if self.fixed_copy else ""
+        self._show(f"[bold cyan]{self.level}[/] (level {self.level_index}/{len(self.levels)})  step {self.step_index + 1}/{self.steps}"
+                   f"  [dim]{self.target}{copy}[/]")
+
+    def _show(self, description: str) -> None:
+        self.bar.update(self.task, description=description)
+        self.bar.refresh()
 
     def stop(self) -> None:
-        self.bar.stop()
+        if self.started:
+            self.bar.stop()
         self.stream.close()
 
 
@@ -198,9 +228,10 @@ def main(args) -> int:
     threads = args.threads or defaults.get("threads")
     if threads:
         torch.set_num_threads(threads)
-    from .runner import skip_dynamo_import
+    from .runner import keep_freed_memory, skip_dynamo_import
 
     skip_dynamo_import()
+    keep_freed_memory()
 
     from .core import verify_target
     from .runner import RunConfig
@@ -214,13 +245,14 @@ def main(args) -> int:
             if opts["device"] == "cuda" and not torch.cuda.is_available():
                 print("amplint: error: --device cuda: CUDA is not available in this PyTorch build/machine", file=sys.stderr)
                 return EXIT_ERROR
-            cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=opts["device"], steps=opts["steps"],
+            device = None if opts["device"] in (None, "auto") else opts["device"]  # None: RunConfig picks cuda when available
+            cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=device, steps=opts["steps"],
                             loss=opts["loss"], seed=opts["seed"], tolerance=opts["tolerance"], optimizer=opts["optimizer"],
                             lr=opts["lr"], census=not args.no_trace)
             if not args.quiet and args.format == "text" and sys.stderr.isatty() and progress is None:
-                progress = _Progress(len(cfg.all_levels()) * cfg.steps * (2 if opts["fix"] else 1))
-            elif progress is not None:
-                progress.retarget(str(target), len(cfg.all_levels()) * cfg.steps * (2 if opts["fix"] else 1))
+                progress = _Progress()
+            if progress is not None:
+                progress.begin_target(str(target), cfg.all_levels(), cfg.steps, bool(opts["fix"]))
             try:
                 report = verify_target(target, cfg, fix=opts["fix"], unsafe=opts["unsafe_fixes"], config=args.config,
                                        progress=progress, lint=not args.no_lint)

@@ -68,8 +68,8 @@ def _check_option(key: str, value: Any, where: str) -> tuple[str, Any]:
             bad(str(exc))
     elif attr == "dtype" and value not in DTYPES:
         bad(f"must be one of {', '.join(DTYPES)}, not {value!r}")
-    elif attr == "device" and value not in ("cpu", "cuda"):
-        bad(f"must be cpu or cuda, not {value!r}")
+    elif attr == "device" and value not in ("auto", "cpu", "cuda"):
+        bad(f"must be auto, cpu or cuda, not {value!r}")
     elif attr in ("steps", "seed", "threads") and (isinstance(value, bool) or not isinstance(value, int) or value < (0 if attr == "seed" else 1)):
         bad(f"must be {'a positive' if attr in ('steps', 'threads') else 'a non-negative'} integer, not {value!r}")
     elif attr in ("tolerance", "lr") and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):

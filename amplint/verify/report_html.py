@@ -1,165 +1,695 @@
-"""``--report report.html``: one self-contained file (inline CSS, JS and SVG; no network).
+"""``--report report.html``: one self-contained file (inline CSS and SVG; no script, no network).
 
-Per target, for the original code and (with ``--fix``) the fixed copies, one chart per level:
-each module's output value range (smallest non-zero magnitude to abs-max) on a log scale,
-against the low-precision dtype's largest value, smallest normal and smallest subnormal;
-modules with inf/NaN are marked.  The data is embedded as JSON; the script draws the SVG.
+Per target, in the order an engineer reads it:
+
+1. the verdict per opt level -- ok, crash at ``file:line``, or the first non-finite value at
+   ``file:line`` in ``expr``, with the module path -- for the original code and after the fixes;
+2. one card per finding: the rule's message, the runtime evidence before and after the fix,
+   and the diff of the fix; then the runtime problems no rule predicted;
+3. per failing level, the value range of each module's output on a log scale against the
+   dtype's limits, focused on the path to the first failure: the modules that ran just
+   before it, the failing module marked (and only it: later modules that carry the inf/NaN
+   on are collapsed), the range of the op that made the inf/NaN drawn even when it is not a
+   module's output (an overflow crosses the max line), a crash in its own row;
+4. loss, loss scale and skipped steps per level, drawn;
+5. the tables (levels, findings, every module's range), the model's own output and notes.
+
+Everything is rendered here, in Python, with every value escaped: nothing in the model's
+names or messages can become markup.
 """
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
+import re
+from typing import Optional
 
 from amplint.numerics import FORMATS
 
-from .report_text import level_status
+from .report_text import _rel, level_status, num
+
+#: module rows shown right before the first failure; earlier unremarkable ones are collapsed
+CONTEXT_ROWS = 4
+LEVEL_COLORS = {"O0": "#546e7a", "O1": "#1e88e5", "O2": "#8e24aa", "O3": "#ef6c00"}
+STATUS_CLASS = {"confirmed": "warn", "fixed": "good", "not reproduced": "muted", "not executed": "muted",
+                "fix did not remove it": "bad", "fix changes fp32 results": "bad"}
+_STATUS_ORDER = ["fix did not remove it", "fix changes fp32 results", "confirmed", "fixed", "not reproduced", "not executed"]
 
 
-def _clean(x):
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return None
-    return x
+def e(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
 
 
-def _runs(runs: dict) -> list[dict]:
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _where(file, line, column=None) -> str:
+    if not file:
+        return "?"
+    return f"{_rel(file)}:{line}" + (f":{column}" if column else "")
+
+
+# --- 1. verdicts ------------------------------------------------------------------------------
+
+def _module(run: dict, name: Optional[str]) -> Optional[dict]:
+    return next((m for m in run.get("modules", ()) if m["name"] == name), None)
+
+
+def _module_label(run: dict, name: Optional[str]) -> str:
+    mod = _module(run, name)
+    cls = mod["class"].rsplit(".", 1)[-1] if mod else ""
+    return f"<code>{e(name)}</code>" + (f" ({e(cls)})" if cls else "")
+
+
+def crash_expression(crash: dict) -> Optional[str]:
+    """The expression that raised (its columns), else the whole source line."""
+    import linecache
+
+    if crash.get("file") and crash.get("column") and crash.get("end_column") and crash.get("end_line") == crash.get("line"):
+        text = linecache.getline(crash["file"], crash["line"])
+        expr = text[crash["column"] - 1:crash["end_column"] - 1].strip()
+        if expr:
+            return expr
+    return crash.get("code")
+
+
+def level_verdict(run: dict) -> tuple[str, str]:
+    """(status, the headline as HTML) of one level's run."""
+    from .analysis import mostly_skipped
+
+    status = level_status(run)
+    crash = run.get("crash")
+    if crash:
+        where = _where(crash.get("file"), crash.get("line"))
+        expr = crash_expression(crash)
+        code = f" in <code>{e(expr)}</code>" if expr else ""
+        return status, (f"crash at <code class=\"loc\">{e(where)}</code>{code}: {e(crash['type'])}: {e(crash['message'])} "
+                        f"<span class=\"dim\">({e(crash['phase'])}, step {e(crash['step'])})</span>")
+    origin = run.get("origin") or run.get("first_nonfinite_site")
+    module = run.get("first_nonfinite_module")
+    if status == "inf/NaN" or (run["level"] == "O0" and origin):
+        parts = []
+        if origin:
+            expr = f" in <code>{e(origin['expr'])}</code>" if origin.get("expr") else ""
+            step = f", step {e(origin['step'])}" if origin.get("step") else ""
+            parts.append(f"first non-finite at <code class=\"loc\">{e(_where(origin['file'], origin['line'], origin.get('column')))}</code>"
+                         f"{expr} <span class=\"dim\">({e(origin['op'])}{step})</span>")
+        if module:
+            parts.append(f"module {_module_label(run, module)}")
+        if not parts:
+            parts.append("the loss is not finite")
+        return status, ", ".join(parts)
+    skipped = mostly_skipped(run)
+    if skipped:
+        return status, e(skipped)
+    return status, "ok" if run["level"] != "O0" else "ok (the fp32 reference)"
+
+
+def _loss_text(run: dict) -> str:
+    losses = run.get("losses") or []
+    return f"{num(losses[0])} → {num(losses[-1])}" if losses else "-"
+
+
+def _verdicts(report: dict) -> str:
+    views = [("original code", report["before"])] + ([("after the fixes", report["after"])] if report.get("after") else [])
+    rows = []
+    for title, runs in views:
+        if len(views) > 1:
+            rows.append(f'<tr class="view"><th colspan="4">{e(title)}</th></tr>')
+        for level, run in runs.items():
+            status, text = level_verdict(run)
+            cls = "good" if status == "ok" else "bad"
+            err = "reference" if level == "O0" else num(run.get("output_rel_err"))
+            rows.append(f'<tr class="level-row {cls}" data-level="{e(level)}" data-view="{e(title)}">'
+                        f'<td class="lvl"><span class="swatch" style="background:{LEVEL_COLORS.get(level, "#555")}"></span>{e(level)}</td>'
+                        f'<td><span class="pill {cls}">{e(status)}</span></td><td class="headline">{text}</td>'
+                        f'<td class="dim nowrap">loss {e(_loss_text(run))}<br>output vs fp32 {e(err)}</td></tr>')
+    return f'<table class="verdicts">{"".join(rows)}</table>'
+
+
+def _result(report: dict) -> str:
+    from .report_text import _why
+
+    before = ""
+    if report.get("after") is not None and report.get("failing_levels"):
+        before = f"original code: {', '.join(report['failing_levels'])} fail{'s' if len(report['failing_levels']) == 1 else ''}; "
+    if report.get("exit_status", 0) == 0:
+        text = before + "safe at the selected levels" + (" after the fixes" if report.get("after") else "")
+        return f'<p class="result good">{e(text)}</p>'
+    return f'<p class="result bad">NOT safe: {e(_why(report))}</p>'
+
+
+# --- 2. cards ---------------------------------------------------------------------------------
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+def diff_hunks(diff: str, start: int, end: int) -> list[list[str]]:
+    """The hunks of a unified diff whose original lines overlap ``start..end``."""
+    hunks: list[list[str]] = []
+    current, covers = None, False
+    for line in diff.splitlines():
+        m = _HUNK.match(line)
+        if m:
+            if current is not None and covers:
+                hunks.append(current)
+            first = int(m.group(1))
+            count = int(m.group(2)) if m.group(2) is not None else 1
+            current, covers = [line], first <= end and start <= first + max(count, 1) - 1
+        elif current is not None:
+            current.append(line)
+    if current is not None and covers:
+        hunks.append(current)
+    return hunks
+
+
+def _diff_html(hunks: list[list[str]]) -> str:
     out = []
-    for level, run in runs.items():
-        mods = []
-        for m in run.get("modules", ()):
-            f = m["forward"]
-            g = m["grad"]
-            if not f["calls"]:
-                continue
-            mods.append({"name": m["name"], "cls": m["class"], "max": _clean(f["absmax"]), "min": _clean(f["min_nonzero"]),
-                         "inf": f["inf"], "nan": f["nan"], "dtypes": f["dtypes"], "gmax": _clean(g["absmax"]),
-                         "gmin": _clean(g["min_nonzero"]), "ginf": g["inf"] + g["nan"], "uf": _clean(f["underflow"])})
+    for hunk in hunks:
+        for line in hunk:
+            cls = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+            out.append(f'<span class="{cls}">{e(line)}</span>')
+    return '<pre class="diff">' + "".join(out) + "</pre>"  # each line is a block
+
+
+def _evidence_list(items: Optional[list], empty: str) -> str:
+    if not items:
+        return f'<p class="dim">{e(empty)}</p>'
+    return "<ul>" + "".join(f"<li><b>{e(x['level'])} {e(x['kind'])}</b>: {e(x['detail'])}</li>" for x in items) + "</ul>"
+
+
+def _finding_card(f: dict, report: dict) -> str:
+    status = f["status"]
+    cls = STATUS_CLASS.get(status, "muted")
+    where = _where(f["path"], f["line"], f.get("column"))
+    body = [f'<p class="message">{e(f["message"])}</p>']
+    before = "Runtime evidence" + (" (original code)" if report.get("after") else "")
+    if f.get("reached_after_fix"):
+        before = "Runtime evidence (reached only after the fixes removed an earlier crash)"
+    if status == "not executed":
+        body.append(f'<h4>{e(before)}</h4><p class="dim">not executed: {e(f.get("not_executed"))}</p>')
+    else:
+        body.append(f"<h4>{e(before)}</h4>" + _evidence_list(
+            f.get("evidence"), "its expression ran; no crash, inf/NaN, underflow or divergence in it with these inputs"))
+    if f.get("after_evidence") is not None and not f.get("reached_after_fix"):
+        fixed = "its own fix was applied" if f.get("fixed_by_lint") else "no fix was applied to it"
+        body.append(f"<h4>After the fixes <span class=\"dim\">({e(fixed)})</span></h4>"
+                    + _evidence_list(f["after_evidence"], "no failure in this expression"))
+    diff = (report.get("fixed_files") or {}).get(f["path"])
+    hunks = diff_hunks(diff, f["line"], f.get("end_line") or f["line"]) if diff else []
+    if hunks:
+        body.append("<h4>The fix</h4>" + _diff_html(hunks))
+    elif f.get("fix") and f.get("fix_description"):
+        body.append(f'<p class="dim">fix ({e(f["fix"])}{", not applied" if report.get("fix") else ", not tried: run with --fix"}): '
+                    f'{e(f["fix_description"])}</p>')
+    return (f'<article class="card finding {cls}" data-code="{e(f["code"])}" data-status="{e(status)}">'
+            f'<header><span class="code">{e(f["code"])}</span> {e(f["rule"])} <code class="loc">{e(where)}</code>'
+            f'<span class="pill {cls}">{e(status)}</span></header>{"".join(body)}</article>')
+
+
+def _problem_card(p: dict) -> str:
+    where = _where(p.get("file"), p.get("line"), p.get("column")) if p.get("file") else ""
+    return (f'<article class="card runtime bad" data-level="{e(p["level"])}"><header><span class="code">{e(p["level"])}</span> '
+            f'{e(p["kind"])} <code class="loc">{e(where)}</code><span class="pill bad">no rule predicted it</span></header>'
+            f'<p class="message">{e(p["detail"])}</p></article>')
+
+
+def _cards(report: dict) -> str:
+    findings = sorted(report.get("findings") or [], key=lambda f: (
+        _STATUS_ORDER.index(f["status"]) if f["status"] in _STATUS_ORDER else 9, f["path"], f["line"]))
+    shown = [f for f in findings if f["status"] not in ("not reproduced", "not executed")]
+    quiet = [f for f in findings if f["status"] in ("not reproduced", "not executed")]
+    out = [_finding_card(f, report) for f in shown]
+    out += [_problem_card(p) for p in report.get("runtime_only") or []]
+    if quiet:
+        out.append(f'<details class="quiet-findings"><summary>{len(quiet)} finding{"s" if len(quiet) != 1 else ""} '
+                   f'not reproduced or not executed</summary>{"".join(_finding_card(f, report) for f in quiet)}</details>')
+    if not out:
+        return '<p class="dim">No static findings in the model\'s source files, and no runtime problems.</p>'
+    return "".join(out)
+
+
+# --- 3. the range chart -----------------------------------------------------------------------
+
+class _Scale:
+    """log10 positions, in percent of a track's width."""
+
+    def __init__(self, limits: dict, values: list[float]):
+        lo = math.log10(limits["subnormal"]) - 1
+        hi = math.log10(limits["max"]) + 1
+        for v in values:
+            if _finite(v) and v > 0:
+                lo, hi = min(lo, math.floor(math.log10(v))), max(hi, math.ceil(math.log10(v)))
+        self.lo, self.hi = max(lo, -45), min(hi, 40)
+
+    def x(self, v: float) -> float:
+        if not _finite(v) or v <= 0:
+            return 0.0
+        return min(100.0, max(0.0, (math.log10(v) - self.lo) / (self.hi - self.lo) * 100))
+
+    def ticks(self) -> list[int]:
+        step = max(1, round((self.hi - self.lo) / 8))
+        return list(range(math.ceil(self.lo), math.floor(self.hi) + 1, step))
+
+
+def _track(stats: dict, scale: _Scale, limits: dict, color: str) -> str:
+    parts = [f'<span class="limit {cls}" style="left:{scale.x(v):.2f}%"></span>'
+             for cls, v in (("max", limits["max"]), ("normal", limits["normal"]), ("subnormal", limits["subnormal"]))]
+    top, low = stats.get("absmax"), stats.get("min_nonzero")
+    nonfinite = (stats.get("inf") or 0) + (stats.get("nan") or 0)
+    if _finite(top) and top > 0:
+        x1, x2 = scale.x(low if _finite(low) and low > 0 else top), scale.x(top)
+        if stats.get("inf"):  # values overflowed: the bar crosses the max line to the edge
+            x2 = 100.0
+        parts.append(f'<span class="bar" style="left:{x1:.2f}%;width:{max(0.6, x2 - x1):.2f}%;background:{color}"></span>')
+    if nonfinite:
+        label = " ".join(x for x in (f"{stats['inf']} inf" if stats.get("inf") else "", f"{stats['nan']} NaN" if stats.get("nan") else "") if x)
+        parts.append(f'<span class="overflow">{e(label)}</span>')
+    return '<div class="track">' + "".join(parts) + "</div>"
+
+
+def _range_text(stats: dict) -> str:
+    text = f"{num(stats.get('min_nonzero'))} … {num(stats.get('absmax'))}"
+    return e(text)
+
+
+def _notable(stats: dict, limits: dict, tolerance: float) -> list[str]:
+    """Why a module's output deserves a row even away from the failure."""
+    why = []
+    top, low = stats.get("absmax"), stats.get("min_nonzero")
+    if _finite(top) and top > limits["max"] / 8:
+        why.append("near max")
+    if _finite(low) and 0 < low < limits["normal"]:
+        why.append("subnormal")
+    if (stats.get("underflow") or 0) >= 0.01:
+        why.append(f"{stats['underflow']:.0%} underflow")
+    err = stats.get("rel_err")
+    if _finite(err) and err > tolerance:
+        why.append(f"err {num(err)}")
+    return why
+
+
+def _module_row(mod: dict, table: str, scale, limits, color, classes: str = "", tags: tuple = ()) -> str:
+    stats = mod[table]
+    cls = mod["class"].rsplit(".", 1)[-1]
+    tag_html = "".join(f'<span class="tag {t_cls}">{e(t)}</span>' for t_cls, t in tags)
+    return (f'<div class="row {classes}" data-module="{e(mod["name"])}"><div class="label" title="{e(mod["class"])}">'
+            f'<span class="name">{e(mod["name"])}</span> <span class="cls">{e(cls)}</span>{tag_html}</div>'
+            f'{_track(stats, scale, limits, color)}<div class="value">{_range_text(stats)}</div></div>')
+
+
+def _collapsed(rows: list[str], summary: str, cls: str) -> str:
+    if not rows:
+        return ""
+    return f'<details class="collapsed {cls}"><summary>{e(summary)}</summary>{"".join(rows)}</details>'
+
+
+def _axis(scale: _Scale, limits: dict) -> str:
+    ticks = "".join(f'<span class="tick" style="left:{scale.x(10.0 ** d):.2f}%">1e{d}</span>' for d in scale.ticks())
+    names = "".join(f'<span class="limit-name {cls}" style="left:{scale.x(v):.2f}%">{e(name)}</span>' for cls, name, v in (
+        ("max", f"max {num(limits['max'])}", limits["max"]), ("normal", "smallest normal", limits["normal"]),
+        ("subnormal", "smallest subnormal", limits["subnormal"])))
+    return (f'<div class="row axis"><div class="label dim">module output (forward), |x|</div>'
+            f'<div class="track axis-track">{names}{ticks}</div><div class="value dim">smallest non-zero … max</div></div>')
+
+
+def range_chart(run: dict, limits: dict, tolerance: float, title: str) -> str:
+    """One level's chart, focused on its first failure (see the module docstring)."""
+    level = run["level"]
+    color = LEVEL_COLORS.get(level, "#555")
+    table = "forward"
+    mods = [m for m in run.get("modules", ()) if m[table]["calls"]]
+    failing = run.get("first_nonfinite_module")
+    origin = run.get("origin")
+    crash = run.get("crash")
+    grad_failure = None
+    if not crash and not failing and not origin:
+        # a finite forward whose gradients overflowed (the loss scaler skipped the steps)
+        bad = [m for m in run.get("modules", ()) if m["grad"]["calls"] and m["grad"]["first_new_nonfinite"] is not None]
+        if bad and level != "O0":
+            table = "grad"
+            mods = [m for m in run.get("modules", ()) if m["grad"]["calls"]]
+            grad_failure = min(bad, key=lambda m: tuple(m["grad"]["first_new_nonfinite"]))["name"]
+            failing = grad_failure
+    values = [v for m in mods for v in (m[table]["absmax"], m[table]["min_nonzero"])]
+    if origin and origin.get("output"):
+        values += [origin["output"]["absmax"], origin["output"]["min_nonzero"]]
+    scale = _Scale(limits, values)
+    order = {m["name"]: (m[table].get("order") if m[table].get("order") is not None else i) for i, m in enumerate(mods)}
+    if table == "grad":  # gradients flow back: the first to overflow is reached last in forward order
+        mods = sorted(mods, key=lambda m: tuple(m["grad"]["first_new_nonfinite"] or (math.inf, math.inf)))
+    else:
+        mods = sorted(mods, key=lambda m: order[m["name"]])
+    rows, before, after = [], [], []
+    names = [m["name"] for m in mods]
+    index = names.index(failing) if failing in names else (len(mods) if crash else None)
+    first_failure_marked = False
+    for i, mod in enumerate(mods):
+        stats = mod[table]
+        why = _notable(stats, limits, tolerance)
+        tags = tuple(("note", w) for w in why)
+        if index is None:  # no failure at this level: the notable rows, the rest collapsed
+            (rows if why else before).append(_module_row(mod, table, scale, limits, color, "", tags))
+            continue
+        if i < index:
+            keep = why or i >= index - CONTEXT_ROWS
+            (rows if keep else before).append(_module_row(mod, table, scale, limits, color, "", tags))
+        elif i == index:
+            what = "first inf/NaN in the gradients" if table == "grad" else "first inf/NaN"
+            rows.append(_module_row(mod, table, scale, limits, color, "first-failure", (("first", what),) + tags))
+            first_failure_marked = True
+            if origin and table == "forward":
+                rows.append(_origin_row(origin, scale, limits, color))
+        else:
+            carried = (stats.get("inf") or 0) + (stats.get("nan") or 0) > 0
+            after.append(_module_row(mod, table, scale, limits, color, "propagated" if carried else "",
+                                     (("carried", "inf/NaN carried on"),) if carried else tags))
+    if origin and not first_failure_marked and table == "forward":
+        rows.append(_origin_row(origin, scale, limits, color, first=True))
+        first_failure_marked = True
+    if crash:
+        where = _where(crash.get("file"), crash.get("line"))
+        expr = crash_expression(crash)
+        code = f" <code>{e(expr)}</code>" if expr else ""
+        rows.append(f'<div class="row first-failure crash"><div class="label"><span class="name">crash</span>'
+                    f'<span class="tag first">{e(crash["phase"])}, step {e(crash["step"])}</span></div>'
+                    f'<div class="crash-text"><code class="loc">{e(where)}</code>{code}<br>{e(crash["type"])}: {e(crash["message"])}</div></div>')
+    head = [_axis(scale, limits)]
+    if table == "grad":
+        head[0] = head[0].replace("module output (forward), |x|", "module output gradient, |g|")
+    earlier = _collapsed(before, f"{len(before)} {'earlier ' if index is not None else ''}module{'s' if len(before) != 1 else ''}"
+                         f" with nothing notable", "earlier")
+    later = _collapsed(after, f"{len(after)} later module{'s' if len(after) != 1 else ''}"
+                       + (" (the inf/NaN carried on from the first failure)" if any("propagated" in r for r in after) else ""), "later")
+    return (f'<div class="range-chart" data-level="{e(level)}" data-view="{e(title)}" data-table="{table}">'
+            f'{"".join(head)}{earlier}{"".join(rows)}{later}</div>')
+
+
+def _origin_row(origin: dict, scale, limits, color, first: bool = False) -> str:
+    stats = origin.get("output") or {}
+    expr = origin.get("expr") or origin["op"]
+    made = "made the first inf/NaN" if origin.get("inputs_finite") else "first inf/NaN seen here"
+    where = f"line {origin['line']}" + (f":{origin['column']}" if origin.get("column") else "")
+    classes = "op origin" + (" first-failure" if first else "")
+    track = _track(stats, scale, limits, color) if stats else '<div class="track"></div>'
+    return (f'<div class="row {classes}" data-op="{e(origin["op"])}"><div class="label" title="{e(expr)}">'
+            f'<span class="name">↳ {e(origin["op"])}</span> <code class="loc">{e(where)}</code>'
+            f'<span class="tag first">{e(made)}</span></div>{track}'
+            f'<div class="value">{_range_text(stats) if stats else ""}</div></div>')
+
+
+def _charts(report: dict, limits: dict) -> str:
+    out = []
+    tolerance = report["tolerance"]
+    views = [("original code", report["before"])] + ([("after the fixes", report["after"])] if report.get("after") else [])
+    for title, runs in views:
+        for level, run in runs.items():
+            status = level_status(run)
+            chart = range_chart(run, limits, tolerance, title)
+            heading = f"{level} ({title}): {status}"
+            if status == "ok":
+                out.append(f'<details class="chart ok"><summary>{e(heading)} — value ranges</summary>{chart}</details>')
+            else:
+                out.append(f'<section class="chart bad"><h4>{e(heading)}</h4>{chart}</section>')
+    return "".join(out)
+
+
+# --- 4. loss, loss scale, skipped steps --------------------------------------------------------
+
+def _polyline(points: list[tuple[float, float]]) -> str:
+    return " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+
+
+def training_chart(level: str, runs: list[tuple[str, dict]]) -> str:
+    """Loss per step (top) and loss scale per step with skipped steps ringed (bottom) for one
+    level; ``runs``: (view, run) pairs drawn solid (original code) and dashed (after the fixes)."""
+    w, left, right, plot_h = 330, 62, 14, 62
+    color = LEVEL_COLORS.get(level, "#555")
+    steps = max([len(r.get("losses") or []) for _, r in runs] + [len(r.get("loss_scales") or []) for _, r in runs] + [1])
+
+    def sx(i):
+        return left + (i / max(steps - 1, 1)) * (w - left - right)
+
+    def panel(top: int, title: str, series: list, log2: bool, empty: str) -> list[str]:
+        """series: (dashed, values, ringed step indices)."""
+        out = [f'<text x="4" y="{top + 11}" class="ttl">{e(title)}</text>']
+        y0, y1 = top + 20, top + 20 + plot_h
+        out.append(f'<line x1="{left}" x2="{w - right}" y1="{y1}" y2="{y1}" class="axis"/>')
+        values = [v for _, vs, _ in series for v in vs if _finite(v) and (v > 0 or not log2)]
+        if not values:
+            out.append(f'<text x="{left}" y="{(y0 + y1) / 2:.0f}" class="ax">{e(empty)}</text>')
+            return out
+        f = (lambda v: math.log2(v)) if log2 else (lambda v: v)
+        lo, hi = f(min(values)), f(max(values))
+        if hi - lo < (1.0 if log2 else 1e-9 * max(1.0, abs(hi))):
+            pad = 1.0 if log2 else 0.5 * max(abs(hi), 1e-3)
+            lo, hi = lo - pad, hi + pad
+
+        def sy(v):
+            return y0 + (1 - (f(v) - lo) / (hi - lo)) * (y1 - y0)
+
+        label = (lambda t: str(int(round(2.0 ** t))) if t >= 0 else num(2.0 ** t)) if log2 else num
+        out.append(f'<text x="{left - 5}" y="{y0 + 4}" class="ax" text-anchor="end">{e(label(hi))}</text>')
+        out.append(f'<text x="{left - 5}" y="{y1 + 3}" class="ax" text-anchor="end">{e(label(lo))}</text>')
+        for dashed, vs, ringed in series:
+            dash = ' stroke-dasharray="5 3"' if dashed else ""
+            pts = [(sx(i), sy(v)) for i, v in enumerate(vs) if _finite(v) and (v > 0 or not log2)]
+            if len(pts) > 1:
+                out.append(f'<polyline points="{_polyline(pts)}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+            for x, y in pts:
+                out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"/>')
+            for i, v in enumerate(vs):
+                if not _finite(v):  # at the bottom, clear of the axis labels
+                    out.append(f'<text x="{max(sx(i), left + 16):.1f}" y="{y1 - 5}" class="nonfinite-loss" '
+                               f'text-anchor="middle">× {e(num(v))}</text>')
+                elif i in ringed:
+                    out.append(f'<circle cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="5.5" class="skipped"/>')
+        return out
+
+    loss_series = [(view != "original code", run.get("losses") or [], ()) for view, run in runs]
+    scale_series = []
+    for view, run in runs:
+        scales = run.get("loss_scales") or []
+        # the dynamic scaler halves the scale on each skipped step: those are the steps it fell at
+        ringed = {i for i, v in enumerate(scales) if (i and v < scales[i - 1]) or (not i and run.get("skipped_steps") and v < 65536)}
+        scale_series.append((view != "original code", scales, ringed))
+    fixed_scale = level == "O0" or all(v == 1 for _, vs, _ in scale_series for v in vs)
+    svg = [f'<svg class="train" data-level="{e(level)}" width="{w}" height="{2 * (plot_h + 34) + 20}" role="img" '
+           f'aria-label="loss and loss scale at {e(level)}">']
+    svg += panel(0, f"{level} · loss", loss_series, False, "no loss (crashed before it)")
+    if fixed_scale:
+        svg += panel(plot_h + 34, "loss scale", [], True, "none: the fp32 reference" if level == "O0" else "static (1)")
+    else:
+        svg += panel(plot_h + 34, "loss scale (log) · skipped steps ringed", scale_series, True, "no optimizer steps")
+    svg.append(f'<text x="{left}" y="{2 * (plot_h + 34) + 16}" class="ax">step 0</text>'
+               f'<text x="{w - right}" y="{2 * (plot_h + 34) + 16}" class="ax" text-anchor="end">step {steps - 1}</text>')
+    svg.append("</svg>")
+    captions = []
+    for view, run in runs:
+        prefix = "after the fixes: " if view != "original code" else ""
         crash = run.get("crash")
-        out.append({"level": level, "status": level_status(run), "modules": mods,
-                    "crash": f"{crash['type']}: {crash['message']} ({os.path.basename(crash['file'] or '?')}:{crash['line']})" if crash else None})
-    return out
+        if crash:
+            captions.append(f"{prefix}crashed ({crash['phase']}, step {crash['step']})")
+        else:
+            captions.append(f"{prefix}{run.get('skipped_steps', 0)} of {len(run.get('loss_scales') or [])} steps skipped")
+    return f'<figure class="train-panel"><figcaption>{e(" · ".join(captions))}</figcaption>{"".join(svg)}</figure>'
+
+
+def _training(report: dict) -> str:
+    panels = []
+    for level in report["before"]:
+        runs = [("original code", report["before"][level])]
+        if report.get("after") and level in report["after"]:
+            runs.append(("after the fixes", report["after"][level]))
+        panels.append(training_chart(level, runs))
+    legend = ' <span class="dim">(solid: original code; dashed: after the fixes)</span>' if report.get("after") else ""
+    return f'<p class="dim">Loss per training step, and the loss scale (log scale).{legend}</p><div class="panels">{"".join(panels)}</div>'
+
+
+# --- 5. tables --------------------------------------------------------------------------------
+
+def _table(cls: str, headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
+
+
+def _tables(report: dict) -> str:
+    from .report_text import _first_problem
+
+    out = []
+    for title, runs in [("Opt levels (original code)", report["before"])] + (
+            [("Opt levels after the fixes", report["after"])] if report.get("after") else []):
+        rows = []
+        for level, run in runs.items():
+            scales = run.get("loss_scales") or []
+            st = level_status(run)
+            rows.append([e(level), f'<span class="{"good" if st == "ok" else "bad"}">{e(st)}</span>', e(_loss_text(run)),
+                         e(" → ".join(num(s) for s in scales) if scales else "-"), e(run.get("skipped_steps", 0)),
+                         e("reference" if level == "O0" else num(run.get("output_rel_err"))), e(_first_problem(run)),
+                         e(f"{run.get('seconds', 0):.2f} s")])
+        out.append(f"<h4>{e(title)}</h4>" + _table("levels", ["level", "status", "loss first→last", "loss scale", "skipped",
+                                                             "output vs fp32", "first failure", "time"], rows))
+    findings = report.get("findings") or []
+    if findings:
+        rows = [[e(f["code"]), e(f["rule"]), e(_where(f["path"], f["line"])), e(f["fix"] or "-"),
+                 f'<span class="{STATUS_CLASS.get(f["status"], "")}">{e(f["status"])}</span>',
+                 e("; ".join(f"{x['level']} {x['kind']}" for x in f.get("evidence") or []) or f.get("not_executed") or "-")]
+                for f in findings]
+        out.append("<h4>Static findings</h4>" + _table("findings", ["code", "rule", "where", "fix", "status", "evidence"], rows))
+    runtime = report.get("runtime_only") or []
+    if runtime:
+        rows = [[e(p["level"]), e(p["kind"]), e(_where(p.get("file"), p.get("line")) if p.get("file") else "-"), e(p["detail"])]
+                for p in runtime]
+        out.append("<h4>Runtime problems no rule predicted</h4>" + _table("runtime-only", ["level", "kind", "where", "detail"], rows))
+    levels = list(report["before"])
+    names, seen = [], {}
+    for run in report["before"].values():
+        for m in run.get("modules", ()):
+            if m["name"] not in seen:
+                seen[m["name"]] = m
+                names.append(m["name"])
+    rows = []
+    for name in names:
+        row = [e(name), e(seen[name]["class"])]
+        for level in levels:
+            m = _module(report["before"][level], name)
+            if not m or not m["forward"]["calls"]:
+                row.append("-")
+                continue
+            f, g = m["forward"], m["grad"]
+            bad = f["inf"] + f["nan"]
+            cell = e(f"{num(f['min_nonzero'])} … {num(f['absmax'])}") + (f' <span class="bad">{bad} inf/NaN</span>' if bad else "")
+            if g["calls"]:
+                cell += f'<br><span class="dim">grad {e(num(g["min_nonzero"]))} … {e(num(g["absmax"]))}</span>'
+                if g["inf"] + g["nan"]:
+                    cell += f' <span class="bad">{g["inf"] + g["nan"]} inf/NaN</span>'
+            row.append(cell)
+        rows.append(row)
+    out.append(f'<details class="module-table"><summary>Every module\'s output range (original code)</summary>'
+               f'{_table("modules", ["module", "class"] + levels, rows)}</details>')
+    return "".join(out)
+
+
+def _extras(report: dict) -> str:
+    out = []
+    for note in report.get("notes") or []:
+        out.append(f'<p class="note"><b>note:</b> {e(note)}</p>')
+    for warning in report.get("warnings") or []:
+        out.append(f'<p class="note warn"><b>warning:</b> {e(warning)}</p>')
+    for err in report.get("lint_errors") or []:
+        out.append(f'<p class="note warn"><b>lint:</b> {e(err)}</p>')
+    printed = (report.get("model_output") or "").rstrip()
+    if printed:
+        out.append(f'<details class="model-output"><summary>Model output (its stdout and stderr while imported, built and '
+                   f'trained)</summary><pre>{e(printed)}</pre></details>')
+    return "".join(out)
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+def _target(report: dict) -> str:
+    if report.get("error"):
+        return f'<section class="target"><h2>{e(report["target"])}</h2><p class="bad">{e(report["error"])}</p></section>'
+    fmt = FORMATS[report["dtype"]]
+    limits = {"max": fmt.max, "normal": fmt.smallest_normal, "subnormal": fmt.smallest_subnormal}
+    meta = (f"{report['device']} · {report['dtype']} (max {num(fmt.max)}, smallest normal {num(fmt.smallest_normal)}) · "
+            f"{' '.join(report['levels']) or 'O0 only'} against O0 · {report['steps']} steps · seed {report['seed']} · "
+            f"tolerance {report['tolerance']:g}")
+    return (f'<section class="target" data-target="{e(report["target"])}"><h2>{e(report["target"])}</h2>'
+            f'<p class="meta">{e(meta)}</p>{_result(report)}'
+            f'<h3>Verdict per opt level</h3>{_verdicts(report)}'
+            f'<h3>Findings</h3><div class="cards">{_cards(report)}</div>'
+            f'<h3>Value ranges on the way to the first failure</h3>'
+            f'<p class="dim">Per module, in the order the modules returned: smallest non-zero |x| to largest, log scale, '
+            f'against the {e(report["dtype"])} limits (red: max; amber: smallest normal; brown: smallest subnormal).</p>'
+            f'{_charts(report, limits)}'
+            f'<h3>Loss, loss scale and skipped steps</h3>{_training(report)}'
+            f'<h3>Tables</h3>{_tables(report)}{_extras(report)}</section>')
 
 
 def render(reports: list[dict]) -> str:
-    data = []
-    for r in reports:
-        if r.get("error"):
-            data.append({"target": r["target"], "error": r["error"]})
-            continue
-        fmt = FORMATS[r["dtype"]]
-        data.append({
-            "target": r["target"], "dtype": r["dtype"], "device": r["device"],
-            "limits": {"max": fmt.max, "normal": fmt.smallest_normal, "subnormal": fmt.smallest_subnormal},
-            "before": _runs(r["before"]), "after": _runs(r["after"]) if r.get("after") else None,
-            "findings": [{"code": f["code"], "rule": f["rule"], "where": f"{os.path.relpath(f['path'])}:{f['line']}",
-                          "status": f["status"], "message": f["message"]} for f in r.get("findings", ())],
-            "runtime_only": [{"level": p["level"], "kind": p["kind"], "detail": p["detail"]} for p in r.get("runtime_only", ())],
-            "exit_status": r.get("exit_status", 0),
-        })
-    payload = json.dumps(data).replace("</", "<\\/")
-    title = "amplint verify: " + ", ".join(html.escape(r["target"]) for r in reports)
-    return _TEMPLATE.replace("__TITLE__", title).replace("__DATA__", payload)
+    title = "amplint verify: " + ", ".join(r["target"] for r in reports)
+    body = "".join(_target(r) for r in reports)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>{_CSS}</style></head><body>
+<header class="page"><h1>amplint verify</h1>
+<p class="dim">Mixed-precision run of each model at O0 (the fp32 reference) and the selected opt levels. Self-contained: no script, no network.</p></header>
+{body}
+</body></html>
+"""
 
 
-_TEMPLATE = r"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
-<style>
-body{font:14px/1.4 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1d2330;background:#fff}
-h1{font-size:20px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccd}h3{font-size:15px;margin:16px 0 4px}
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f1f3f8}.ok{color:#17803d}.bad{color:#c62828;font-weight:600}.dim{color:#778}
-.legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:18px;height:8px;margin-right:4px;vertical-align:middle}
-svg text{font:11px system-ui,sans-serif}.panel{display:inline-block;vertical-align:top;margin-right:24px}
-</style></head><body>
-<h1>amplint verify</h1>
-<p class="dim">Value range of each module's output (smallest non-zero magnitude to largest magnitude) per opt level, on a log scale,
-against the low-precision dtype's limits. Red marks: inf/NaN in the module's output. Self-contained file: no network.</p>
-<div id="root"></div>
-<script id="amplint-data" type="application/json">__DATA__</script>
-<script>
-(function(){
-"use strict";
-var DATA = JSON.parse(document.getElementById("amplint-data").textContent);
-var NS = "http://www.w3.org/2000/svg";
-var COLORS = {O0:"#546e7a", O1:"#1e88e5", O2:"#8e24aa", O3:"#ef6c00"};
-function el(tag, attrs, text){var e=document.createElementNS(NS,tag);for(var k in attrs)e.setAttribute(k,attrs[k]);if(text!=null)e.textContent=text;return e;}
-function h(tag, attrs, text){var e=document.createElement(tag);for(var k in (attrs||{}))e.setAttribute(k,attrs[k]);if(text!=null)e.textContent=text;return e;}
-function fmt(x){if(x==null)return "-";if(x===0)return "0";if(Number.isInteger(x)&&Math.abs(x)<1e6)return String(x);var a=Math.abs(x);return (a>=1e-3&&a<1e5)?(+x.toPrecision(4)).toString():x.toExponential(2);}
-function chart(run, limits, title){
-  var mods = run.modules, rowH = 16, left = 230, width = 560, top = 34, bottom = 26;
-  var lo = Math.log10(limits.subnormal) - 1, hi = Math.log10(limits.max) + 1;
-  mods.forEach(function(m){ if(m.min>0) lo=Math.min(lo, Math.floor(Math.log10(m.min))); if(m.max>0) hi=Math.max(hi, Math.ceil(Math.log10(m.max))); });
-  lo = Math.max(lo, -45); hi = Math.min(hi, 40);
-  var H = top + bottom + rowH * Math.max(mods.length, 1);
-  var svg = el("svg", {width: left + width + 20, height: H, "class": "range-chart", "data-level": run.level, role:"img"});
-  svg.appendChild(el("text", {x: 4, y: 14, "font-weight": "bold"}, title + " " + run.level + " - " + run.status));
-  function X(v){ return left + (Math.log10(v) - lo) / (hi - lo) * width; }
-  for (var d = Math.ceil(lo); d <= hi; d += Math.max(1, Math.round((hi-lo)/10))) {
-    var x = X(Math.pow(10, d));
-    svg.appendChild(el("line", {x1:x, x2:x, y1:top-4, y2:H-bottom, stroke:"#eceff4"}));
-    svg.appendChild(el("text", {x:x-10, y:H-8, fill:"#667"}, "1e" + d));
-  }
-  [["max", limits.max, "#c62828"], ["smallest normal", limits.normal, "#f9a825"], ["smallest subnormal", limits.subnormal, "#6d4c41"]].forEach(function(l){
-    var x = X(l[1]);
-    svg.appendChild(el("line", {x1:x, x2:x, y1:top-8, y2:H-bottom, stroke:l[2], "stroke-dasharray":"4 3", "class":"limit", "data-limit":l[0]}));
-    svg.appendChild(el("text", {x:x+2, y:top-10, fill:l[2]}, l[0]));
-  });
-  if (run.crash) svg.appendChild(el("text", {x:left, y:top+12, fill:"#c62828", "class":"crash"}, "crashed: " + run.crash));
-  mods.forEach(function(m, i){
-    var y = top + i * rowH + rowH / 2;
-    var g = el("g", {"class":"module-row", "data-module": m.name});
-    g.appendChild(el("text", {x:4, y:y+4}, (m.name.length > 34 ? "\u2026" + m.name.slice(-33) : m.name)));
-    if (m.max > 0) {
-      var x1 = X(m.min > 0 ? m.min : m.max), x2 = X(m.max);
-      var bar = el("rect", {x:x1, y:y-4, width:Math.max(2, x2-x1), height:8, fill:COLORS[run.level]||"#555", rx:2});
-      bar.appendChild(el("title", {}, m.name + " (" + m.cls + ", " + m.dtypes.join("/") + "): " + fmt(m.min) + " .. " + fmt(m.max)));
-      g.appendChild(bar);
-    }
-    if (m.inf + m.nan > 0) {
-      var mark = el("circle", {cx:left+width-4, cy:y, r:5, fill:"#c62828", "class":"nonfinite"});
-      mark.appendChild(el("title", {}, m.inf + " inf, " + m.nan + " NaN"));
-      g.appendChild(mark);
-    }
-    svg.appendChild(g);
-  });
-  return svg;
-}
-function table(headers, rows, cls){
-  var t = h("table", {"class": cls||""}), tr = h("tr");
-  headers.forEach(function(x){ tr.appendChild(h("th", {}, x)); }); t.appendChild(tr);
-  rows.forEach(function(r){ var tr=h("tr"); r.forEach(function(c){ var td=h("td", {}, c); if(/CRASH|inf\/NaN|not safe|did not|changes fp32/.test(c)) td.className="bad"; else if(/^(ok|fixed|safe)$/.test(c)) td.className="ok"; tr.appendChild(td);}); t.appendChild(tr); });
-  return t;
-}
-var root = document.getElementById("root");
-DATA.forEach(function(t){
-  var sec = h("section", {"class":"target"});
-  sec.appendChild(h("h2", {}, t.target));
-  if (t.error) { sec.appendChild(h("p", {"class":"bad"}, t.error)); root.appendChild(sec); return; }
-  sec.appendChild(h("p", {}, t.device + ", " + t.dtype + " (max " + fmt(t.limits.max) + ", smallest normal " + fmt(t.limits.normal) + ", smallest subnormal " + fmt(t.limits.subnormal) + ") - " + (t.exit_status ? "not safe" : "safe")));
-  var legend = h("p", {"class":"legend"});
-  Object.keys(COLORS).forEach(function(k){ var s=h("span"); var sw=h("span",{"class":"sw"}); sw.style.background=COLORS[k]; s.appendChild(sw); s.appendChild(document.createTextNode(k)); legend.appendChild(s); });
-  sec.appendChild(legend);
-  [["Original code", t.before], ["After the fixes", t.after]].forEach(function(v){
-    if (!v[1]) return;
-    sec.appendChild(h("h3", {}, v[0]));
-    v[1].forEach(function(run){ var d=h("div", {"class":"panel"}); d.appendChild(chart(run, t.limits, v[0])); sec.appendChild(d); });
-  });
-  if (t.findings.length) { sec.appendChild(h("h3", {}, "Static findings")); sec.appendChild(table(["code", "rule", "where", "status", "message"], t.findings.map(function(f){ return [f.code, f.rule, f.where, f.status, f.message]; }), "findings")); }
-  if (t.runtime_only.length) { sec.appendChild(h("h3", {}, "Runtime problems no rule predicted")); sec.appendChild(table(["level", "kind", "detail"], t.runtime_only.map(function(p){ return [p.level, p.kind, p.detail]; }), "runtime-only")); }
-  var rows = [];
-  var names = [], seen = {};
-  t.before.forEach(function(run){ run.modules.forEach(function(m){ if(!seen[m.name]){ seen[m.name]=m; names.push(m.name); } }); });
-  names.forEach(function(name){
-    var m = seen[name], row = [m.name, m.cls];
-    t.before.forEach(function(run){ var mm = run.modules.filter(function(x){ return x.name === name; })[0]; row.push(mm ? fmt(mm.min) + " .. " + fmt(mm.max) + (mm.inf+mm.nan ? " (inf/NaN)" : "") : "-"); });
-    rows.push(row);
-  });
-  sec.appendChild(h("h3", {}, "Module output ranges (original code)"));
-  sec.appendChild(table(["module", "class"].concat(t.before.map(function(r){ return r.level; })), rows, "modules"));
-  root.appendChild(sec);
-});
-document.body.setAttribute("data-rendered", "yes");
-})();
-</script></body></html>
+_CSS = """
+:root{--bad:#c62828;--bad-bg:#fdecea;--good:#1b7f3b;--good-bg:#e6f4ea;--warn:#a15c00;--warn-bg:#fff4e0;--muted:#6b7280;
+--line:#d9dde6;--first:#ffd54f;--first-bg:#fff3c4;--carried-bg:#f4f4f6}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7fb}
+header.page{padding:18px 28px 4px}h1{font-size:21px;margin:0 0 2px}
+section.target{background:#fff;margin:16px 28px;padding:18px 24px 24px;border:1px solid var(--line);border-radius:10px}
+h2{font-size:18px;margin:0}h3{font-size:15px;margin:24px 0 8px;padding-bottom:4px;border-bottom:1px solid var(--line)}
+h4{font-size:13px;margin:12px 0 4px}
+.meta,.dim{color:var(--muted)}.nowrap{white-space:nowrap}
+code{font:12.5px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f1f3f8;padding:1px 4px;border-radius:4px}
+code.loc{background:none;padding:0;color:#264a9c}
+.result{font-weight:600;padding:8px 12px;border-radius:6px;margin:10px 0}
+.result.bad{background:var(--bad-bg);color:var(--bad)}.result.good{background:var(--good-bg);color:var(--good)}
+table{border-collapse:collapse;margin:6px 0;width:100%}
+td,th{border-bottom:1px solid var(--line);padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f1f3f8;font-weight:600}
+table.verdicts td.lvl{font-weight:700;white-space:nowrap;width:56px}
+table.verdicts tr.view th{background:none;border-bottom:none;padding-top:10px;color:var(--muted);font-weight:600}
+table.verdicts td.headline{width:70%}
+.swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px}
+.pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap}
+.pill.bad{background:var(--bad-bg);color:var(--bad)}.pill.good{background:var(--good-bg);color:var(--good)}
+.pill.warn{background:var(--warn-bg);color:var(--warn)}.pill.muted{background:#eef0f4;color:var(--muted)}
+span.bad{color:var(--bad);font-weight:600}span.good{color:var(--good)}span.warn{color:var(--warn)}span.muted{color:var(--muted)}
+.cards{display:grid;grid-template-columns:1fr;gap:12px;max-width:1000px}
+.card{border:1px solid var(--line);border-left:5px solid var(--muted);border-radius:8px;padding:10px 14px;background:#fff}
+.card.bad{border-left-color:var(--bad)}.card.warn{border-left-color:#f0a500}.card.good{border-left-color:var(--good)}
+.card header{display:flex;gap:8px;align-items:baseline;flex-wrap:wrap}.card header .pill{margin-left:auto}
+.card .code{font-weight:700}.card .message{margin:6px 0}.card ul{margin:2px 0;padding-left:18px}
+details.quiet-findings{grid-column:1/-1}details.quiet-findings .card{margin-top:8px}
+pre.diff{background:#f7f8fb;border:1px solid var(--line);border-radius:6px;padding:6px 8px;overflow-x:auto;font-size:12px;margin:4px 0}
+pre.diff .add{color:#116329;background:#e6ffec;display:block}pre.diff .del{color:#82071e;background:#ffebe9;display:block}
+pre.diff .hunk{color:#6e40c9;display:block}pre.diff .ctx{display:block;color:#444}
+.chart{margin:10px 0}.chart h4{margin:14px 0 6px}details.chart>summary{cursor:pointer;color:var(--muted);padding:4px 0}
+.range-chart{border:1px solid var(--line);border-radius:8px;padding:4px 0;background:#fff}
+.range-chart .row{display:grid;grid-template-columns:300px 1fr 170px;align-items:center;min-height:24px;padding:0 10px;border-left:6px solid transparent}
+.range-chart .row .label{overflow:hidden;white-space:nowrap;text-overflow:ellipsis;font-size:12.5px}
+.range-chart .row .cls{color:var(--muted);font-size:11.5px}
+.range-chart .row .value{font:11.5px ui-monospace,monospace;color:#444;text-align:right}
+.range-chart .row.first-failure{background:var(--first-bg);border-left-color:var(--first)}
+.range-chart .row.op .label{padding-left:20px}.range-chart .row.op .name{font-weight:600}
+.range-chart .row.propagated .name{color:var(--muted)}
+.range-chart .row.crash{grid-template-columns:300px 1fr;padding-top:6px;padding-bottom:6px}
+.range-chart .crash-text{color:var(--bad);font-size:12.5px}
+.track{position:relative;height:20px;margin:0 8px}
+.track .limit{position:absolute;top:-2px;bottom:-2px;width:0;border-left:1.5px dashed}
+.limit.max{border-color:var(--bad)}.limit.normal{border-color:#f0a500}.limit.subnormal{border-color:#795548}
+.track .bar{position:absolute;top:6px;height:8px;border-radius:3px;opacity:.9}
+.track .overflow{position:absolute;right:0;top:2px;font-size:11px;font-weight:700;color:#fff;background:var(--bad);padding:0 4px;border-radius:3px}
+.row.axis{min-height:34px;border-bottom:1px solid var(--line)}
+.axis-track{height:30px}.axis-track .tick{position:absolute;bottom:0;font-size:10.5px;color:var(--muted);transform:translateX(-50%)}
+.axis-track .limit-name{position:absolute;top:0;font-size:10.5px;font-weight:600;transform:translateX(-50%);white-space:nowrap}
+.limit-name.max{color:var(--bad)}.limit-name.normal{color:var(--warn)}.limit-name.subnormal{color:#795548}
+.tag{display:inline-block;margin-left:6px;padding:0 6px;border-radius:8px;font-size:11px;font-weight:600;line-height:16px;white-space:nowrap}
+.tag.first{background:var(--bad);color:#fff}.tag.note{background:var(--warn-bg);color:var(--warn)}
+.tag.carried{background:#e6e8ee;color:var(--muted)}
+details.collapsed>summary{cursor:pointer;color:var(--muted);font-size:12.5px;padding:3px 16px;list-style-position:inside}
+details.collapsed .row{opacity:.85}
+.panels{display:flex;flex-wrap:wrap;gap:14px}
+figure.train-panel{margin:0;border:1px solid var(--line);border-radius:8px;padding:6px 8px;background:#fff}
+figure.train-panel figcaption{font-size:12px;color:var(--muted)}
+svg.train text{font:11px system-ui,sans-serif}svg.train .ttl{font-weight:600}svg.train .ax{fill:var(--muted)}
+svg.train line.axis{stroke:var(--line)}svg.train circle.skipped{fill:none;stroke:var(--bad);stroke-width:2}
+svg.train .nonfinite-loss{fill:var(--bad);font-weight:700}
+details.module-table>summary{cursor:pointer;margin-top:10px}
+.note{background:#eef4ff;border-radius:6px;padding:6px 10px}.note.warn{background:var(--warn-bg)}
+details.model-output pre{background:#1d2330;color:#e8eaf0;padding:8px 10px;border-radius:6px;overflow-x:auto}
 """

@@ -57,7 +57,8 @@ def _first_problem(run: dict) -> str:
     if site:
         col = f":{site['column']}" if site.get("column") else ""
         expr = f" `{site['expr']}`" if site.get("expr") else ""
-        parts.append(f"{_rel(site['file'])}:{site['line']}{col}{expr} ({site['op']})")
+        step = f", step {site['step']}" if site.get("step") else ""
+        parts.append(f"{_rel(site['file'])}:{site['line']}{col}{expr} ({site['op']}{step})")
     from .analysis import mostly_skipped
 
     skipped = mostly_skipped(run)

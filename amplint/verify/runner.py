@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from amplint.amp.policy import OPT_LEVELS as LEVELS
 
+from .cpu_gemm import HalfGemmInFp32
 from .target import AMP_DIR, ConstructionSites, canonical, class_source, normalize_example
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -66,6 +67,8 @@ class RunConfig:
     lr: float = 1e-4
     census: bool = True
     hooks: bool = True
+    #: CPU only: fp16/bf16 matrix products in fp32, rounded once (cpu_gemm.py; same arithmetic, 10-80x faster)
+    half_gemm_in_fp32: bool = True
 
     def resolved_device(self) -> str:
         if self.device:
@@ -129,21 +132,35 @@ def _inf(device):
 _SENTINEL = 65504.0
 
 
+def absmax(d: torch.Tensor) -> torch.Tensor:
+    """max |x| as a 0-d float32 tensor, NaN when any value is NaN, inf when any is +-inf.
+
+    One ``aminmax`` pass (NaN-propagating): ``vector_norm(d, inf)`` gives the same value but
+    ran 10x slower on CPU, and this runs on every recorded tensor of every step."""
+    lo, hi = torch.aminmax(d)
+    return torch.maximum(hi, -lo).float()
+
+
 def _stats(d: torch.Tensor, ref: Optional[torch.Tensor]) -> torch.Tensor:
-    """[absmax (NaN/inf when any value is), min |x| > 0, max |x - ref|, max |ref|, #underflow]."""
-    amax = torch.linalg.vector_norm(d, float("inf")).float()
+    """[absmax (NaN/inf when any value is), min |x| > 0, max |x - ref|, max |ref|, #underflow].
+
+    ``ref`` is a :meth:`Reference.keep` copy: fp32, with NaN wherever the fp32 value lies
+    beyond fp16's range.  Only values inside that range on both sides are compared: beyond
+    it are sentinels (``finfo(dtype).min`` masks differ by design between fp32 and half) or
+    overflow, which the inf/NaN counts report instead.  Written as few whole-tensor passes
+    without boolean temporaries: on a 50257-token LM head's logits each pass is 50 MB."""
+    amax = absmax(d)
     a = d.abs()
     minnz = torch.where(a > 0, a, _inf(a.device).to(a.dtype)).amin().float()
     if ref is not None and ref.shape == d.shape:
-        # compare only values inside fp16's range on both sides: beyond it are sentinels
-        # (finfo(dtype).min masks differ by design between fp32 and half) or overflow, which
-        # the inf/NaN counts report instead
         df = d.float()
-        keep = (ref.abs() <= _SENTINEL) & (df.abs() <= _SENTINEL)
-        zero = torch.zeros((), device=df.device)
-        err = torch.where(keep, (df - ref).abs(), zero).amax()
-        den = torch.where(keep, ref.abs(), zero).amax()
-        under = ((d == 0) & (ref != 0)).sum().float()
+        diff = df.sub(ref).abs_()  # NaN where either side is excluded or NaN, inf where d is
+        if d.dtype != torch.float16:  # bf16 and fp32 hold finite values beyond fp16's range
+            diff.masked_fill_(df.abs() > _SENTINEL, math.nan)
+        compared = diff * 0  # 0 where both sides are compared, NaN elsewhere (inf * 0 is NaN)
+        err = diff.add_(compared).nan_to_num_(0.0, 0.0, 0.0).amax()
+        den = ref.abs().add_(compared).nan_to_num_(0.0, 0.0, 0.0).amax()
+        under = torch.logical_and(d == 0, ref).sum().float()  # NaN (excluded, non-zero in fp32) counts as non-zero
         return torch.stack((amax, minnz, err, den, under))
     return torch.stack((amax, minnz))
 
@@ -197,7 +214,7 @@ class _Pending:
 
     A *full* record (step 0, where the comparisons with O0 happen, and the last step) costs a
     few kernels per tensor; the steps between record only the abs-max (one kernel:
-    ``vector_norm(inf)``, which is also NaN/inf when any value is), which keeps the hooks cheap.
+    :func:`absmax`, which is also NaN/inf when any value is), which keeps the hooks cheap.
     """
 
     def __init__(self):
@@ -208,7 +225,7 @@ class _Pending:
         if full:
             stats = _stats(d, ref)
         else:
-            stats = torch.linalg.vector_norm(d, float("inf"))
+            stats = absmax(d)
         self.items.append((agg, key, d, stats, ref is not None and ref.shape == d.shape, order, step))
 
     def flush(self, ref_nonfinite: dict, record_nonfinite: Optional[dict]):
@@ -273,10 +290,12 @@ class Reference:
         self.losses: list[float] = []
 
     def keep(self, key, d: torch.Tensor):
+        """Keep ``d`` in the form :func:`_stats` compares against: fp32, NaN beyond fp16's range."""
         n = d.numel()
         if n <= self.budget:
             self.budget -= n
-            self.tensors[key] = d.detach().float().clone()
+            r = d.detach().float()
+            self.tensors[key] = torch.where(r.abs() <= _SENTINEL, r, math.nan)
 
     def get(self, key):
         return self.tensors.get(key)
@@ -460,7 +479,7 @@ class Census(TorchFunctionMode):
                 self.pending.add(agg, key, d, ref, self.order[0], 0)
             inputs = floating_tensors((args, kwargs), limit=8)
             if inputs:
-                flag = torch.stack([torch.isfinite(t.detach()).all() for t in inputs]).all()
+                flag = torch.isfinite(torch.stack([absmax(t.detach()) for t in inputs])).all()
             else:
                 flag = None
             self.calls.append((site, keys, flag))
@@ -485,16 +504,22 @@ class Census(TorchFunctionMode):
             if not new:
                 continue
             if ok:
-                return _origin_dict(site, True)
+                return _origin_dict(site, True, self.sites.get(site))
             if first is None:
                 first = site
-        return _origin_dict(first, False) if first is not None else None
+        return _origin_dict(first, False, self.sites.get(first)) if first is not None else None
 
 
-def _origin_dict(site: tuple, inputs_finite: bool) -> dict:
+def _origin_dict(site: tuple, inputs_finite: bool, agg: Optional[_Agg] = None) -> dict:
+    """The origin's place and expression, and the range of what that call site produced
+    (``output``: abs-max of the finite values, smallest non-zero, inf and NaN counts), which
+    the HTML report draws even when the op is not a module's output."""
     file, line, op, col, end_line, end_col = site
     out = {"file": file, "line": line, "op": op, "end_line": end_line or line, "column": None, "end_column": None,
-           "expr": None, "inputs_finite": inputs_finite}
+           "expr": None, "inputs_finite": inputs_finite, "output": None}
+    if agg is not None and agg.calls:
+        d = agg.to_dict()
+        out["output"] = {k: d[k] for k in ("absmax", "min_nonzero", "inf", "nan", "dtypes")}
     if col is not None:
         out["column"] = _char_column(file, line, col)
         out["end_column"] = _char_column(file, end_line, end_col)
@@ -732,6 +757,26 @@ def _relative_error(outs: list[torch.Tensor], refs: Optional[list[torch.Tensor]]
     return err / den if den > 0 else (0.0 if err == 0 else math.inf)
 
 
+class _Buffers:
+    """The model's buffers before a forward (BatchNorm statistics and the like change in it),
+    to run that forward again from the same state.  Nothing is kept for models whose
+    buffers are large (over 16M elements): their forward is then rerun from the updated
+    buffers, which changes running statistics only."""
+
+    LIMIT = 1 << 24
+
+    def __init__(self, model):
+        buffers = list(model.buffers())
+        self.saved = []
+        if sum(b.numel() for b in buffers) <= self.LIMIT:
+            self.saved = [(b, b.detach().clone()) for b in buffers]
+
+    @torch.no_grad()
+    def restore(self):
+        for b, value in self.saved:
+            b.copy_(value)
+
+
 class LevelRunner:
     def __init__(self, make: Callable, user_files: set, cfg: RunConfig, loss_fn: Callable):
         self.make = make
@@ -740,6 +785,7 @@ class LevelRunner:
         self.loss_fn = loss_fn
         self.reference = Reference()
         self.sites_meta: dict = {}
+        self._class_sources: dict = {}
 
     def build(self, sites: Optional[ConstructionSites] = None):
         _seed_all(self.cfg.seed)
@@ -769,7 +815,9 @@ class LevelRunner:
         modules: list[tuple[str, Any, _Agg, _Agg]] = []
         order = [0]
         census = None
+        origin = None  # where inf/NaN were first made: step 0's census, or a later step's traced replay
         lines = LineTrace(self.user_files) if cfg.census else None
+        products = contextlib.ExitStack()
         try:
             with lines.active() if lines else contextlib.nullcontext():
                 model, args, kwargs = self.build(sites)
@@ -792,6 +840,8 @@ class LevelRunner:
                 model, optimizer = amp.initialize(model, optimizer, **kw)
             else:
                 model = amp.initialize(model, **kw)
+            if not is_ref and device == "cpu" and cfg.half_gemm_in_fp32:
+                products.enter_context(HalfGemmInFp32())
             for step in range(cfg.steps):
                 state["step"] = step
                 state["full"] = step == 0 or step == cfg.steps - 1
@@ -799,6 +849,9 @@ class LevelRunner:
                 if optimizer is not None:
                     optimizer.zero_grad(set_to_none=True)
                 phase = "forward"
+                # after a clean traced step 0, each step may be the one where inf/NaN first appear
+                watch = step > 0 and census is not None and origin is None
+                buffers = _Buffers(model) if watch else None
                 traced = lines.active() if lines and step == 0 else contextlib.nullcontext()
                 with traced:
                     if step == 0 and cfg.census:
@@ -812,6 +865,20 @@ class LevelRunner:
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                     raise TypeError(f"the loss must be a scalar tensor, got {type(loss).__name__}")
                 loss_value = float(loss.detach().float())
+                if watch:
+                    pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                    if self._went_nonfinite(modules, step, loss_value):
+                        # this step's forward once more, traced, from the same parameters, buffers,
+                        # inputs and seed; it replaces the first (same values, hooks not recounted)
+                        del output, loss
+                        phase = "forward"
+                        buffers.restore()
+                        _seed_all(cfg.seed * 1000 + step + 1)
+                        output, origin = self._traced_forward(model, args, kwargs, is_ref, state)
+                        if origin is not None:
+                            origin["step"] = step
+                        phase = "loss"
+                        loss = self.loss_fn(output, (args, kwargs))
                 out["losses"].append(loss_value)
                 if not _finite(loss_value):
                     out["nonfinite_loss"] = True
@@ -822,6 +889,7 @@ class LevelRunner:
                     else:
                         out["output_rel_err"] = _relative_error(outs, self.reference.output)
                     pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                    origin = self._origin(census, pending, is_ref)
                 if optimizer is not None and loss.requires_grad:
                     phase = "backward"
                     skipped_before = amp.skipped_steps(0)
@@ -842,6 +910,7 @@ class LevelRunner:
             except Exception:
                 pending.items.clear()
         finally:
+            products.close()
             for h in handles:
                 h.remove()
             amp.reset()
@@ -855,11 +924,9 @@ class LevelRunner:
             out["loss_rel_err"] = max(errs) if errs else None
         out["executed"] = lines.by_file() if lines else None
         out["modules"] = self._module_report(modules, sites)
-        if census is not None:
-            try:
-                out["origin"] = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
-            except Exception:  # a device error while reading the flags: no origin rather than no report
-                out["origin"] = None
+        if origin is None and census is not None:  # step 0 crashed: its calls so far
+            origin = self._origin(census, pending, is_ref)
+        out["origin"] = origin  # before the sites: Census.origin marks the sites whose inputs were tainted
         out["sites"] = self._site_report(census)
         first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
         if first:
@@ -870,6 +937,42 @@ class LevelRunner:
             out["first_nonfinite_site"] = {"file": s["file"], "line": s["line"], "op": s["op"]}
         out["seconds"] = time.perf_counter() - started
         return out
+
+    def _origin(self, census: "Census", pending: _Pending, is_ref: bool) -> Optional[dict]:
+        try:
+            origin = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
+        except Exception:  # a device error while reading the flags: no origin rather than no report
+            return None
+        if origin is not None:
+            origin["step"] = 0
+        return origin
+
+    def _went_nonfinite(self, modules, step: int, loss_value: float) -> bool:
+        """Whether this step's forward made inf/NaN the fp32 run had not: in a module's output
+        (the hooks) or, without hooks, in the loss."""
+        if any(fwd.first_new_nonfinite is not None and fwd.first_new_nonfinite[0] == step for _, _, fwd, _ in modules):
+            return True
+        ref = self.reference.losses
+        return not modules and not _finite(loss_value) and (not ref or step >= len(ref) or _finite(ref[step]))
+
+    def _traced_forward(self, model, args, kwargs, is_ref: bool, state: dict):
+        """The forward under a census of its own (no fp32 references: those are step 0's) ->
+        (output, origin).  The module hooks record no forward statistics meanwhile: the
+        replaced forward recorded them; gradients are recorded as usual."""
+        pending = _Pending()
+        census = Census(self.user_files, Reference(budget=0), False, pending, [0])
+        state["replay"] = True
+        try:
+            with census:
+                output = model(*args, **kwargs)
+        finally:
+            state["replay"] = False
+        pending.flush(self.reference.nonfinite if not is_ref else {}, {} if is_ref else None)
+        try:
+            origin = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
+        except Exception:
+            origin = None
+        return output, origin
 
     def _hook(self, idx, fwd: _Agg, grd: _Agg, pending: _Pending, state: dict, order: list, is_ref: bool):
         reference = self.reference
@@ -896,23 +999,34 @@ class LevelRunner:
 
         def hook(module, args, output):
             tensors = floating_tensors(output, limit=4)
+            replay = state.get("replay")
             for i, t in enumerate(tensors):
-                record(fwd, ("fwd", idx, i), t.detach())
+                if not replay:
+                    record(fwd, ("fwd", idx, i), t.detach())
                 if t.requires_grad and torch.is_grad_enabled():
                     t.register_hook(grad_hook_for(i))
             return None
 
         return hook
 
+    def _class_source(self, cls) -> Optional[dict]:
+        """class_source of a user class, once per class (inspect's source search is slow); a copy."""
+        if cls not in self._class_sources:
+            user = canonical(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files
+            self._class_sources[cls] = class_source(cls) if user else None
+        src = self._class_sources[cls]
+        return dict(src) if src is not None else None
+
     def _module_report(self, modules, sites: ConstructionSites) -> list[dict]:
         rows = []
         for name, mod, fwd, grd in modules:
             cls = type(mod)
-            src = class_source(cls) if canonical(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files else None
+            src = self._class_source(cls)
             built = sites.get(mod)
             f, g = fwd.to_dict(), grd.to_dict()
             f["first_new_nonfinite"] = fwd.first_new_nonfinite
-            f["first_order"] = list(fwd.first_order) if fwd.first_order else None
+            f["first_order"] = list(fwd.first_order) if fwd.first_order else None  # (step, order)
+            f["order"] = fwd.first_order[1] if fwd.first_order else None  # when it first returned
             g["first_new_nonfinite"] = grd.first_new_nonfinite
             weight = getattr(mod, "weight", None)
             if not isinstance(weight, torch.Tensor):
@@ -969,3 +1083,24 @@ def skip_dynamo_import() -> int:
                 original.__dynamo_disable = original
                 count += 1
     return count
+
+
+def keep_freed_memory() -> bool:
+    """Command-line start-up only: keep freed memory in the process (glibc malloc) instead of
+    handing every large block back to the system.  torch allocates each CPU temporary with
+    ``malloc``; blocks over glibc's mmap threshold (at most 32 MiB) are mapped and unmapped
+    every time, so each new 50 MB tensor (the logits of a 50257-token head) costs
+    12,000 page faults -- a subtraction ran 12x slower than its arithmetic.  Memory use
+    stays at the peak instead of shrinking between steps.  Returns whether it applied."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        # mallopt returns 1 on success; 1 GiB is above any one tensor of the models verify runs on CPU
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 31))
+    except (OSError, AttributeError):
+        return False
+

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 
 import pytest
@@ -128,3 +129,53 @@ def test_check_and_fix_never_import_verify_does(tmp_path, amplint):
     proc = amplint("verify", str(tmp_path / "evil.py") + "::example", "--device", "cpu")
     assert marker.exists(), "verify imports the target by design"
     assert proc.returncode == 2
+
+
+_STYLE = re.compile(r"\x1b\[[0-9;]*m")
+_CURSOR = re.compile(r"\x1b\[[0-9;?]*[A-Za-ln-z]|\r")  # line erases and moves: a new frame
+
+
+def test_progress_shows_target_level_and_step_on_a_terminal(amplint):
+    proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "cpu", "--opt-level", "O1", "O2",
+                   "--steps", "2", tty_stderr=True, env={"NO_COLOR": None})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shown = _STYLE.sub("", _CURSOR.sub("\n", proc.stderr))
+    for level, index in (("O0", 1), ("O1", 2), ("O2", 3)):
+        for step in (1, 2):
+            assert f"{level} (level {index}/3)  step {step}/2" in shown, shown[-3000:]
+    assert "fixtures/verify/clean/mlp.py::example" in shown and "/6 steps" in shown
+    assert "safe at the selected levels" in proc.stdout and "step 1/2" not in proc.stdout
+
+
+@pytest.mark.parametrize("extra", [("--format", "json"), ("-q",)])
+def test_no_progress_with_json_or_quiet_even_on_a_terminal(extra, amplint):
+    proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "cpu", "--opt-level", "O1",
+                   "--steps", "1", *extra, tty_stderr=True, env={"NO_COLOR": None})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "step 1/1" not in proc.stderr and "level 1/2" not in proc.stderr and "\x1b[" not in proc.stderr
+    if extra[0] == "--format":
+        json.loads(proc.stdout)
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(amplint):
+    proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "cpu", "--opt-level", "O1", "--steps", "1")
+    assert proc.returncode == 0
+    assert "step 1/1" not in proc.stderr + proc.stdout and "\x1b[" not in proc.stderr
+
+
+def test_device_auto_is_the_default_and_picks_cuda_only_when_available(tmp_path, amplint):
+    import torch
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    for extra in ((), ("--device", "auto")):
+        proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--opt-level", "O1", "--steps", "1",
+                       "--format", "json", *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["results"][0]["device"] == expected
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint.verify]\ndevice = "auto"\n'
+                                             f'targets = ["{V}/clean/mlp.py::example"]\nsteps = 1\nopt-level = ["O1"]\n')
+    proc = amplint("verify", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["results"][0]["device"] == expected
+    proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "tpu")
+    assert proc.returncode == 2 and "auto" in proc.stderr

@@ -348,3 +348,88 @@ def test_after_fix_locations_are_lines_of_the_original_file(tmp_path, amplint):
     assert before["first_nonfinite_site"]["line"] == 13
     assert after["first_nonfinite_site"]["line"] == 13 and after["origin"]["line"] == 13
     assert after["origin"]["expr"] == "big @ big.transpose(1, 2)"
+
+
+def test_origin_is_found_on_the_step_where_inf_first_appears(tmp_path, amplint):
+    # step 0 is clean (|h| * 3000 fits in half); the sharpness grows every training forward,
+    # so h * 3e5 overflows in step 1: the origin is traced there, not only in step 0
+    path = write(tmp_path, "tempered.py", """
+        import torch
+        from torch import nn
+
+
+        class Tempered(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(16, 16)
+                self.sharpness = 30.0
+
+            def forward(self, x):
+                h = self.proj(x)
+                if self.training:
+                    self.sharpness *= 100.0
+                logits = h * self.sharpness
+                return torch.log_softmax(logits.float(), dim=-1)
+
+
+        def example():
+            return Tempered(), (torch.randn(4, 16),)
+    """)
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O1", "--steps", "3")
+    [report] = data["results"]
+    origin = report["before"]["O1"]["origin"]
+    assert (origin["line"], origin["op"], origin["expr"], origin["step"]) == (15, "mul", "h * self.sharpness", 1)
+    assert origin["inputs_finite"] is True
+    assert report["before"]["O0"]["origin"] is None
+    [problem] = report["runtime_only"]
+    assert problem["line"] == 15 and "`h * self.sharpness` (mul) at line 15 (step 1; step 0 was clean)" in problem["detail"]
+    text = run_verify(amplint, path + "::example", "--opt-level", "O1", "--steps", "3").stdout
+    assert "`h * self.sharpness` (mul, step 1)" in " ".join(text.split())  # the levels table, folded
+
+
+def test_a_finding_first_reached_after_a_crash_fix_is_judged_on_that_run(tmp_path, amplint):
+    # the -1e9 mask crashes O2 at line 14 (AMP101, safe fix); F.normalize's eps=1e-8 on line 16
+    # (AMP102, unsafe fix: not applied by --fix) never ran before; once the crash is fixed it
+    # runs, as written, and its zero row is 0/0 = NaN: confirmed on the fixed run
+    path = write(tmp_path, "masked_norm.py", """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class MaskedNorm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = nn.Linear(16, 16, bias=False)
+
+            def forward(self, x, mask):
+                t = self.q(x)
+                scores = t @ t.transpose(-1, -2)
+                scores = scores.masked_fill(mask, -1e9)
+                attn = torch.softmax(scores, dim=-1, dtype=torch.float32)
+                t = F.normalize(t, p=1, dim=-1, eps=1e-8)
+                return attn @ t.float()
+
+
+        def example():
+            x = torch.randn(2, 8, 16)
+            x[0, 0] = 0
+            mask = torch.zeros(2, 8, 8, dtype=torch.bool)
+            mask[:, :, 6:] = True
+            return MaskedNorm(), (x, mask)
+    """)
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O2", "--steps", "1")
+    [report] = data["results"]
+    assert report["before"]["O2"]["crash"]["line"] == 14
+    eps = by_code(report, "AMP102")
+    assert eps["line"] == 16 and eps["status"] == "not executed" and "crashed at" in eps["not_executed"]
+
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O2", "--steps", "1", "--fix")
+    [report] = data["results"]
+    assert by_code(report, "AMP101")["status"] == "fixed"
+    eps = by_code(report, "AMP102")
+    assert eps["status"] == "confirmed" and eps.get("reached_after_fix") is True
+    assert [(e["level"], e["kind"]) for e in eps["evidence"]] == [("O2", "inf/NaN")]
+    assert "normalize" in eps["evidence"][0]["detail"]
+    text = run_verify(amplint, "masked_norm.py::example", "--opt-level", "O2", "--steps", "1", "--fix", cwd=tmp_path).stdout
+    assert "reached only after the fixes removed an earlier crash" in " ".join(text.split())
