@@ -116,22 +116,29 @@ def lint_text(
         return [], ctx, errors
     buckets = ctx.walk_and_bucket(set(selected.dispatch))
 
-    def guarded(rule: Rule, call: Callable, *args):
-        try:
-            call(*args)
-        except Exception as exc:  # a rule bug is an internal error, not a crash of the run
-            node = args[0] if args and isinstance(args[0], ast.AST) else None
-            line = getattr(node, "lineno", 1)
-            errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
+    def failed(rule: Rule, exc: Exception, node=None):  # a rule bug is an internal error, not a crash of the run
+        line = getattr(node, "lineno", 1)
+        errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
 
     for rule in selected.instances:
-        guarded(rule, ctx.begin, rule)
+        try:
+            ctx.begin(rule)
+        except Exception as exc:
+            failed(rule, exc)
+    # the visitor calls inline, not through a helper: they are hundreds of thousands
+    # (every rule's visit_Call sees every call) and a try costs nothing when nothing raises
     for node_type, visitors in selected.dispatch.items():
         for node in buckets.get(node_type, ()):
             for rule, method in visitors:
-                guarded(rule, method, node, ctx)
+                try:
+                    method(node, ctx)
+                except Exception as exc:
+                    failed(rule, exc, node)
     for rule in selected.instances:
-        guarded(rule, rule.end_file, ctx)
+        try:
+            rule.end_file(ctx)
+        except Exception as exc:
+            failed(rule, exc)
 
     ignored = settings.ignored_for(path)
     findings = [f for f in ctx.findings if not any(f.code.startswith(c) for c in ignored)]
@@ -917,11 +924,12 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     whose cross-file questions another file answers are linted again with the index.
     Both passes are cached (amplint/cache.py: what the key covers, how entries are
     signed and checked; the second pass is also keyed on the index)."""
-    from .cache import Cache, entry_key, valid_entry
-
     cache = None
     sources = {files[0][0]: options.stdin} if options.stdin is not None else None
     if options.use_cache and sources is None:
+        # imported only here: hmac, secrets and tempfile are a --no-cache run's cost otherwise
+        from .cache import Cache, entry_key, valid_entry
+
         cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
     unused = options.report_unused_suppressions
     settings_of = dict(files)
