@@ -306,7 +306,7 @@ def _lint(args) -> int:
 
 
 def _report(args, fmt: str, options, results, out) -> None:
-    from .reporters import REPORTERS
+    from .reporters import reporter
 
     color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
     try:
@@ -326,7 +326,7 @@ def _report(args, fmt: str, options, results, out) -> None:
             render_findings(results, out)
             render_errors(results, sys.stderr)
         else:
-            REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
+            reporter(fmt)(results, out, statistics=args.statistics, color=color)
         out.flush()
     except BrokenPipeError:  # `amplint check | head -1`: the reader has all it wanted
         _reader_went_away()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
+import functools
+import gc
 import json
 import os
 import re
@@ -114,22 +116,29 @@ def lint_text(
         return [], ctx, errors
     buckets = ctx.walk_and_bucket(set(selected.dispatch))
 
-    def guarded(rule: Rule, call: Callable, *args):
-        try:
-            call(*args)
-        except Exception as exc:  # a rule bug is an internal error, not a crash of the run
-            node = args[0] if args and isinstance(args[0], ast.AST) else None
-            line = getattr(node, "lineno", 1)
-            errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
+    def failed(rule: Rule, exc: Exception, node=None):  # a rule bug is an internal error, not a crash of the run
+        line = getattr(node, "lineno", 1)
+        errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
 
     for rule in selected.instances:
-        guarded(rule, ctx.begin, rule)
+        try:
+            ctx.begin(rule)
+        except Exception as exc:
+            failed(rule, exc)
+    # the visitor calls inline, not through a helper: they are hundreds of thousands
+    # (every rule's visit_Call sees every call) and a try costs nothing when nothing raises
     for node_type, visitors in selected.dispatch.items():
         for node in buckets.get(node_type, ()):
             for rule, method in visitors:
-                guarded(rule, method, node, ctx)
+                try:
+                    method(node, ctx)
+                except Exception as exc:
+                    failed(rule, exc, node)
     for rule in selected.instances:
-        guarded(rule, rule.end_file, ctx)
+        try:
+            rule.end_file(ctx)
+        except Exception as exc:
+            failed(rule, exc)
 
     ignored = settings.ignored_for(path)
     findings = [f for f in ctx.findings if not any(f.code.startswith(c) for c in ignored)]
@@ -262,6 +271,8 @@ def fix_text(
                                             f"({exc.reason}); file left unchanged", exc.line, exc.col))
             return original, 0, lint_text(path, original, settings, rules, project)[0], errors
         text, total = new_text, total + applied
+        del findings, ctx
+        _free_earlier_trees()
         findings, ctx, more = lint_text(path, text, settings, rules, project)
         errors.extend(more)
     if text != original and not _libcst_roundtrips(text):
@@ -590,6 +601,7 @@ def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool, giv
     lines = _Lines(text)
     parts, found = [], []
     for first, end in lines.pieces():
+        _free_earlier_trees()
         try:
             part = _lint_piece(path, lines, first, end, _preamble_before(found), settings, unused, given)
         except SourceError:
@@ -791,8 +803,32 @@ def _unified_diff(path: str, old: str, new: str) -> str:
     ))
 
 
+def _collected(func, task):
+    """``func(task)`` with the cyclic garbage collector paused, then one collection of
+    the youngest generation.  A file's tree is cyclic (parent links) and lives through
+    the whole task: the collector's automatic passes would traverse it again and again
+    and promote it into the oldest generation, whose full passes then cost a quarter of
+    a run (bench/RESULTS.md).  Collected at the end it is traversed once and freed."""
+    if not gc.isenabled():
+        return func(task)
+    gc.disable()
+    try:
+        return func(task)
+    finally:
+        gc.enable()
+        gc.collect(0)
+
+
+def _free_earlier_trees() -> None:
+    """Within a task run by :func:`_collected`, free the trees of the rounds before
+    (fix rounds, pieces of a large file): one task must not keep them all until it ends."""
+    if not gc.isenabled():
+        gc.collect(0)
+
+
 def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
     total = len(tasks)
+    func = functools.partial(_collected, func)
     if jobs <= 1 or total < POOL_THRESHOLD:
         _init_worker(*init_args)
         out = []
@@ -888,11 +924,12 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     whose cross-file questions another file answers are linted again with the index.
     Both passes are cached (amplint/cache.py: what the key covers, how entries are
     signed and checked; the second pass is also keyed on the index)."""
-    from .cache import Cache, entry_key, valid_entry
-
     cache = None
     sources = {files[0][0]: options.stdin} if options.stdin is not None else None
     if options.use_cache and sources is None:
+        # imported only here: hmac, secrets and tempfile are a --no-cache run's cost otherwise
+        from .cache import Cache, entry_key, valid_entry
+
         cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
     unused = options.report_unused_suppressions
     settings_of = dict(files)

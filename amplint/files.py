@@ -13,7 +13,6 @@ import hashlib
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from typing import Iterator, Optional
 
@@ -215,6 +214,8 @@ def write_atomic(path: str, data: bytes, expected: Optional[SourceFile] = None) 
         mode, owner = 0o644, None
     if expected is not None and expected.owner is not None:
         owner = expected.owner
+    import tempfile  # here: only fix writes files, and tempfile's import (random, ...) is a check's cost
+
     fd, tmp = tempfile.mkstemp(prefix=".amplint-", suffix=".tmp", dir=os.path.dirname(real) or directory)
     try:
         with os.fdopen(fd, "wb") as fh:

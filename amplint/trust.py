@@ -37,6 +37,8 @@ def repository_root(start: Optional[str] = None) -> str:
 def installed_plugins() -> tuple[str, ...]:
     """``name (distribution)`` of every ``amplint.rules`` entry point; reads metadata only
     (once per process: the installed distributions do not change during a run)."""
+    if not _may_declare_plugins():
+        return ()
     from importlib.metadata import entry_points
 
     out = []
@@ -44,6 +46,35 @@ def installed_plugins() -> tuple[str, ...]:
         dist = getattr(getattr(ep, "dist", None), "name", None)
         out.append(f"{ep.name} ({dist})" if dist else ep.name)
     return tuple(sorted(set(out)))
+
+
+def _may_declare_plugins() -> bool:
+    """Whether a distribution on ``sys.path`` may declare an ``amplint.rules`` entry point:
+    the files :mod:`importlib.metadata` would read, scanned without importing it (it
+    pulls in email, zipfile and csv: a sixth of a one-file check, every run, to find
+    nothing).  True whenever unsure: a zip on the path, or a finder that lists
+    distributions its own way."""
+    import sys
+    from importlib.machinery import PathFinder
+
+    if any(hasattr(f, "find_distributions") for f in sys.meta_path if f is not PathFinder):
+        return True
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as found:
+                infos = [e.path for e in found if e.name.lower().endswith((".dist-info", ".egg-info", "egg-info"))]
+        except NotADirectoryError:
+            return True
+        except OSError:
+            continue
+        for info in infos:
+            try:
+                with open(os.path.join(info, "entry_points.txt"), "rb") as fh:
+                    if b"amplint.rules" in fh.read():
+                        return True
+            except OSError:
+                continue
+    return False
 
 
 NOT_ALLOWED = "not allowed"

@@ -13,6 +13,10 @@ Set up the comparison tools in a throwaway virtualenv (none of their code is com
 then run (from the repository root, with amplint installed in the current python):
 
     python bench/lint_speed.py --venv /tmp/benchvenv [--files 100] [--skip-slow] [--repeat 3]
+
+To compare two versions of amplint side by side in one run (a before/after on a noisy
+machine), install the other one in its own virtualenv and add ``--before PYTHON`` (that
+virtualenv's interpreter): its cold runs are timed right after this one's.
 """
 from __future__ import annotations
 
@@ -74,6 +78,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3, help="runs of the fast tools; the best is reported")
     parser.add_argument("--skip-slow", action="store_true", help="skip Fixit and TorchFix (minutes each)")
+    parser.add_argument("--before", metavar="PYTHON", help="also time the cold runs of the amplint installed for PYTHON")
     args = parser.parse_args()
 
     files = corpus(args.venv, args.files)
@@ -108,6 +113,11 @@ def main() -> None:
     best("ast.parse + ast.walk, 1 process", [py, "-c", AST_LOOP, src])
     best("amplint check --no-cache (cold)", [py, "-m", "amplint", "check", src, "--no-cache", "--format", "concise", "-q"])
     best("amplint check --no-cache -j 1 (cold, 1 process)", [py, "-m", "amplint", "check", src, "--no-cache", "-j", "1", "--format", "concise", "-q"])
+    if args.before:
+        best("before: amplint check --no-cache (cold)",
+             [args.before, "-m", "amplint", "check", src, "--no-cache", "--format", "concise", "-q"])
+        best("before: amplint check --no-cache -j 1",
+             [args.before, "-m", "amplint", "check", src, "--no-cache", "-j", "1", "--format", "concise", "-q"])
     best("amplint check (cold cache)", [py, "-m", "amplint", "check", src, "--cache-dir", cache, "--format", "concise", "-q"],
          before=lambda: shutil.rmtree(cache, ignore_errors=True))
     timed([py, "-m", "amplint", "check", src, "--cache-dir", cache, "-q"], work)

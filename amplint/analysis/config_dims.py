@@ -108,6 +108,11 @@ class UnalignedDefinition:
     divisors: set[int]
 
 
+def _literal_root(ctx, default) -> bool:
+    root = find_root(ctx, default)
+    return root is not None and root.kind == "literal"
+
+
 def _resolves_here(ctx, path: str, use: dict) -> bool:
     """Whether the use in ``path`` reads this file's definition: this file is the only
     one defining that field (of that class), or the use sits in this file's folder."""
@@ -123,6 +128,10 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
     (already fixed at a use in this file) are skipped; those found are added to it."""
     local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
     if not local or ctx.project is None:
+        return []
+    if not any(_literal_root(ctx, default) for c in local.values() for _, default in config_fields(c).values()):
+        # nothing here a use elsewhere could make unaligned; not asking the index keeps
+        # the engine from linting this file a second time (ModelOutput dataclasses)
         return []
     by_field: dict = {}  # (class, field) -> [(path, use)]
     divisor_facts = []

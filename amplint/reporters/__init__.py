@@ -6,17 +6,24 @@ part of ``results`` and each reporter shows them in its own way.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Callable
 
-from . import concise, github, gitlab, json_format, junit, sarif, text
-
-REPORTERS: dict[str, Callable] = {
-    "text": text.render,
-    "concise": concise.render,
-    "json": json_format.render,
-    "sarif": sarif.render,
-    "github": github.render,
-    "gitlab": gitlab.render,
-    "junit": junit.render,
+#: format name -> the module of this package whose ``render`` writes it, imported on first
+#: use: a run loads only the reporter it prints with (junit's xml.etree costs a one-file
+#: check several milliseconds)
+_MODULES = {
+    "text": "text",
+    "concise": "concise",
+    "json": "json_format",
+    "sarif": "sarif",
+    "github": "github",
+    "gitlab": "gitlab",
+    "junit": "junit",
 }
-FORMATS = tuple(REPORTERS)
+FORMATS = tuple(_MODULES)
+
+
+def reporter(fmt: str) -> Callable:
+    """The ``render`` function of format ``fmt`` (one of FORMATS)."""
+    return importlib.import_module(f"{__name__}.{_MODULES[fmt]}").render
