@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
-from .dtypes import DtypeClass, DtypeFlow, dtype_branch
+from .dtypes import DtypeClass, DtypeFlow, Precision, PrecisionFacts, dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class FileContext:
         self._evaluator = None
         self._dtype_flow: Optional[DtypeFlow] = None
         self._explicit_dtype_flow: Optional[DtypeFlow] = None
+        self._precision_facts: Optional[PrecisionFacts] = None
         self._walked = False
         self._index_module_level()
 
@@ -535,6 +536,17 @@ class FileContext:
                 self._explicit_dtype_flow = DtypeFlow(self, policy=False)
             return self._explicit_dtype_flow.of(expr)
         return self.dtype_flow.of(expr)
+
+    def precision_of(self, expr: Optional[ast.AST]) -> Optional[Precision]:
+        """When ``expr`` is half, whatever the selected opt level: an explicit cast (every
+        level), a dtype borrowed from the activations (from O1) or from a weight or buffer
+        (once the model is cast, O2 / O3), with the format and the cast that made it half;
+        or "int" / "fp32" / "number"; None when the file does not show.  The same dtype
+        analysis as :meth:`dtype_of`, run at each level without the policy's op casts
+        (:class:`amplint.dtypes.PrecisionFacts`)."""
+        if self._precision_facts is None:
+            self._precision_facts = PrecisionFacts(self)
+        return self._precision_facts.of(expr)
 
     def in_model_forward(self, node: ast.AST) -> bool:
         """Part of the model's forward computation: reached from a module's ``forward``,
