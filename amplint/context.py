@@ -548,6 +548,13 @@ class FileContext:
             self._precision_facts = PrecisionFacts(self)
         return self._precision_facts.of(expr)
 
+    def fp32_until_model_cast(self, expr: ast.AST) -> bool:
+        """An activation fp32 under O1 only because an fp32 weight or buffer promotes it;
+        in the activation's dtype once O2 / O3 / ``model.half()`` casts the model."""
+        if self._precision_facts is None:
+            self._precision_facts = PrecisionFacts(self)
+        return self._precision_facts.fp32_until_cast(expr)
+
     def in_model_forward(self, node: ast.AST) -> bool:
         """Part of the model's forward computation: reached from a module's ``forward``,
         not under ``torch.no_grad()`` / ``inference_mode`` and not in ``__init__``."""

@@ -1188,6 +1188,15 @@ class PrecisionFacts:
                 return mode
         return None
 
+    def fp32_until_cast(self, expr: ast.AST) -> bool:
+        """An activation that is fp32 under O1 only because a weight or a buffer promotes
+        it (``scores * self.bias`` with an fp32 ``tril`` buffer): once the model is cast
+        (O2 / O3, ``model.half()``) the weight is half and the result has the
+        activation's dtype.  A weight's own statistics (a softmax over mixing
+        parameters) are not activations: they are half at O2, not unknown."""
+        return (self.flows["O1"].of(expr) in (DtypeClass.FP32, DtypeClass.FP64)
+                and self.flows["O2"].of(expr) is DtypeClass.UNKNOWN)
+
     def of(self, expr: Optional[ast.AST]) -> Optional[Precision]:
         if expr is None:
             return None

@@ -353,6 +353,8 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         if severity is None:
             return
         note = reductions.policy_note(ctx.settings, qualname, severity)
+        if call.later:
+            severity, note = Severity.INFO, reductions.later_note(ctx, operand)
         if call.dtype == "low":
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)

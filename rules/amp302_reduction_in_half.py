@@ -440,6 +440,8 @@ half matmul under `model.half()`.
         else:
             why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
         note = reductions.policy_note(ctx.settings, qualname, severity)
+        if call.later:
+            severity, note = Severity.INFO, reductions.later_note(ctx, operand)
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)
 
