@@ -1195,7 +1195,30 @@ class PrecisionFacts:
         activation's dtype.  A weight's own statistics (a softmax over mixing
         parameters) are not activations: they are half at O2, not unknown."""
         return (self.flows["O1"].of(expr) in (DtypeClass.FP32, DtypeClass.FP64)
-                and self.flows["O2"].of(expr) is DtypeClass.UNKNOWN)
+                and self.flows["O2"].of(expr) is DtypeClass.UNKNOWN and self._weight_promoted(expr, 0))
+
+    def _weight_promoted(self, expr: ast.AST, depth: int) -> bool:
+        """Elementwise arithmetic of an activation with a weight or buffer (fp32 under
+        O1, half under O2), through names, subscripts and same-dtype methods.  torch
+        promotes half with fp32 there; a linalg call on mixed dtypes raises instead."""
+        if depth > 8 or expr is None:
+            return False
+        kind = expr.__class__
+        if kind is ast.Name:
+            value = reaching_value(self.ctx, expr) if self.ctx.enclosing_function(expr) is not None else None
+            return self._weight_promoted(value, depth + 1)
+        if kind is ast.Subscript:
+            return self._weight_promoted(expr.value, depth + 1)
+        if kind is ast.Call and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_DTYPE:
+            return self._weight_promoted(expr.func.value, depth + 1)
+        if kind is not ast.BinOp or not isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            return False
+        o1, o2 = self.flows["O1"], self.flows["O2"]
+        for weight, other in ((expr.left, expr.right), (expr.right, expr.left)):
+            if (o1.of(weight) is DtypeClass.FP32 and o2.of(weight) is DtypeClass.HALF
+                    and o2.of(other) is DtypeClass.UNKNOWN):
+                return True
+        return self._weight_promoted(expr.left, depth + 1) or self._weight_promoted(expr.right, depth + 1)
 
     def of(self, expr: Optional[ast.AST]) -> Optional[Precision]:
         if expr is None:
