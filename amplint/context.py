@@ -94,6 +94,7 @@ class FileContext:
         self._dtype_flow: Optional[DtypeFlow] = None
         self._explicit_dtype_flow: Optional[DtypeFlow] = None
         self._precision_facts: Optional[PrecisionFacts] = None
+        self._magnitude_bounds = None
         self._walked = False
         self._index_module_level()
 
@@ -554,6 +555,16 @@ class FileContext:
         if self._precision_facts is None:
             self._precision_facts = PrecisionFacts(self)
         return self._precision_facts.fp32_until_cast(expr)
+
+    def magnitude_bound(self, expr: Optional[ast.AST]) -> Optional[float]:
+        """An upper bound on ``|x|`` for the elements of ``expr`` where the file shows one
+        (probabilities, unit vectors, their products and sums), else None
+        (:class:`amplint.ranges.MagnitudeBounds`)."""
+        if self._magnitude_bounds is None:
+            from .ranges import MagnitudeBounds
+
+            self._magnitude_bounds = MagnitudeBounds(self)
+        return self._magnitude_bounds.of(expr)
 
     def in_model_forward(self, node: ast.AST) -> bool:
         """Part of the model's forward computation: reached from a module's ``forward``,

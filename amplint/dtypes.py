@@ -585,18 +585,11 @@ class DtypeFlow:
                 return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
             return DtypeClass.UNKNOWN
         # a helper: what the file's calls pass it (all of them must agree)
-        sites = self._sites(func)
-        index = next((i for i, p in enumerate(positional) if p.arg == name), None)
-        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
-        if is_method and index is not None and not static:
-            index -= 1  # self
+        passed = self.passed_arguments(func, name)
+        if passed is None:
+            return DtypeClass.UNKNOWN
         result: Optional[DtypeClass] = None
-        for call in sites:
-            arg = _argument_at(call, name, index)
-            if arg is None:
-                arg = defaults.get(name)
-                if arg is None:
-                    return DtypeClass.UNKNOWN
+        for arg in passed:
             got = self.of(arg)
             result = got if result is None else join(result, got)
             if result is DtypeClass.UNKNOWN:
@@ -604,6 +597,28 @@ class DtypeFlow:
         if result is None and name in defaults:
             return self.of(defaults[name])
         return result or DtypeClass.UNKNOWN
+
+    def passed_arguments(self, func: ast.AST, name: str) -> Optional[list[ast.AST]]:
+        """The expressions this file's calls of helper ``func`` pass for its parameter
+        ``name`` (the default where a call leaves it out); None when a call passes it
+        through ``*args`` / ``**kwargs`` or leaves out one without a default."""
+        args = func.args
+        positional = args.posonlyargs + args.args
+        defaults = dict(zip([p.arg for p in positional[len(positional) - len(args.defaults):]], args.defaults))
+        defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        index = next((i for i, p in enumerate(positional) if p.arg == name), None)
+        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
+        if parent_of(func).__class__ is ast.ClassDef and index is not None and not static:
+            index -= 1  # self
+        out = []
+        for call in self._sites(func):
+            arg = _argument_at(call, name, index)
+            if arg is None:
+                arg = defaults.get(name)
+                if arg is None:
+                    return None
+            out.append(arg)
+        return out
 
     def _sites(self, func) -> list[ast.Call]:
         if self._call_sites is None:

@@ -409,7 +409,7 @@ half matmul under `model.half()`.
             _integer_like(ctx, operand) or _integer_consumer(ctx, node)
         ):
             return
-        if isinstance(operand, ast.Constant):
+        if isinstance(operand, ast.Constant) or reductions.bounded_reduction(ctx, node, attr, operand, is_method):
             return
         exponent = None
         if attr == "pow":

@@ -76,6 +76,20 @@ def in_table_scope(ctx, node: ast.AST) -> bool:
     return any(s is not None and TABLE_SCOPE.search(s.name) for s in (func, cls))
 
 
+#: classes whose ``forward`` input is what they embed: positions, timesteps, noise levels
+EMBEDS_INPUT = re.compile(r"posemb|pos_emb|sinusoid|fourier|timestep", re.I)
+
+
+def _embedded_input(ctx, name: ast.Name) -> bool:
+    """The only input of the ``forward`` of a position / timestep embedding class
+    (``LearnedSinusoidalPosEmb.forward(self, x)``): what it embeds."""
+    cls, method = ctx.enclosing_method(name)
+    if cls is None or method is None or method.name != "forward" or not EMBEDS_INPUT.search(cls.name):
+        return False
+    params = method.args.posonlyargs + method.args.args + method.args.kwonlyargs
+    return len(params) == 2 and params[1].arg == name.id
+
+
 def is_position_like(ctx, expr: ast.AST, depth: int = 0) -> bool:
     """Integer-valued positions: an ``arange`` (or a name bound to one, also through
     arithmetic such as ``t / scaling_factor``), or a name that says it holds positions
@@ -87,10 +101,14 @@ def is_position_like(ctx, expr: ast.AST, depth: int = 0) -> bool:
         return is_position_like(ctx, root.left, depth + 1)
     if isinstance(root, ast.Call):
         qn = ctx.qualname(root.func) or ""
+        if qn in ("einops.rearrange", "einops.repeat") and root.args:
+            return is_position_like(ctx, root.args[0], depth + 1)
         return qn == "torch.arange"
     if isinstance(root, ast.Name):
         value = reaching_value(ctx, root)
         if value is not None and is_position_like(ctx, value, depth + 1):
+            return True
+        if value is None and _embedded_input(ctx, root):
             return True
         if not POSITION_NAME.search(root.id):
             return False

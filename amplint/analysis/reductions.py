@@ -679,3 +679,17 @@ def literal_int(node) -> Optional[str]:
     ):
         return repr(-node.operand.value)
     return None
+
+
+def bounded_reduction(ctx, call: ast.Call, attr: str, operand: ast.AST, is_method: bool) -> bool:
+    """Values the file shows bounded by 1 (``ctx.magnitude_bound``: probabilities, unit
+    vectors): a product stays in [-1, 1], and a sum along given dimensions reaches 65504 only
+    along more than 65504 elements; a full ``.sum()`` is still reported."""
+    if attr not in ("sum", "nansum", "cumsum", "prod", "cumprod"):
+        return False
+    bound = ctx.magnitude_bound(operand)
+    if bound is None or bound > 1:
+        return False
+    if attr in ("prod", "cumprod"):
+        return True
+    return argument(call, "dim", 0 if is_method else 1) is not None
