@@ -428,7 +428,8 @@ half matmul under `model.half()`.
                 self, node,
                 f"`{shown}` runs in half inside `forward`: it accumulates in fp32 and cannot overflow, "
                 f"but its result is rounded to {'bf16' if ctx.settings.target == 'bf16' else 'fp16'}; "
-                "pass `dtype=torch.float32` where it feeds a variance or a loss",
+                "pass `dtype=torch.float32` where it feeds a variance or a loss"
+                + (f" ({reductions.later_note(ctx, operand)})" if call.later else ""),
                 severity=Severity.INFO,
             )
             return

@@ -264,7 +264,8 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         pa, pb = ctx.precision_of(a), ctx.precision_of(b)
         product = ctx.precision_of(node)
         known_pos = pa if a_pos else pb
-        if (product is None or product.kind != "half") and known_pos is None:
+        if (product is None or product.kind != "half") and known_pos is None \
+                and not position_tables.autocast_half(ctx, node, kind):
             product = pb if a_pos else pa  # positions of unseen dtype are integers: the table has the other's
         half = product.half if product is not None and product.kind == "half" else None
         autocast = half is None and position_tables.autocast_half(ctx, node, kind)
