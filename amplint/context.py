@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
-from .dtypes import DtypeClass, DtypeFlow, dtype_branch
+from .dtypes import DtypeClass, DtypeFlow, Precision, PrecisionFacts, dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
@@ -93,6 +93,8 @@ class FileContext:
         self._evaluator = None
         self._dtype_flow: Optional[DtypeFlow] = None
         self._explicit_dtype_flow: Optional[DtypeFlow] = None
+        self._precision_facts: Optional[PrecisionFacts] = None
+        self._magnitude_bounds = None
         self._walked = False
         self._index_module_level()
 
@@ -535,6 +537,34 @@ class FileContext:
                 self._explicit_dtype_flow = DtypeFlow(self, policy=False)
             return self._explicit_dtype_flow.of(expr)
         return self.dtype_flow.of(expr)
+
+    def precision_of(self, expr: Optional[ast.AST]) -> Optional[Precision]:
+        """When ``expr`` is half, whatever the selected opt level: an explicit cast (every
+        level), a dtype borrowed from the activations (from O1) or from a weight or buffer
+        (once the model is cast, O2 / O3), with the format and the cast that made it half;
+        or "int" / "fp32" / "number"; None when the file does not show.  The same dtype
+        analysis as :meth:`dtype_of`, run at each level without the policy's op casts
+        (:class:`amplint.dtypes.PrecisionFacts`)."""
+        if self._precision_facts is None:
+            self._precision_facts = PrecisionFacts(self)
+        return self._precision_facts.of(expr)
+
+    def fp32_until_model_cast(self, expr: ast.AST) -> bool:
+        """An activation fp32 under O1 only because an fp32 weight or buffer promotes it;
+        in the activation's dtype once O2 / O3 / ``model.half()`` casts the model."""
+        if self._precision_facts is None:
+            self._precision_facts = PrecisionFacts(self)
+        return self._precision_facts.fp32_until_cast(expr)
+
+    def magnitude_bound(self, expr: Optional[ast.AST]) -> Optional[float]:
+        """An upper bound on ``|x|`` for the elements of ``expr`` where the file shows one
+        (probabilities, unit vectors, their products and sums), else None
+        (:class:`amplint.ranges.MagnitudeBounds`)."""
+        if self._magnitude_bounds is None:
+            from .ranges import MagnitudeBounds
+
+            self._magnitude_bounds = MagnitudeBounds(self)
+        return self._magnitude_bounds.of(expr)
 
     def in_model_forward(self, node: ast.AST) -> bool:
         """Part of the model's forward computation: reached from a module's ``forward``,

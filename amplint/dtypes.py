@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import enum
 from typing import Any, Optional
 
@@ -361,13 +362,18 @@ class DtypeFlow:
     parameters), calls to functions of the file their return statements, and a helper's
     parameters the arguments of its calls in the file."""
 
-    def __init__(self, ctx, policy: bool = True):
+    def __init__(self, ctx, policy: bool = True, opt_level: Optional[str] = None, borrowed_activations: bool = False):
         self.ctx = ctx
         #: False: ignore the policy's fp32 upcasts (fp32 only where the code asks for it;
-        #: its half casts of GEMMs still apply)
-        self.upcasts = policy
+        #: its half casts of GEMMs still apply); None: no O1 policy at all (what the code
+        #: itself makes half, :class:`PrecisionFacts`)
+        self.upcasts = bool(policy)
+        self.autocast = policy is not None
+        #: a dtype borrowed from a model tensor the file cannot follow (``.to(x.dtype)``,
+        #: ``dtype=dtype``) is the activation dtype: fp32 under O0, half from O1
+        self.borrowed_activations = borrowed_activations
         settings = ctx.settings
-        self.opt_level = settings.opt_level
+        self.opt_level = opt_level or settings.opt_level
         self.engine = settings.engine
         self.devices = _DEVICES.get(settings.device, ("cuda", "cpu"))
         self.pure_half = self.opt_level in ("O2", "O3")
@@ -400,8 +406,18 @@ class DtypeFlow:
         if name is not None:
             return _CLASS_OF_DTYPE.get(name, DtypeClass.UNKNOWN)
         if isinstance(expr, ast.Attribute) and expr.attr == "dtype":
-            return self.of(expr.value)
+            return self._borrowed(expr.value)
+        if self.borrowed_activations and is_dtype_probe(expr):
+            return self._borrowed(expr)  # `dtype=dtype`: the caller's activation dtype
         return None
+
+    def _borrowed(self, probe: ast.AST) -> DtypeClass:
+        """The class of a tensor whose dtype is borrowed (``y`` in ``x.to(y.dtype)``)."""
+        got = self.of(probe)
+        if (got is DtypeClass.UNKNOWN and self.borrowed_activations and isinstance(probe, (ast.Name, ast.Attribute))
+                and not _device_like(probe) and self.ctx.in_model_code(probe)):
+            return DtypeClass.FP32 if self.opt_level == "O0" else DtypeClass.HALF
+        return got
 
     # --- expressions ----------------------------------------------------------------
 
@@ -426,7 +442,7 @@ class DtypeFlow:
                 if self._float_scalar(scalar):
                     return DtypeClass.FP32  # arange(n) * -log(10000) / n: the default float
             result = promote(left, right, op is ast.Div)
-            if (op is ast.MatMult and self.opt_level == "O1" and self._policy("torch.matmul") == "half"
+            if (op is ast.MatMult and self.opt_level == "O1" and self.autocast and self._policy("torch.matmul") == "half"
                     and not self._in_disabled_autocast(node)):
                 return DtypeClass.HALF
             return result
@@ -569,18 +585,11 @@ class DtypeFlow:
                 return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
             return DtypeClass.UNKNOWN
         # a helper: what the file's calls pass it (all of them must agree)
-        sites = self._sites(func)
-        index = next((i for i, p in enumerate(positional) if p.arg == name), None)
-        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
-        if is_method and index is not None and not static:
-            index -= 1  # self
+        passed = self.passed_arguments(func, name)
+        if passed is None:
+            return DtypeClass.UNKNOWN
         result: Optional[DtypeClass] = None
-        for call in sites:
-            arg = _argument_at(call, name, index)
-            if arg is None:
-                arg = defaults.get(name)
-                if arg is None:
-                    return DtypeClass.UNKNOWN
+        for arg in passed:
             got = self.of(arg)
             result = got if result is None else join(result, got)
             if result is DtypeClass.UNKNOWN:
@@ -588,6 +597,28 @@ class DtypeFlow:
         if result is None and name in defaults:
             return self.of(defaults[name])
         return result or DtypeClass.UNKNOWN
+
+    def passed_arguments(self, func: ast.AST, name: str) -> Optional[list[ast.AST]]:
+        """The expressions this file's calls of helper ``func`` pass for its parameter
+        ``name`` (the default where a call leaves it out); None when a call passes it
+        through ``*args`` / ``**kwargs`` or leaves out one without a default."""
+        args = func.args
+        positional = args.posonlyargs + args.args
+        defaults = dict(zip([p.arg for p in positional[len(positional) - len(args.defaults):]], args.defaults))
+        defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        index = next((i for i, p in enumerate(positional) if p.arg == name), None)
+        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
+        if parent_of(func).__class__ is ast.ClassDef and index is not None and not static:
+            index -= 1  # self
+        out = []
+        for call in self._sites(func):
+            arg = _argument_at(call, name, index)
+            if arg is None:
+                arg = defaults.get(name)
+                if arg is None:
+                    return None
+            out.append(arg)
+        return out
 
     def _sites(self, func) -> list[ast.Call]:
         if self._call_sites is None:
@@ -615,16 +646,19 @@ class DtypeFlow:
         if isinstance(base, ast.Name) and base.id in ("self", "cls"):
             cls = ctx.enclosing_class(node)
             if cls is not None:
-                return self._self_attribute(cls, node.attr)
+                func = ctx.enclosing_function(node)
+                # read in `__init__`: built in fp32, before `model.half()` / O2 casts the model
+                cast = self.pure_half and not (func is not None and func.name == "__init__")
+                return self._self_attribute(cls, node.attr, cast)
         if ctx.qualname(node) is not None:
             value = ctx.evaluate(node)
             return DtypeClass.SCALAR if value is not None else DtypeClass.UNKNOWN
         return DtypeClass.UNKNOWN
 
-    def _self_attribute(self, cls: ast.ClassDef, attr: str) -> DtypeClass:
-        return _cached(self._attrs, (id(cls), attr), lambda: self._self_attribute_class(cls, attr))
+    def _self_attribute(self, cls: ast.ClassDef, attr: str, cast: bool) -> DtypeClass:
+        return _cached(self._attrs, (id(cls), attr, cast), lambda: self._self_attribute_class(cls, attr, cast))
 
-    def _self_attribute_class(self, cls: ast.ClassDef, attr: str) -> DtypeClass:
+    def _self_attribute_class(self, cls: ast.ClassDef, attr: str, cast: bool) -> DtypeClass:
         """``self.attr`` from its assignments in the class: a parameter or a floating
         buffer is fp32 under O0/O1 and autocast (weights stay fp32) and half under O2/O3;
         a plain tensor attribute keeps the dtype it was built with."""
@@ -639,39 +673,45 @@ class DtypeFlow:
                     value = assign.value
                     if value is None:
                         continue
-                    got = self._stored(value, buffer=False)
+                    got = self._stored(value, buffer=False, cast=cast)
                     result = got if result is None else join(result, got)
             if result is not None:
                 break
-        if result is None:  # self.register_buffer("attr", value)
+        if result is None:  # self.register_buffer("attr", value) / register_parameter
             for call in ctx.calls:
                 f = call.func
-                if (f.__class__ is ast.Attribute and f.attr == "register_buffer" and len(call.args) >= 2
+                if (f.__class__ is ast.Attribute and f.attr in ("register_buffer", "register_parameter")
+                        and len(call.args) >= 2
                         and isinstance(call.args[0], ast.Constant) and call.args[0].value == attr
                         and ctx.enclosing_class(call) in classes):
-                    got = self._stored(call.args[1], buffer=True)
+                    if f.attr == "register_parameter":
+                        got = self._parameter_value(cast)
+                    else:
+                        got = self._stored(call.args[1], buffer=True, cast=cast)
                     result = got if result is None else join(result, got)
         if result is None:
             return DtypeClass.UNKNOWN
         return result
 
-    def _parameter_value(self) -> DtypeClass:
+    def _parameter_value(self, cast: bool = True) -> DtypeClass:
         """A weight: fp32 storage under O0/O1 and autocast, half under O2/O3.  Without the
         policy's upcasts (``explicit``) it is unknown: a GEMM's registration casts it to
         half, so it is not fp32 the code asked for."""
-        if self.pure_half:
+        if self.pure_half and cast:
             return DtypeClass.HALF
-        return DtypeClass.FP32 if self.upcasts else DtypeClass.UNKNOWN
+        return DtypeClass.FP32 if self.upcasts or not self.autocast or self.pure_half else DtypeClass.UNKNOWN
 
-    def _stored(self, value: ast.AST, buffer: bool) -> DtypeClass:
+    def _stored(self, value: ast.AST, buffer: bool, cast: bool = True) -> DtypeClass:
         if isinstance(value, ast.Call) and (self.ctx.qualname(value.func) or "") in _PARAMETER:
-            return self._parameter_value()
+            return self._parameter_value(cast)
         if isinstance(value, ast.Name):  # self.dim = dim: a config value, almost always a number
             func = self.ctx.enclosing_function(value)
             if func is not None and func.name == "__init__" and not _assignments(func).get(value.id):
                 return DtypeClass.SCALAR
         got = self.of(value)
-        if buffer and self.pure_half and got in _FLOATING:
+        if buffer and got is DtypeClass.UNKNOWN and self.borrowed_activations:
+            got = DtypeClass.FP32  # a buffer the file cannot follow: taken as a floating one
+        if buffer and self.pure_half and cast and got in _FLOATING:
             return DtypeClass.HALF  # model.half() casts floating buffers
         return got
 
@@ -691,7 +731,7 @@ class DtypeFlow:
 
     def _policy_result(self, node: ast.AST, qualname: str, operand: DtypeClass) -> DtypeClass:
         """Under O1 / autocast an op the policy casts returns fp32 or half."""
-        if self.opt_level != "O1" or self._in_disabled_autocast(node):
+        if self.opt_level != "O1" or not self.autocast or self._in_disabled_autocast(node):
             return operand
         cast = self._policy(qualname)
         if cast == "float" and self.upcasts and operand not in (DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL):
@@ -701,17 +741,7 @@ class DtypeFlow:
         return operand
 
     def _in_disabled_autocast(self, node: ast.AST) -> bool:
-        for anc in self.ctx.ancestors(node):
-            if isinstance(anc, (ast.With, ast.AsyncWith)):
-                for item in anc.items:
-                    expr = item.context_expr
-                    if (isinstance(expr, ast.Call) and (self.ctx.qualname(expr.func) or "") in _AUTOCAST
-                            and any(k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
-                                    for k in expr.keywords)):
-                        return True
-            elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                return False
-        return False
+        return autocast_disabled(self.ctx, node)
 
     def _dtype_argument(self, call: ast.Call) -> Optional[DtypeClass]:
         for kw in call.keywords:
@@ -818,13 +848,13 @@ class DtypeFlow:
                 if found is not None:
                     return found
                 if isinstance(arg, (ast.Name, ast.Attribute)) and not _device_like(arg):
-                    other = self.of(arg)  # x.to(y): y's dtype when y is a tensor
+                    other = self._borrowed(arg)  # x.to(y): y's dtype when y is a tensor
                     if other in _FLOATING or other in (DtypeClass.INTEGER, DtypeClass.BOOL):
                         return other
                     return DtypeClass.UNKNOWN
             return self.of(receiver)
         if attr == "type_as" and node.args:
-            return self.of(node.args[0])
+            return self._borrowed(node.args[0])
         if explicit is not None:
             return explicit
         if attr in _NEW_FACTORIES:
@@ -912,7 +942,7 @@ class DtypeFlow:
         if short in _INT_RESULT:
             return DtypeClass.INTEGER
         if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm") and self.opt_level == "O1" \
-                and not self._in_disabled_autocast(node):
+                and self.autocast and not self._in_disabled_autocast(node):
             return DtypeClass.HALF  # autocast runs GEMMs in half; amplint's O1 does once registered (AMP401)
         if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm"):
             tensors = [a for a in operands if not isinstance(a, ast.Constant)]
@@ -1084,3 +1114,209 @@ def _dominates(ctx, earlier: ast.AST, stmt: Optional[ast.AST]) -> bool:
                 node = parent_of(node)
             return False
     return False
+
+
+def autocast_disabled(ctx, node: ast.AST) -> bool:
+    """Inside ``with torch.autocast(..., enabled=False):`` in the same function, or in a
+    function decorated ``@autocast(enabled=False)`` (torch / torch.cuda.amp / torch.amp
+    spellings): nothing there is cast by the O1 policy."""
+
+    def disables(call: ast.AST) -> bool:
+        if not isinstance(call, ast.Call):
+            return False
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name != "autocast" and (ctx.qualname(func) or "") not in _AUTOCAST:
+            return False
+        return any(k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+                   for k in call.keywords)
+
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            if any(disables(item.context_expr) for item in anc.items):
+                return True
+        elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return any(disables(d) for d in anc.decorator_list)
+        elif isinstance(anc, ast.Lambda):
+            return False
+    return False
+
+
+# --- precision facts: when an expression is half, in which format, and why ------------
+
+#: the low-precision format of a target's activations (None: fp8 / int8, not modelled here)
+TARGET_FORMAT = {"fp16": "float16", "bf16": "bfloat16"}
+#: when a half mode is half: explicit casts at every level, activations from O1, weights
+#: and floating buffers once the model is cast (O2 / O3, ``model.half()``)
+HALF_LEVELS = {"explicit": ("O0", "O1", "O2", "O3"), "activation": ("O1", "O2", "O3"), "buffer": ("O2", "O3")}
+_MODE_LEVEL = (("explicit", "O0"), ("activation", "O1"), ("buffer", "O2"))
+_HALF_FORMATS = {"float16": "fp16", "bfloat16": "bf16"}
+_CAST_FORMATS = {"half": "float16", "bfloat16": "bfloat16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Half:
+    """A half-precision value: its format, when it is half (``mode``, see
+    :data:`HALF_LEVELS`), the tensor whose dtype it borrowed (``source``: ``x`` in
+    ``.to(x.dtype)``, for a cast back) and the cast or creation that made it half
+    (``cause``: what a fix rewrites to fp32)."""
+
+    format: str  # "float16" | "bfloat16"
+    mode: str  # "explicit" | "activation" | "buffer"
+    source: Optional[ast.AST] = None
+    cause: Optional[ast.AST] = None
+
+    def is_half_at(self, opt_level: str) -> bool:
+        return opt_level in HALF_LEVELS[self.mode]
+
+    @property
+    def short(self) -> str:
+        return _HALF_FORMATS[self.format]
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """An expression's dtype across opt levels: ``kind`` "int" / "fp32" / "number" (a
+    Python scalar) / "half" (with its :class:`Half`)."""
+
+    kind: str
+    half: Optional[Half] = None
+
+
+class PrecisionFacts:
+    """Which opt levels make an expression half, answered by the one dtype analysis
+    (:class:`DtypeFlow`) run at O0, O1 and O2 without the O1 policy's op casts: half at
+    O0 is an explicit cast, half from O1 a dtype borrowed from the activations, half only
+    from O2 a weight's or a buffer's dtype.  What the policy itself casts (an einsum
+    under autocast) is the selected-level flow's answer, ``ctx.dtype_of``."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.flows = {level: DtypeFlow(ctx, policy=None, opt_level=level, borrowed_activations=True)
+                      for _, level in _MODE_LEVEL}
+        self._memo: dict[int, Optional[Precision]] = {}
+
+    def mode(self, expr: ast.AST) -> Optional[str]:
+        """The first mode (explicit, activation, buffer) at whose level ``expr`` is half."""
+        for mode, level in _MODE_LEVEL:
+            if self.flows[level].of(expr) is DtypeClass.HALF:
+                return mode
+        return None
+
+    def fp32_until_cast(self, expr: ast.AST) -> bool:
+        """An activation that is fp32 under O1 only because a weight or a buffer promotes
+        it (``scores * self.bias`` with an fp32 ``tril`` buffer): once the model is cast
+        (O2 / O3, ``model.half()``) the weight is half and the result has the
+        activation's dtype.  A weight's own statistics (a softmax over mixing
+        parameters) are not activations: they are half at O2, not unknown."""
+        return (self.flows["O1"].of(expr) in (DtypeClass.FP32, DtypeClass.FP64)
+                and self.flows["O2"].of(expr) is DtypeClass.UNKNOWN and self._weight_promoted(expr, 0))
+
+    def _weight_promoted(self, expr: ast.AST, depth: int) -> bool:
+        """Elementwise arithmetic of an activation with a weight or buffer (fp32 under
+        O1, half under O2), through names, subscripts and same-dtype methods.  torch
+        promotes half with fp32 there; a linalg call on mixed dtypes raises instead."""
+        if depth > 8 or expr is None:
+            return False
+        kind = expr.__class__
+        if kind is ast.Name:
+            value = reaching_value(self.ctx, expr) if self.ctx.enclosing_function(expr) is not None else None
+            return self._weight_promoted(value, depth + 1)
+        if kind is ast.Subscript:
+            return self._weight_promoted(expr.value, depth + 1)
+        if kind is ast.Call and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_DTYPE:
+            return self._weight_promoted(expr.func.value, depth + 1)
+        if kind is not ast.BinOp or not isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            return False
+        o1, o2 = self.flows["O1"], self.flows["O2"]
+        for weight, other in ((expr.left, expr.right), (expr.right, expr.left)):
+            if (o1.of(weight) is DtypeClass.FP32 and o2.of(weight) is DtypeClass.HALF
+                    and o2.of(other) is DtypeClass.UNKNOWN):
+                return True
+        return self._weight_promoted(expr.left, depth + 1) or self._weight_promoted(expr.right, depth + 1)
+
+    def of(self, expr: Optional[ast.AST]) -> Optional[Precision]:
+        if expr is None:
+            return None
+        key = id(expr)
+        if key not in self._memo:
+            self._memo[key] = self._precision(expr)
+        return self._memo[key]
+
+    def _precision(self, expr: ast.AST) -> Optional[Precision]:
+        mode = self.mode(expr)
+        if mode is not None:
+            origin = self._origin(expr, mode, 0)
+            fmt = origin[0] if origin is not None else None
+            if fmt is None:
+                fmt = TARGET_FORMAT.get(self.ctx.settings.target)
+            if fmt not in _HALF_FORMATS:
+                return None
+            source, cause = origin[1:] if origin is not None else (None, None)
+            return Precision("half", Half(fmt, mode, source, cause))
+        found = self.flows["O1"].of(expr)
+        if found in (DtypeClass.FP32, DtypeClass.FP64):
+            return Precision("fp32")
+        if found in (DtypeClass.INTEGER, DtypeClass.BOOL):
+            return Precision("int")
+        if found is DtypeClass.SCALAR:
+            return Precision("number")
+        return None
+
+    # --- where the half came from -----------------------------------------------------
+
+    def _origin(self, expr: ast.AST, mode: str, depth: int) -> Optional[tuple]:
+        """(format or None, source, cause) of a value that is half in ``mode``: follows
+        names, same-dtype calls and the operand that carries the mode down to the cast."""
+        if depth > 16 or expr is None:
+            return None
+        ctx = self.ctx
+        kind = expr.__class__
+        if kind is ast.Name:
+            value = reaching_value(ctx, expr) if ctx.enclosing_function(expr) is not None else None
+            return self._origin(value, mode, depth + 1) if value is not None else (None, expr, None)
+        if kind is ast.Attribute:
+            if mode == "buffer" and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+                return (None, expr, expr)  # a weight or buffer: half once the model is cast
+            return (None, expr, None)
+        if kind in (ast.UnaryOp, ast.Subscript, ast.Starred):
+            return self._origin(expr.operand if kind is ast.UnaryOp else expr.value, mode, depth + 1)
+        if kind is ast.IfExp or kind is ast.BinOp:
+            parts = (expr.body, expr.orelse) if kind is ast.IfExp else (expr.left, expr.right)
+            return self._through(parts, mode, depth)
+        if kind is not ast.Call:
+            return None
+        func = expr.func
+        method = func.attr if isinstance(func, ast.Attribute) else None
+        if method in _CAST_FORMATS and not expr.args and not expr.keywords:
+            return (_CAST_FORMATS[method], None, expr)
+        dtype_arg = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
+        if dtype_arg is None and method in ("to", "type", "type_as"):
+            dtype_arg = next((a for a in expr.args if not (isinstance(a, (ast.Name, ast.Attribute)) and _device_like(a))
+                              and not (isinstance(a, ast.Constant) and isinstance(a.value, str))), None)
+        if dtype_arg is not None:
+            return self._dtype_origin(dtype_arg, expr, depth)
+        operands = [func.value] if method is not None else []
+        for arg in expr.args:
+            operands += arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+        return self._through(operands, mode, depth) or (None, None, None)
+
+    def _through(self, operands, mode: str, depth: int) -> Optional[tuple]:
+        for operand in operands:
+            if self.mode(operand) == mode:
+                return self._origin(operand, mode, depth + 1)
+        return None
+
+    def _dtype_origin(self, arg: ast.AST, cast: ast.Call, depth: int) -> tuple:
+        """A cast's dtype argument: a literal names the format; a borrowed dtype
+        (``x.dtype``, ``.type_as(x)``, ``dtype=dtype``) takes the borrowed tensor's."""
+        name = dtype_literal(self.ctx, arg)
+        if name is not None:
+            return (name, None, cast)
+        if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "type"
+                and not arg.args):
+            arg = arg.func.value  # t.type(self.inv_freq.type())
+        probe = arg.value if isinstance(arg, ast.Attribute) and arg.attr == "dtype" else arg
+        inner = self.of(probe) if not is_dtype_probe(probe) else None
+        fmt = inner.half.format if inner is not None and inner.half is not None else None
+        return (fmt, probe, cast)

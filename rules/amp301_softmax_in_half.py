@@ -37,7 +37,9 @@ Flags `F.softmax`, `F.log_softmax`, `torch.softmax`, `torch.log_softmax`, `x.sof
 Severity follows the settings: under `opt-level = "O1"` the finding is `info` when the
 selected op policy (`engine`, `device`) already runs the op in fp32 (CUDA autocast and the
 bundled engine's O1 do); it is a `warning` under O2/O3 (pure half: nothing is upcast) and
-on CPU autocast, which keeps softmax in fp16. At O0 nothing is reported.
+on CPU autocast, which keeps softmax in fp16. At O0 nothing is reported. Scores that are
+fp32 under O1 only because an fp32 buffer or weight promotes them (GPT-2's `w * self.bias`
+with a `tril` buffer) are `info` under O1: O2/O3 and `model.half()` cast the buffer to half.
 
 ## Why is this bad?
 The fused kernel subtracts the row maximum, so fp16 softmax does not overflow, but its
@@ -353,6 +355,8 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         if severity is None:
             return
         note = reductions.policy_note(ctx.settings, qualname, severity)
+        if call.later:
+            severity, note = Severity.INFO, reductions.later_note(ctx, operand)
         if call.dtype == "low":
             message = f"`{shown}` with a half `dtype` stores probabilities in fp16 ({note}); use `dtype=torch.float32`"
             ctx.report(self, node, message, severity=severity)

@@ -409,7 +409,7 @@ half matmul under `model.half()`.
             _integer_like(ctx, operand) or _integer_consumer(ctx, node)
         ):
             return
-        if isinstance(operand, ast.Constant):
+        if isinstance(operand, ast.Constant) or reductions.bounded_reduction(ctx, node, attr, operand, is_method):
             return
         exponent = None
         if attr == "pow":
@@ -428,7 +428,8 @@ half matmul under `model.half()`.
                 self, node,
                 f"`{shown}` runs in half inside `forward`: it accumulates in fp32 and cannot overflow, "
                 f"but its result is rounded to {'bf16' if ctx.settings.target == 'bf16' else 'fp16'}; "
-                "pass `dtype=torch.float32` where it feeds a variance or a loss",
+                "pass `dtype=torch.float32` where it feeds a variance or a loss"
+                + (f" ({reductions.later_note(ctx, operand)})" if call.later else ""),
                 severity=Severity.INFO,
             )
             return
@@ -440,6 +441,8 @@ half matmul under `model.half()`.
         else:
             why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"
         note = reductions.policy_note(ctx.settings, qualname, severity)
+        if call.later:
+            severity, note = Severity.INFO, reductions.later_note(ctx, operand)
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)
 

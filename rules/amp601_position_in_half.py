@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from amplint.analysis import precision
+from amplint.analysis import positions
 from amplint.numerics import fmt
 from amplint.rule import Invalid, Rule, Severity, Valid
 
@@ -13,13 +13,13 @@ _CASTS = frozenset({"to", "type", "type_as", "half", "bfloat16"})
 
 def _range_end(ctx, expr: ast.AST, depth: int = 0) -> Optional[ast.AST]:
     """The ``end`` argument of the ``torch.arange`` the positions come from, if any."""
-    root = precision.position_root(expr)
+    root = positions.position_root(expr)
     if isinstance(root, ast.Call) and ctx.qualname(root.func) == "torch.arange":
         if not root.args:
             return next((k.value for k in root.keywords if k.arg == "end"), None)
         return root.args[0] if len(root.args) == 1 else root.args[1]
     if isinstance(root, ast.Name) and depth < 4:
-        value = precision.reaching_value(ctx, root)
+        value = positions.reaching_value(ctx, root)
         if value is not None:
             return _range_end(ctx, value, depth + 1)
     return None
@@ -208,18 +208,18 @@ class RotaryEmbedding(nn.Module):
             self._check(ctx, node, node, end)
         elif isinstance(func, ast.Attribute) and func.attr in _CASTS:
             receiver = func.value
-            before = precision.precision_of(ctx, receiver)
+            before = ctx.precision_of(receiver)
             if before is not None and before.kind in ("half", "fp32"):
                 return  # already half (reported where it became half) or a float value
-            root = precision.position_root(receiver)
-            named = isinstance(root, ast.Name) and precision.is_position_like(ctx, root)
+            root = positions.position_root(receiver)
+            named = isinstance(root, ast.Name) and positions.is_position_like(ctx, root)
             end = _range_end(ctx, receiver)
             if end is None and not named:
                 return
             self._check(ctx, node, node, end)
 
     def _check(self, ctx, node: ast.Call, cast: ast.Call, end: Optional[ast.AST]) -> None:
-        prec = precision.precision_of(ctx, cast)
+        prec = ctx.precision_of(cast)
         if prec is None or prec.kind != "half":
             return
         half = prec.half
@@ -228,7 +228,7 @@ class RotaryEmbedding(nn.Module):
         if not half.is_half_at(level) and not later:
             return
         value = ctx.evaluate(end) if end is not None else None
-        if value is not None and value.value - 1 <= half.limit:
+        if value is not None and value.value - 1 <= positions.limit(half):
             return
         if value is not None:
             severity = Severity.INFO if later else Severity.WARNING
@@ -237,10 +237,10 @@ class RotaryEmbedding(nn.Module):
             severity = Severity.INFO
             size = "positions whose range amplint cannot follow"
         if later:
-            how = f"{precision.when(half)} (fp32 under O1)"
+            how = f"{positions.when(half)} (fp32 under O1)"
         else:
-            how = precision.when(half)
-        message = (f"{size} {how}: {half.short} holds integers exactly only up to {half.limit}, "
+            how = positions.when(half)
+        message = (f"{size} {how}: {half.short} holds integers exactly only up to {positions.limit(half)}, "
                    f"so nearby positions collide; keep positions in fp32 (or int64)")
         related = list(value.origin) if value is not None else []
         ctx.report(self, node, message, severity=severity, related=related)

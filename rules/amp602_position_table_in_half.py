@@ -5,7 +5,7 @@ import ast
 from typing import Optional
 
 from amplint import fixes
-from amplint.analysis import calls, position_tables, precision
+from amplint.analysis import calls, position_tables, positions
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 class PositionTableInHalf(Rule):
@@ -257,12 +257,16 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         if found is None:
             return
         kind, a, b = found
-        a_pos, b_pos = precision.is_position_like(ctx, a), precision.is_position_like(ctx, b)
+        a_pos, b_pos = positions.is_position_like(ctx, a), positions.is_position_like(ctx, b)
         if a_pos == b_pos or not position_tables.in_table_code(ctx, node):
             return
         level = ctx.settings.opt_level
-        pa, pb = precision.precision_of(ctx, a), precision.precision_of(ctx, b)
-        product = precision.promote(pa, pb)
+        pa, pb = ctx.precision_of(a), ctx.precision_of(b)
+        product = ctx.precision_of(node)
+        known_pos = pa if a_pos else pb
+        if (product is None or product.kind != "half") and known_pos is None \
+                and not position_tables.autocast_half(ctx, node, kind):
+            product = pb if a_pos else pa  # positions of unseen dtype are integers: the table has the other's
         half = product.half if product is not None and product.kind == "half" else None
         autocast = half is None and position_tables.autocast_half(ctx, node, kind)
         if half is None and not autocast:
@@ -273,13 +277,13 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
             later = True
         else:
             later = False
-        fmt_name = half.short if half is not None else precision.SHORT.get(precision.target_format(ctx.settings) or "", "half")
+        fmt_name = half.short if half is not None else positions.SHORT.get(positions.target_format(ctx.settings) or "", "half")
         if autocast:
             why = f"the {ctx.settings.engine} O1 policy runs `{kind}` in {fmt_name}"
         elif later:
-            why = f"an operand is {precision.when(half)} (fp32 under O1)"
+            why = f"an operand is {positions.when(half)} (fp32 under O1)"
         else:
-            why = f"an operand is {precision.when(half)}"
+            why = f"an operand is {positions.when(half)}"
         message = (f"position x frequency angles computed in {fmt_name} ({why}): at T=4096 a bf16 rotary "
                    f"`cos` table is off by 2.0 (fp16: 1.96); compute the angle and sin/cos in fp32, "
                    f"cast the tables at the end")

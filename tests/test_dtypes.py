@@ -248,3 +248,90 @@ def test_aliases_of_torch_functions():
     assert flow.callees(attn_fn) == ["torch.nn.functional.softmax", None]
     assert flow.callees(calls["functools.partial"]) == ["torch.nn.functional.softmax"]
     assert flow.callees(calls["nn.Softmax"]) == ["torch.nn.functional.softmax"]
+
+
+# --- precision facts: the same flow asked at each opt level (ctx.precision_of) -------
+
+
+def precisions(code: str, **settings) -> list:
+    ctx = _context(code, **settings)
+    calls = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "reveal"]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    out = []
+    for c in calls:
+        p = ctx.precision_of(c.args[0])
+        out.append(None if p is None else p.kind if p.half is None else (p.half.mode, p.half.format))
+    return out
+
+
+def test_precision_modes_come_from_the_dtype_flow_at_each_level():
+    code = model("""
+        t = torch.arange(4096, device=x.device)
+        reveal(t)
+        reveal(t.half())
+        reveal(t.to(torch.bfloat16))
+        reveal(torch.arange(4096, dtype=x.dtype))
+        reveal(t.type_as(x))
+        reveal(torch.arange(4096, dtype=self.inv_freq.dtype))
+        reveal(t[:, None].float() * self.inv_freq[None, :])
+        reveal(t.half()[:, None] * self.inv_freq[None, :].to(x.dtype))
+        reveal(x)
+    """, init='self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim))')
+    assert precisions(code, target="bf16") == [
+        "int", ("explicit", "float16"), ("explicit", "bfloat16"), ("activation", "bfloat16"),
+        ("activation", "bfloat16"), ("buffer", "bfloat16"), "fp32", ("activation", "bfloat16"), None,
+    ]
+
+
+def test_precision_cause_is_the_cast_that_made_it_half():
+    code = model("""
+        t = torch.arange(4096, device=x.device, dtype=x.dtype)
+        reveal(t[:, None] * self.inv_freq[None, :].to(x.dtype))
+    """, init='self.register_buffer("inv_freq", torch.ones(dim))')
+    ctx = _context(code)
+    product = next(n for n in ast.walk(ctx.tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult))
+    half = ctx.precision_of(product).half
+    assert half.mode == "activation" and ctx.segment(half.cause).startswith("torch.arange(4096")
+    assert ctx.segment(half.source) == "x"
+
+
+def test_buffer_read_in_init_is_fp32_even_under_o2():
+    code = model("reveal(self.w)", init="""
+        self.w = nn.Parameter(torch.ones(dim))
+        reveal(self.w)
+    """)
+    assert reveal(code, opt_level="O2") == [F32, H]
+
+
+def test_fp32_until_the_model_is_cast():
+    code = model("""
+        b = self.bias[:, :, :4, :4]
+        reveal(torch.matmul(x, x) * b)
+        reveal(self.mix * 2)
+    """, init="""
+        self.register_buffer("bias", torch.tril(torch.ones(4, 4)).view(1, 1, 4, 4))
+        self.mix = nn.Parameter(torch.zeros(3))
+    """)
+    ctx = _context(code)
+    calls = sorted((n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "reveal"),
+                   key=lambda c: c.lineno)
+    assert [ctx.dtype_of(c.args[0]) for c in calls] == [F32, F32]
+    assert [ctx.fp32_until_model_cast(c.args[0]) for c in calls] == [True, False]
+
+
+@pytest.mark.parametrize("level, severity", [("O1", "info"), ("O2", "warning")])
+def test_softmax_of_buffer_promoted_scores_is_reported(amplint, level, severity):
+    """pytorch-pretrained-bert 0.6.2 GPT-2: scores times the fp32 `tril` buffer are fp32
+    under O1 only; O2 casts the buffer and the softmax runs in half."""
+    proc = amplint("check", "fixtures/dtypes/buffer_promoted.py", "--no-cache", "--format", "json",
+                   "--opt-level", level, "--select", "AMP301")
+    import json
+
+    found = [(f["line"], f["severity"]) for f in json.loads(proc.stdout)]
+    assert (23, severity) in found
+    if level == "O1":
+        assert found == [(23, "info")]  # the softmax over the mixing weights is not an activation
+        means = amplint("check", "fixtures/dtypes/buffer_promoted.py", "--no-cache", "--format", "json",
+                        "--select", "AMP302")
+        assert [(f["line"], f["severity"], "fp32 under O1 only because" in f["message"])
+                for f in json.loads(means.stdout)] == [(24, "info", True)]

@@ -79,7 +79,37 @@ LIBRARY_SINKS: dict[str, tuple[Sink, ...]] = {
     "allennlp.nn.util.replace_masked_values": (
         Sink(FILL, "replace_with", 2, None, source="allennlp==0.9.0 allennlp/nn/util.py:780"),
     ),
+    # allennlp.nn.util.masked_mean is not one: its eps clamps an fp32 count (mask.float())
 }
+
+
+def _library_eps(names: tuple, position: Optional[int], default: float, source: str) -> dict:
+    """One eps entry under each public name of a helper (its module and re-exports);
+    ``source`` is ``"name==version path:line (the expression)"``, and the entry's path
+    and line point there (messages show them)."""
+    where, _, _ = source.partition(" (")
+    path, _, line = where.rpartition(":")
+    sink = Sink(EPS, "eps", position, default, path=path, line=int(line), source=source)
+    return {name: (sink,) for name in names}
+
+
+# Helpers that add their eps in the input's dtype (read from the pinned wheels; a helper
+# that upcasts first -- timm 0.6's evo_norm ``x.float().var()``, allennlp's
+# masked_mean -- is not listed).
+LIBRARY_SINKS.update({
+    **_library_eps(("kornia.geometry.conversions.convert_points_from_homogeneous",), 1, 1e-8,
+                   "kornia==0.6.12 kornia/geometry/conversions.py:180 (1.0 / (z_vec + eps))"),
+    **_library_eps(("kornia.enhance.normalize_min_max", "kornia.enhance.normalize.normalize_min_max"), 3, 1e-6,
+                   "kornia==0.6.12 kornia/enhance/normalize.py:287 (x_max - x_min + eps)"),
+    **_library_eps(("kornia.color.rgb_to_hsv", "kornia.color.hsv.rgb_to_hsv"), 1, 1e-8,
+                   "kornia==0.6.12 kornia/color/hsv.py:41 (deltac / (max_rgb + eps))"),
+    **_library_eps(("segment_anything.modeling.common.LayerNorm2d",), 1, 1e-6,
+                   "segment-anything==1.0 segment_anything/modeling/common.py:41 (torch.sqrt(s + self.eps))"),
+    **_library_eps(("timm.models.layers.evo_norm.EvoNormSample2d", "timm.models.layers.EvoNormSample2d"), 3, 1e-5,
+                   "timm==0.4.5 timm/models/layers/evo_norm.py:81 (x.var(...) + self.eps)"),
+    **_library_eps(("timm.models.layers.evo_norm.EvoNormBatch2d", "timm.models.layers.EvoNormBatch2d"), 3, 1e-5,
+                   "timm==0.4.5 timm/models/layers/evo_norm.py:49 (x.var(...) + self.eps)"),
+})
 
 
 def _positions(func: ast.AST, method: bool) -> dict[str, Optional[int]]:

@@ -8,7 +8,8 @@ import re
 from typing import Optional
 
 from amplint.amp import policy
-from amplint.analysis import precision
+from amplint.analysis import positions
+from amplint.dtypes import autocast_disabled
 
 #: ``i,j->ij`` (also ``..., f -> ... f``): an outer product, no index summed
 OUTER_SPEC = re.compile(r"^\s*(\.\.\.)?\s*([a-z])?\s*,\s*([a-z])\s*->\s*(\.\.\.)?\s*([a-z])?\s*([a-z])\s*$")
@@ -35,7 +36,7 @@ def outer_operands(ctx, node: ast.AST) -> Optional[tuple[str, ast.AST, ast.AST]]
 def in_table_code(ctx, node: ast.AST) -> bool:
     """Inside a class or function named for position encodings, or a function computing
     both ``sin`` and ``cos``."""
-    if precision.in_table_scope(ctx, node):
+    if positions.in_table_scope(ctx, node):
         return True
     func = ctx.enclosing_function(node)
     if func is None:
@@ -51,7 +52,7 @@ def in_table_code(ctx, node: ast.AST) -> bool:
 
 def autocast_half(ctx, node: ast.AST, kind: str) -> bool:
     """Whether the selected policy runs this product in half under O1 even on fp32 operands."""
-    if ctx.settings.opt_level != "O1" or precision.autocast_disabled(ctx, node):
+    if ctx.settings.opt_level != "O1" or autocast_disabled(ctx, node):
         return False
     qualname = {"einsum": "torch.einsum", "matmul": "torch.matmul", "outer": "torch.outer"}.get(kind)
     if qualname is None:

@@ -110,6 +110,25 @@ class HalfCall:
     #: reached through an alias, an attribute, ``functools.partial`` or a module built
     #: inline (``nn.Softmax(dim=-1)(x)``): the call's own keywords are not the op's
     aliased: bool = False
+    #: fp32 under O1 only because an fp32 weight or buffer promotes the operand: half
+    #: once the model is cast (reported at ``info``, see :func:`later_note`)
+    later: bool = False
+
+
+def _operand_fp32(ctx, operand: Optional[ast.AST]) -> Optional[bool]:
+    """None: the operand is fp32 (or integer) and stays so -- nothing to report; True: fp32
+    under O1 only until the model is cast; False: it may be half now."""
+    if operand is None or not ctx.dtype_of(operand).known_not_half:
+        return False
+    if ctx.settings.opt_level == "O1" and ctx.fp32_until_model_cast(operand):
+        return True
+    return None
+
+
+def later_note(ctx, operand: ast.AST) -> str:
+    """Why a finding on an fp32-under-O1 operand is made (:attr:`HalfCall.later`)."""
+    return (f"`{ctx.segment(operand)}` is fp32 under O1 only because an fp32 weight or buffer promotes "
+            f"the activations; O2/O3 and `model.half()` cast that to half")
 
 
 def aliased_call(ctx, call: ast.Call, qualnames) -> Optional[HalfCall]:
@@ -136,10 +155,11 @@ def aliased_call(ctx, call: ast.Call, qualnames) -> Optional[HalfCall]:
     qualname = matched[0]
     operand = call.args[0]
     dtype = dtype_kind(ctx, argument(call, "dtype"))
-    if dtype in ("fp32", "unknown") or ctx.dtype_of(operand).known_not_half:
+    later = _operand_fp32(ctx, operand)
+    if dtype in ("fp32", "unknown") or later is None:
         return None
     attr = qualname.rsplit(".", 1)[-1]
-    return HalfCall(attr, qualname, operand, False, dtype, ctx.segment(func), aliased=True)
+    return HalfCall(attr, qualname, operand, False, dtype, ctx.segment(func), aliased=True, later=later)
 
 
 def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[HalfCall]:
@@ -153,10 +173,11 @@ def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[Half
     if qualname not in qualnames:
         return None
     dtype = dtype_kind(ctx, argument(call, "dtype"))
-    if dtype in ("fp32", "unknown") or operand is not None and ctx.dtype_of(operand).known_not_half:
+    later = _operand_fp32(ctx, operand)
+    if dtype in ("fp32", "unknown") or later is None:
         return None
     shown = f".{attr}()" if is_method else ctx.segment(call.func)
-    return HalfCall(attr, qualname, operand, is_method, dtype, shown)
+    return HalfCall(attr, qualname, operand, is_method, dtype, shown, later=later)
 
 
 def forward_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, str, Optional[ast.AST], bool]]:
@@ -658,3 +679,17 @@ def literal_int(node) -> Optional[str]:
     ):
         return repr(-node.operand.value)
     return None
+
+
+def bounded_reduction(ctx, call: ast.Call, attr: str, operand: ast.AST, is_method: bool) -> bool:
+    """Values the file shows bounded by 1 (``ctx.magnitude_bound``: probabilities, unit
+    vectors): a product stays in [-1, 1], and a sum along given dimensions reaches 65504 only
+    along more than 65504 elements; a full ``.sum()`` is still reported."""
+    if attr not in ("sum", "nansum", "cumsum", "prod", "cumprod"):
+        return False
+    bound = ctx.magnitude_bound(operand)
+    if bound is None or bound > 1:
+        return False
+    if attr in ("prod", "cumprod"):
+        return True
+    return argument(call, "dim", 0 if is_method else 1) is not None

@@ -122,3 +122,29 @@ def test_implicit_library_eps_only_when_not_upcast():
     assert {f["line"] for f in check(path, "--select", "AMP102")} == {9, 18, 19, 20}
     # O1 runs F.normalize and F.cosine_similarity in fp32; F.pairwise_distance is on no list
     assert {f["line"] for f in check(path, "--select", "AMP102", "--opt-level", "O1")} == {20}
+
+
+def test_library_eps_helpers_of_vision_libraries(amplint):
+    """kornia 0.6.12, segment-anything 1.0 and timm 0.4.5 helpers that add the eps they
+    are given in the input's dtype: a tiny eps passed to them is flagged, and the
+    message cites the library file it was read from."""
+    proc = amplint("check", "fixtures/flow/library/vision.py", "--format", "json", "--no-cache", "--select", "AMP102")
+    found = {(f["line"], f["code"]): f["message"] for f in json.loads(proc.stdout)}
+    assert sorted(found) == [(15, "AMP102"), (17, "AMP102"), (20, "AMP102"), (21, "AMP102")]
+    assert "(kornia==0.6.12 kornia/color/hsv.py:41)" in found[(20, "AMP102")]
+    assert "(segment-anything==1.0 segment_anything/modeling/common.py:41)" in found[(15, "AMP102")]
+
+
+def test_every_library_entry_cites_the_release_it_was_read_from():
+    import re
+
+    from amplint.analysis.flow import LIBRARY_SINKS
+
+    cited = re.compile(r"^[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]* [\w/.-]+\.py:\d+( \(.+\))?$")
+    libraries = set()
+    for name, sinks in LIBRARY_SINKS.items():
+        for sink in sinks:
+            assert cited.match(sink.source), (name, sink.source)
+            assert name.partition(".")[0].replace("_", "-") in sink.source.replace("_", "-"), (name, sink.source)
+            libraries.add(sink.source.partition("==")[0])
+    assert {"allennlp", "kornia", "segment-anything", "timm"} <= libraries

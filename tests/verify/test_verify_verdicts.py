@@ -120,7 +120,8 @@ def test_origin_of_nan_confirms_only_the_finding_that_made_it(tmp_path, amplint)
     assert amp101["status"] == "confirmed" and amp101["line"] == 12
     assert "(1.0 - mask) * -1e9" in amp101["evidence"][0]["detail"]
     assert by_code(mask_report, "AMP301")["status"] == "not reproduced"
-    assert by_code(mask_report, "AMP302")["status"] == "not reproduced"
+    # the row sum of softmax probabilities is bounded by 1 (ctx.magnitude_bound): not reported at all
+    assert not [f for f in mask_report["findings"] if f["code"] == "AMP302"]
     assert not [p for p in mask_report["runtime_only"] if p["kind"] == "inf/NaN"]  # explained by AMP101
     assert status == 1
 

@@ -1,0 +1,160 @@
+"""Value ranges: an upper bound on the magnitude of a tensor's elements, where the code
+shows one (``ctx.magnitude_bound``).
+
+Probabilities (``softmax``, ``sigmoid``), ``tanh`` / ``sin`` / ``cos`` and unit-normalised
+vectors (``F.normalize``) are bounded by 1, whatever their input; ``abs`` / ``relu`` and
+shape and layout changes keep their operand's bound; products, sums and constant powers
+of bounded values are bounded.  Names follow their reaching assignment, a helper's
+parameter every argument the file passes it (``ctx.dtype_flow.passed_arguments``), and
+``a, b = map(lambda t: t.softmax(-1), (x, y))`` the lambda's body.  The reduction rule
+asks it: a sum along one dimension of probabilities is at most that dimension's length,
+and a product of values in [0, 1] stays in [0, 1].  Depends on :mod:`ast` and the
+dtype flow's call-site index only.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from .dtypes import reaching_value
+
+#: functions / methods whose result is bounded by 1 in magnitude, whatever the input
+_UNIT = frozenset({"softmax", "sigmoid", "tanh", "sin", "cos", "normalize", "hardtanh", "softsign"})
+#: functions / methods whose result is bounded by their first operand's bound
+_SAME = frozenset({
+    "abs", "relu", "neg", "view", "reshape", "transpose", "permute", "contiguous", "clone", "detach",
+    "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "repeat", "t", "flip", "roll",
+    "rearrange", "repeat_interleave", "narrow", "select", "gather", "index_select", "float", "half",
+    "to", "type_as", "cat", "stack", "dropout", "amax", "amin", "tril", "triu",
+})
+_LIMIT = 1e300
+
+
+class MagnitudeBounds:
+    """Per-file, lazy, cached by node: ``of(expr)`` is an upper bound on ``|x|`` for every
+    element ``x`` of ``expr``, or None when the file does not show one."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._memo: dict[int, Optional[float]] = {}
+
+    def of(self, expr: Optional[ast.AST], depth: int = 0) -> Optional[float]:
+        if expr is None or depth > 12:
+            return None
+        key = id(expr)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # a cycle (x = f(x) in a loop) has no bound
+        found = self._bound(expr, depth)
+        self._memo[key] = found if found is None or found < _LIMIT else None
+        return self._memo[key]
+
+    def _bound(self, expr: ast.AST, depth: int) -> Optional[float]:
+        kind = expr.__class__
+        if kind is ast.Constant:
+            value = expr.value
+            return abs(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if kind is ast.UnaryOp:
+            return self.of(expr.operand, depth + 1) if isinstance(expr.op, (ast.USub, ast.UAdd)) else None
+        if kind is ast.Subscript or kind is ast.Starred:
+            return self.of(expr.value, depth + 1)
+        if kind is ast.BinOp:
+            return self._binop(expr, depth)
+        if kind is ast.Name:
+            return self._name(expr, depth)
+        if kind is ast.Call:
+            return self._call(expr, depth)
+        if kind in (ast.List, ast.Tuple):
+            bounds = [self.of(e, depth + 1) for e in expr.elts]
+            return max(bounds) if bounds and None not in bounds else None
+        return None
+
+    def _binop(self, expr: ast.BinOp, depth: int) -> Optional[float]:
+        op = expr.op.__class__
+        if op is ast.Pow:
+            base, exponent = self.of(expr.left, depth + 1), self.ctx.evaluate(expr.right)
+            if base is None or exponent is None or not isinstance(exponent.value, (int, float)) or exponent.value < 0:
+                return None
+            return base ** exponent.value
+        left, right = self.of(expr.left, depth + 1), self.of(expr.right, depth + 1)
+        if left is None or right is None:
+            return None
+        if op in (ast.Add, ast.Sub):
+            return left + right
+        if op is ast.Mult:
+            return left * right
+        return None
+
+    def _name(self, name: ast.Name, depth: int) -> Optional[float]:
+        ctx = self.ctx
+        func = ctx.enclosing_function(name)
+        if func is None:
+            return None
+        value = reaching_value(ctx, name)
+        if value is not None:
+            if self._grows_in_loop(value, name.id, func):
+                return None  # `x = x * 3` in a loop: bounded by nothing the file shows
+            return self.of(value, depth + 1)
+        unpacked = self._unpacked_from_map(name, func)
+        if unpacked is not None:
+            return self.of(unpacked, depth + 1)
+        params = func.args.posonlyargs + func.args.args + func.args.kwonlyargs
+        if not any(p.arg == name.id for p in params) or func.name in ("forward", "__init__", "__call__"):
+            return None
+        passed = ctx.dtype_flow.passed_arguments(func, name.id)
+        if not passed:
+            return None
+        bounds = [self.of(arg, depth + 1) for arg in passed]
+        return None if None in bounds else max(bounds)
+
+    def _grows_in_loop(self, value: ast.AST, name: str, func: ast.AST) -> bool:
+        if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(value)):
+            return False
+        for anc in self.ctx.ancestors(value):
+            if anc is func:
+                return False
+            if isinstance(anc, (ast.For, ast.While, ast.AsyncFor)):
+                return True
+        return False
+
+    def _unpacked_from_map(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
+        """The lambda body of ``a, b, c = map(lambda t: body, (x, y, z))`` binding ``name``."""
+        stmt = self.ctx.enclosing_statement(name)
+        for node in ast.walk(func):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)):
+                continue
+            if stmt is not None and node.lineno >= stmt.lineno:
+                continue
+            if not any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets[0].elts):
+                continue
+            call = node.value
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
+                    and call.args and isinstance(call.args[0], ast.Lambda)):
+                return call.args[0].body
+        return None
+
+    def _call(self, call: ast.Call, depth: int) -> Optional[float]:
+        func = call.func
+        qualname = self.ctx.qualname(func) or ""
+        name = qualname.rsplit(".", 1)[-1] if qualname else func.attr if isinstance(func, ast.Attribute) else None
+        if name is None:
+            return None
+        is_method = isinstance(func, ast.Attribute) and not qualname
+        if name in _UNIT and (is_method or qualname.startswith("torch.")):
+            return 1.0
+        operand = func.value if is_method else (call.args[0] if call.args else None)
+        if name in ("clamp", "clip") and is_method or qualname in ("torch.clamp", "torch.clip"):
+            limits = [self.ctx.evaluate(k.value) for k in call.keywords if k.arg in ("min", "max")]
+            if len(limits) == 2 and None not in limits:
+                return max(abs(f.value) for f in limits)
+            base = self.of(operand, depth + 1)
+            if base is None or None in limits:
+                return None
+            return max([base] + [abs(f.value) for f in limits])
+        if name in ("masked_fill", "masked_fill_") and is_method:
+            fill = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "value"), None)
+            base, filled = self.of(operand, depth + 1), self.of(fill, depth + 1)
+            return None if base is None or filled is None else max(base, filled)
+        if name in _SAME and (is_method or qualname.startswith("torch.") or qualname.startswith("einops.")):
+            return self.of(operand, depth + 1)
+        return None
