@@ -128,3 +128,28 @@ def test_check_and_fix_never_import_verify_does(tmp_path, amplint):
     proc = amplint("verify", str(tmp_path / "evil.py") + "::example", "--device", "cpu")
     assert marker.exists(), "verify imports the target by design"
     assert proc.returncode == 2
+
+
+def test_a_file_whose_name_has_dots_is_imported_by_its_path(tmp_path, amplint):
+    """`verify model.v2.py::build` imported the sibling `model.py` (as `model`, then `.v2`)."""
+    (tmp_path / "model.py").write_text('raise SystemExit("the sibling model.py was imported")\n')
+    (tmp_path / "model.v2.py").write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return self.lin(x).softmax(-1)
+
+
+        def build():
+            return M(), (torch.randn(2, 8),)
+    '''))
+    proc = amplint("verify", "model.v2.py::build", "--device", "cpu", "--steps", "1", "--opt-level", "O1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "sibling" not in proc.stdout + proc.stderr and "model.v2.py::build" in proc.stdout
