@@ -14,7 +14,7 @@ import os
 
 from amplint.numerics import FORMATS
 
-from .report_text import level_status
+from .report_text import first_problem, level_status, loss_scale_text, num
 
 
 def _clean(x):
@@ -36,8 +36,13 @@ def _runs(runs: dict) -> list[dict]:
                          "inf": f["inf"], "nan": f["nan"], "dtypes": f["dtypes"], "gmax": _clean(g["absmax"]),
                          "gmin": _clean(g["min_nonzero"]), "ginf": g["inf"] + g["nan"], "uf": _clean(f["underflow"])})
         crash = run.get("crash")
+        losses = run.get("losses") or []
         out.append({"level": level, "status": level_status(run), "modules": mods,
-                    "crash": f"{crash['type']}: {crash['message']} ({os.path.basename(crash['file'] or '?')}:{crash['line']})" if crash else None})
+                    "crash": f"{crash['type']}: {crash['message']} ({os.path.basename(crash['file'] or '?')}:{crash['line']})" if crash else None,
+                    # what the text report's levels table says: where it failed first, loss, scaler
+                    "first": first_problem(run), "first_module": run.get("first_nonfinite_module"),
+                    "loss": f"{num(losses[0])} \u2192 {num(losses[-1])}" if losses else "-",
+                    "scale": loss_scale_text(run), "skipped": run.get("skipped_steps", 0)})
     return out
 
 
@@ -116,6 +121,10 @@ function chart(run, limits, title){
       bar.appendChild(el("title", {}, m.name + " (" + m.cls + ", " + m.dtypes.join("/") + "): " + fmt(m.min) + " .. " + fmt(m.max)));
       g.appendChild(bar);
     }
+    if (m.name === run.first_module) {  // the first module whose output went inf/NaN, singled out
+      g.appendChild(el("rect", {x:0, y:y-rowH/2, width:left+width+20, height:rowH, fill:"none", stroke:"#c62828", "class":"first-failure"}));
+      g.appendChild(el("text", {x:left+width-120, y:y+4, fill:"#c62828", "font-weight":"bold"}, "first inf/NaN"));
+    }
     if (m.inf + m.nan > 0) {
       var mark = el("circle", {cx:left+width-4, cy:y, r:5, fill:"#c62828", "class":"nonfinite"});
       mark.appendChild(el("title", {}, m.inf + " inf, " + m.nan + " NaN"));
@@ -143,6 +152,8 @@ DATA.forEach(function(t){
   [["Original code", t.before], ["After the fixes", t.after]].forEach(function(v){
     if (!v[1]) return;
     sec.appendChild(h("h3", {}, v[0]));
+    sec.appendChild(table(["level", "status", "loss first\u2192last", "loss scale", "skipped steps", "first failure (source line)"],
+      v[1].map(function(run){ return [run.level, run.status, run.loss, run.scale, String(run.skipped), run.first]; }), "levels"));
     v[1].forEach(function(run){ var d=h("div", {"class":"panel"}); d.appendChild(chart(run, t.limits, v[0])); sec.appendChild(d); });
   });
   if (t.findings.length) { sec.appendChild(h("h3", {}, "Static findings")); sec.appendChild(table(["code", "rule", "where", "status", "message"], t.findings.map(function(f){ return [f.code, f.rule, f.where, f.status, f.message]; }), "findings")); }

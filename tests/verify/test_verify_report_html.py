@@ -69,6 +69,15 @@ def test_report_renders_charts_and_tables_in_chromium(report, tmp_path):
     assert re.search(r"<td>AMP101</td>.*?<td[^>]*>fixed</td>", dom, re.S)
     assert re.search(r"<td>AMP102</td>.*?<td[^>]*>fixed</td>", dom, re.S)
     assert '<table class="modules">' in dom and "torch.nn.modules.linear.Linear" in dom
+    # what the text report says is in the page too (issue 16, D8): per level the loss, the loss
+    # scale, the skipped steps and the first failure's source line; the first module whose
+    # output went inf/NaN is singled out on its chart
+    assert dom.count('<table class="levels">') == 4
+    assert "<th>first failure (source line)</th>" in dom and "<th>loss scale</th>" in dom
+    assert re.search(r"<td>O2</td><td[^>]*>inf/NaN</td>(<td>[^<]*</td>){3}<td>[^<]*handwritten_norm\.py:16:16 [^<]*\(div\), "
+                     r"module norm", dom)
+    assert re.search(r"<td>O2</td><td[^>]*>CRASH</td>(<td>[^<]*</td>){3}<td>[^<]*attention_mask\.py:27 RuntimeError", dom)
+    assert 'class="first-failure"' in dom and "first inf/NaN" in dom
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium); CI installs it")
