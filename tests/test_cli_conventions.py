@@ -145,3 +145,16 @@ def test_amp900_is_a_documented_rule_that_select_turns_on(tmp_path, amplint):
     (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nextend-select = ["AMP900"]\n')
     proc = amplint("check", "m.py", "--no-cache", "--format", "json", cwd=tmp_path)
     assert [f["code"] for f in json.loads(proc.stdout)] == ["AMP900"]
+
+
+def test_rules_and_explain_into_a_closed_pipe_are_quiet(tmp_path):
+    """`amplint rules --format json | head -c 100` printed a BrokenPipeError traceback (D2 of
+    the ecosystem report; `check | head -1` is tests/test_robustness.py's)."""
+    import subprocess
+    import sys
+
+    for command in ("rules --format json", "rules", "explain AMP101"):
+        # the reader closes the pipe at once: every write of amplint's meets EPIPE
+        proc = subprocess.run(f"{sys.executable} -m amplint {command} | (exec 0<&-; true)", shell=True,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.stderr == "", (command, proc.stderr)

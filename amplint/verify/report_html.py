@@ -92,7 +92,8 @@ function el(tag, attrs, text){var e=document.createElementNS(NS,tag);for(var k i
 function h(tag, attrs, text){var e=document.createElement(tag);for(var k in (attrs||{}))e.setAttribute(k,attrs[k]);if(text!=null)e.textContent=text;return e;}
 function fmt(x){if(x==null)return "-";if(x===0)return "0";if(Number.isInteger(x)&&Math.abs(x)<1e6)return String(x);var a=Math.abs(x);return (a>=1e-3&&a<1e5)?(+x.toPrecision(4)).toString():x.toExponential(2);}
 function chart(run, limits, title){
-  var mods = run.modules, rowH = 16, left = 230, width = 560, top = 34, bottom = 26;
+  // a crash gets its own line under the title, above the rows (not over a module's bar)
+  var mods = run.modules, rowH = 16, left = 230, width = 560, top = run.crash ? 50 : 34, bottom = 26;
   var lo = Math.log10(limits.subnormal) - 1, hi = Math.log10(limits.max) + 1;
   mods.forEach(function(m){ if(m.min>0) lo=Math.min(lo, Math.floor(Math.log10(m.min))); if(m.max>0) hi=Math.max(hi, Math.ceil(Math.log10(m.max))); });
   lo = Math.max(lo, -45); hi = Math.min(hi, 40);
@@ -110,7 +111,7 @@ function chart(run, limits, title){
     svg.appendChild(el("line", {x1:x, x2:x, y1:top-8, y2:H-bottom, stroke:l[2], "stroke-dasharray":"4 3", "class":"limit", "data-limit":l[0]}));
     svg.appendChild(el("text", {x:x+2, y:top-10, fill:l[2]}, l[0]));
   });
-  if (run.crash) svg.appendChild(el("text", {x:left, y:top+12, fill:"#c62828", "class":"crash"}, "crashed: " + run.crash));
+  if (run.crash) svg.appendChild(el("text", {x:4, y:30, fill:"#c62828", "class":"crash"}, "crashed: " + run.crash));
   mods.forEach(function(m, i){
     var y = top + i * rowH + rowH / 2;
     var g = el("g", {"class":"module-row", "data-module": m.name});

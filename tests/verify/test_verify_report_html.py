@@ -78,6 +78,11 @@ def test_report_renders_charts_and_tables_in_chromium(report, tmp_path):
                      r"module norm", dom)
     assert re.search(r"<td>O2</td><td[^>]*>CRASH</td>(<td>[^<]*</td>){3}<td>[^<]*attention_mask\.py:27 RuntimeError", dom)
     assert 'class="first-failure"' in dom and "first inf/NaN" in dom
+    # the crash is written on its own line above the module rows, not over a module's bar
+    crashed = re.search(r'<svg[^>]*class="range-chart"[^>]*>(?:(?!</svg>).)*?class="crash"(?:(?!</svg>).)*</svg>', dom, re.S).group(0)
+    crash_y = float(re.search(r'<text x="[\d.]+" y="([\d.]+)"[^>]*class="crash"', crashed).group(1))
+    rows_y = [float(y) for y in re.findall(r'class="module-row"[^>]*><text x="[\d.]+" y="([\d.]+)"', crashed)]
+    assert rows_y and crash_y < min(rows_y) - 8
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium); CI installs it")
