@@ -17,7 +17,9 @@ import re
 import sys
 from typing import Optional, Sequence
 
-#: the project's home (also ``[project.urls]`` in pyproject.toml; tests/test_docs.py checks)
+#: where the repository is published: SARIF's ``informationUri`` and every rule's ``helpUri``
+#: (``{REPOSITORY}/blob/main/docs/rules/<CODE>.md``) hang off it.  The one place to change
+#: when the project's public home is settled (pyproject.toml names no URL until then)
 REPOSITORY = "https://github.com/amplint/amplint"
 #: where the pages live, relative to the repository root
 PAGES = "docs/rules"

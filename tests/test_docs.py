@@ -16,11 +16,6 @@ import pytest
 from amplint.registry import all_rules
 from amplint.rule_docs import OPTIONS, PAGES, REPOSITORY, expected_pages, help_uri
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES = all_rules()
 LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
@@ -85,13 +80,6 @@ def test_a_local_rule_has_no_page_link_unless_it_names_one():
 
     assert help_uri(Local) is None and help_uri(Documented) == "https://example.org/LOC002"
     assert f"{PAGES}/LOC001.md" not in expected_pages([*RULES, Local])
-
-
-def test_project_urls_name_the_repository_the_links_point_at():
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
-        urls = tomllib.load(fh)["project"]["urls"]
-    assert urls["Homepage"] == REPOSITORY
-    assert urls["Documentation"] == f"{REPOSITORY}/blob/main/docs/README.md"
 
 
 def _markdown_files():
