@@ -441,15 +441,11 @@ def _progress(disabled: bool):
     return update, finish
 
 
-def fix_label(rule) -> str:
-    """``safe``, ``unsafe``, ``safe/unsafe`` (some fixes of each) or ``none``."""
-    return "/".join(a.value for a in rule.fix_applicabilities) or "none"
-
-
 def _rules(args) -> int:
     import json
 
     from .registry import all_rules
+    from .rule_docs import fix_label
 
     allowed = _local_rules_allowed(args)
     rules = all_rules((), allowed)
@@ -487,18 +483,13 @@ def _rules(args) -> int:
 
 def _explain(args) -> int:
     from .registry import all_rules
+    from .rule_docs import rule_markdown
 
     wanted = args.code.strip()
     allowed = _local_rules_allowed(args)
     for rule in all_rules((), allowed):
         if rule.code == wanted.upper() or rule.name == wanted.lower():
-            fix = fix_label(rule)
-            header = (
-                f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n"
-                f"Severity: {rule.severity.value} · Fix: {fix} · "
-                f"{'On' if rule.enabled_by_default else 'Off'} by default\n\n"
-            )
-            text = header + rule.docs.strip() + "\n"
+            text = rule_markdown(rule)
             if sys.stdout.isatty():
                 from rich.console import Console
                 from rich.markdown import Markdown

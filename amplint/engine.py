@@ -112,6 +112,9 @@ def lint_text(
     ctx = FileContext(path, text, tree, settings, project)
     selected = _Rules(rules)
     errors: list[SourceError] = []
+    # AMP900's findings come from the suppressions, after the other rules: selecting it
+    # is the same as --report-unused-suppressions
+    report_unused_suppressions = report_unused_suppressions or any(r.code == UNUSED_SUPPRESSION for r in rules)
     if not selected.relevant(text) and not report_unused_suppressions:
         return [], ctx, errors
     buckets = ctx.walk_and_bucket(set(selected.dispatch))

@@ -1,8 +1,10 @@
 """``.gitignore`` and ``.ignore`` files, as git (and ripgrep) read them.
 
 Every folder may hold a ``.gitignore`` and an ``.ignore`` (same syntax; ``.ignore``
-wins over ``.gitignore`` in the same folder); the repository root's
-``.git/info/exclude`` comes first.  A pattern is relative to the folder of its file;
+wins over ``.gitignore`` in the same folder); at the repository root, the file git's
+``core.excludesFile`` names (default ``$XDG_CONFIG_HOME/git/ignore``) comes first, then
+``info/exclude`` of the git folder (both found by amplint/gitconfig.py, without running
+git).  A pattern is relative to the folder of its file;
 the deepest file that has a matching pattern decides, and within a file the last
 matching pattern (``!pattern`` re-includes).  The files are read from the repository
 root (the nearest folder above with a ``.git``) down; outside a repository, from the
@@ -53,8 +55,15 @@ class IgnoreFiles:
     def _spec(self, folder: str, repository: Optional[str]):
         if folder not in self._specs:
             lines: list[str] = []
-            if folder == repository:
-                lines += _read_lines(os.path.join(folder, ".git", "info", "exclude"))
+            if folder == repository:  # git's order: lowest precedence first
+                from .gitconfig import excludes_file, git_dirs
+
+                personal = excludes_file(repository)
+                if personal is not None:
+                    lines += _read_lines(personal)
+                common = git_dirs(repository)[1]
+                if common is not None:
+                    lines += _read_lines(os.path.join(common, "info", "exclude"))
             for name in IGNORE_FILES:
                 lines += _read_lines(os.path.join(folder, name))
             spec = None

@@ -217,6 +217,13 @@ class Rule:
     fix_applicability: ClassVar[Optional[Applicability]] = None
     fix_applicabilities: ClassVar[tuple[Applicability, ...]] = ()
     enabled_by_default: ClassVar[bool] = True
+    #: the ``[tool.amplint]`` keys that change what the rule reports or how it fixes
+    #: (``target``, ``opt-level``, ``device``, ``engine``, ``alignment``, ``fix-style``);
+    #: listed under "Options" by ``amplint explain`` and on the rule's page
+    options: ClassVar[tuple[str, ...]] = ()
+    #: where the rule's documentation lives, for a plugin's rule (SARIF ``helpUri``, the
+    #: language server's code link); a bundled rule's page is docs/rules/<CODE>.md
+    docs_url: ClassVar[str] = ""
     #: substrings of which at least one must occur in a file for the rule to matter;
     #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
     markers: ClassVar[tuple[str, ...]] = ()

@@ -21,7 +21,6 @@ from pygls.lsp.server import LanguageServer
 from . import __version__
 from .config import ConfigResolver
 from .engine import FileResult, RunOptions, run
-from .reporters.sarif import rule_help_uri
 from .rule import Applicability
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.amplint"
@@ -35,6 +34,22 @@ class AmplintServer(LanguageServer):
         self.allow_local_rules = allow_local_rules
         #: uri -> the last lint of that document (findings with their fixes' edits)
         self.results: dict[str, FileResult] = {}
+        self._rules: Optional[dict] = None
+
+    def rule(self, code: str):
+        """The rule class of ``code`` (None for an unknown one)."""
+        if self._rules is None:
+            from .registry import all_rules
+
+            self._rules = {r.code: r for r in all_rules((), self.allow_local_rules)}
+        return self._rules.get(code)
+
+    def help_uri(self, code: str) -> Optional[str]:
+        """The rule's documentation page (docs/rules/<CODE>.md for a bundled rule)."""
+        from .rule_docs import help_uri
+
+        rule = self.rule(code)
+        return help_uri(rule) if rule is not None else None
 
     def lint(self, uri: str, fix: bool = False) -> Optional[FileResult]:
         document = self.workspace.get_text_document(uri)
@@ -50,7 +65,7 @@ class AmplintServer(LanguageServer):
         lines = self.workspace.get_text_document(uri).lines
         diagnostics = []
         if result is not None:
-            diagnostics = [_diagnostic(f, lines) for f in result.findings]
+            diagnostics = [_diagnostic(f, lines, self.help_uri(f.code)) for f in result.findings]
             diagnostics += [types.Diagnostic(range=_range(lines, e.line, e.col, e.line, e.col), message=e.reason,
                                              severity=types.DiagnosticSeverity.Error, source="amplint") for e in result.errors]
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics))
@@ -66,13 +81,13 @@ def _range(lines, line, column, end_line, end_column) -> types.Range:
     return types.Range(start=_utf16(lines, line, column), end=_utf16(lines, end_line, end_column))
 
 
-def _diagnostic(f, lines) -> types.Diagnostic:
+def _diagnostic(f, lines, help_uri: Optional[str]) -> types.Diagnostic:
     return types.Diagnostic(
         range=_range(lines, f.line, f.column, f.end_line, f.end_column),
         message=f.message,
         severity=_SEVERITY[f.severity.value],
         code=f.code,
-        code_description=types.CodeDescription(href=rule_help_uri(f.code)),
+        code_description=types.CodeDescription(href=help_uri) if help_uri else None,
         source="amplint",
         related_information=[
             types.DiagnosticRelatedInformation(
@@ -133,7 +148,7 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
                 actions.append(types.CodeAction(
                     title=f"{f.code}: {f.fix.description}" + ("" if safe else " (unsafe fix)"),
                     kind=types.CodeActionKind.QuickFix,
-                    diagnostics=[_diagnostic(f, lines)],
+                    diagnostics=[_diagnostic(f, lines, ls.help_uri(f.code))],
                     is_preferred=safe,
                     edit=types.WorkspaceEdit(changes={uri: edits}),
                 ))
@@ -153,7 +168,6 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     def hover(ls: AmplintServer, params: types.HoverParams):
-        from .registry import all_rules
 
         result = ls.results.get(params.text_document.uri)
         if result is None:
@@ -161,12 +175,13 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
         here = [f for f in result.findings if _overlaps(f, params.position, params.position)]
         if not here:
             return None
-        rules = {r.code: r for r in all_rules((), ls.allow_local_rules)}
         parts = []
         for f in here:
-            rule = rules.get(f.code)
+            rule = ls.rule(f.code)
             summary = f" ({rule.name}): {rule.summary}" if rule else ""
-            parts.append(f"**{f.code}**{summary} [docs]({rule_help_uri(f.code)})\n\n{f.message}")
+            uri = ls.help_uri(f.code)
+            link = f" [docs]({uri})" if uri else ""
+            parts.append(f"**{f.code}**{summary}{link}\n\n{f.message}")
         return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(parts)))
 
     return server

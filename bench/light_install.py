@@ -62,11 +62,16 @@ def main() -> int:
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", "__pycache__", "*.egg-info", ".amplint_cache", ".pytest_cache", ".hypothesis", "build", "dist", ".venv*"))
 
+    load_before = os.getloadavg()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "venv", env_dir], check=True)
     py = os.path.join(env_dir, "bin", "python")
     proc = run([py, "-m", "pip", "install", "-q", src])
     install_s = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # the CPU the install used (pip and the wheel build): steadier than wall time on a shared box
+    install_cpu = after.ru_utime - usage.ru_utime + after.ru_stime - usage.ru_stime
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:])
         return 1
@@ -121,7 +126,7 @@ def main() -> int:
     print(f"Command: `python bench/light_install.py --repeat {args.repeat}` ({platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).\n")
     print("| measure | value |\n|---|---|")
-    print(f"| fresh venv + `pip install <repo>` (build isolation, registry) | {install_s:.1f} s |")
+    print(f"| fresh venv + `pip install <repo>` (build isolation, registry) | {install_s:.1f} s wall, {install_cpu:.1f} s CPU (user + sys) |")
     print(f"| virtualenv size | {size / 2**20:.1f} MiB ({(size - bare_size) / 2**20:.1f} MiB over an empty venv) |")
     print(f"| installed | {', '.join(freeze)} |")
     print(f"| torch importable | {has_torch} |")
@@ -131,6 +136,9 @@ def main() -> int:
           f"CPU (user + sys) best {min(cpu['1']):.2f} s |")
     print(f"| for scale: `python -c pass` / `amplint --version` | best {min(bare_python):.2f} s / {min(version):.2f} s |")
     print(f"| torch / numpy imported by `check` | {'torch' in loaded} / {'numpy' in loaded} |")
+    load_after = os.getloadavg()
+    print(f"| load average (1, 5, 15 min) before / after | {' '.join(f'{x:.2f}' for x in load_before)} / "
+          f"{' '.join(f'{x:.2f}' for x in load_after)} |")
     print("\nSlowest top-level imports of that run (`-X importtime`, cumulative):\n")
     for us, name in top:
         print(f"- `{name.strip()}` {us / 1000:.0f} ms")

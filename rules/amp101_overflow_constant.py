@@ -38,6 +38,7 @@ class OverflowConstant(Rule):
     name = "overflow-constant"
     summary = "A constant beyond the target dtype's range (fp16: 65504) is used as a tensor value"
     severity = Severity.ERROR
+    options = ("target", "opt-level")
     fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
     collect_markers = ("masked_fill", "mask")
@@ -117,7 +118,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
   and a fully masked row is uniform either way, so the fp32 output is unchanged.
 - `unsafe` for everything else, above all additive use: `finfo(fp16).min` plus a score
   below about -16 rounds past -65504 to `-inf`, so a mask added to scores (or two masks
-  added together, transformers#17306) can still overflow. Check additive masks by hand;
+  added together, [transformers#17306](https://github.com/huggingface/transformers/pull/17306)) can still overflow. Check additive masks by hand;
   `-1e4` (BERT's original constant) is often the better value there.
 - No fix when the tensor cannot be named (the receiver is a call), when the constant comes
   through a parameter or config default (a caller may pass another value; fix the

@@ -41,6 +41,7 @@ class UnderflowEpsilon(Rule):
     name = "underflow-epsilon"
     summary = "A stabilising epsilon below the target's smallest normal number (fp16: 6.1e-5) vanishes in half"
     severity = Severity.WARNING
+    options = ("target", "opt-level", "device", "engine")
     fix_applicability = "unsafe"
     markers = ("torch",)
     collect_markers = ("eps", "clamp", "normalize", "cosine_similarity", "pairwise_distance", "sqrt", "log")

@@ -39,6 +39,7 @@ class UnalignedDimension(Rule):
     name = "unaligned-dimension"
     summary = "Layer size not a multiple of 8 (16 for fp8/int8): Tensor Core GEMMs fall back to slow kernels"
     severity = Severity.WARNING
+    options = ("target", "alignment")
     fix_applicability = "unsafe"
     markers = LAYER_MARKERS + ("Config", "dataclass")
     #: a file can only use another file's config field through a config-like name

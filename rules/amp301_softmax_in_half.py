@@ -23,6 +23,7 @@ class SoftmaxInHalf(Rule):
     name = "softmax-in-half"
     summary = "softmax / log_softmax computed in half precision inside `forward`"
     severity = Severity.WARNING
+    options = ("target", "opt-level", "device", "engine", "fix-style")
     fix_applicability = "safe"
     markers = ("softmax", "softmin", "Softm")
     docs = """

@@ -94,6 +94,7 @@ class ReductionInHalf(Rule):
     name = "reduction-in-half"
     summary = "sum / prod / norm / var / exp / pow computed in half precision inside `forward`"
     severity = Severity.WARNING
+    options = ("target", "opt-level", "device", "engine")
     fix_applicability = "safe"
     markers = ("sum", "prod", "norm", "var(", "exp", "pow", "mean", "square")
     docs = """

@@ -41,6 +41,7 @@ class HandwrittenSoftmax(Rule):
     name = "handwritten-softmax"
     summary = "softmax or log-softmax written by hand with `exp`: overflows in fp16 above 11"
     severity = Severity.WARNING
+    options = ("target", "opt-level", "device", "engine")
     fix_applicability = "safe"
     markers = ("exp",)
     docs = """

@@ -20,6 +20,7 @@ class UncoveredOp(Rule):
     name = "uncovered-op"
     summary = "Op the mixed-precision policy does not cover: register it (einsum -> half, linalg/fft -> fp32)"
     severity = Severity.WARNING
+    options = ("opt-level", "device", "engine")
     fix_applicability = ("safe", "unsafe")
     markers = ("einsum", "linalg", "fft", "inverse", "det", "svd", "cholesky", "qr", "pinv", "tensordot",
                "outer", "ger", "inner", "kron", "contract", "stft", "Function", "ops.", "cdist", "pdist",
@@ -67,9 +68,9 @@ apex-style O1 (the bundled `amplint.amp` engine) casts only the functions on its
 no list runs in whatever dtype reaches it:
 
 - `einsum` with an fp16 activation (from an O1 `linear`) and an fp32 weight raises `RuntimeError:
-  expected scalar type Half but found Float` (apex #895), and with only fp32 inputs it runs in
+  expected scalar type Half but found Float` ([apex#895](https://github.com/NVIDIA/apex/issues/895)), and with only fp32 inputs it runs in
   fp32: no Tensor Cores. XLNet-style relative attention is einsums end to end; registering
-  einsum as half gave ~20-25% higher XLNet fine-tuning throughput (transformers PR #1513).
+  einsum as half gave ~20-25% higher XLNet fine-tuning throughput ([transformers#1513](https://github.com/huggingface/transformers/pull/1513)).
   Measured on an H200 (torch 2.11, TF32 off): XLNet-style projections `einsum("ibh,hnd->ibnd")`
   at 512x8 tokens, d=1024: 0.175 ms in fp32, 0.028 ms in fp16 (6.2x); a training step of three
   such einsums (32768 tokens) under `amplint.amp` O1: 11.1 ms unregistered (fp32), 2.2-2.7 ms

@@ -20,7 +20,7 @@ Flags imports of NVIDIA apex's automatic mixed precision module: `from apex impo
 `import apex`.
 
 ## Why is this bad?
-NVIDIA removed `apex.amp` in May 2025 (apex PR #1896): with a current apex the import
+NVIDIA removed `apex.amp` in May 2025 ([apex#1896](https://github.com/NVIDIA/apex/pull/1896)): with a current apex the import
 fails with `ImportError`, and training scripts written for it (`amp.initialize(model,
 optimizer, opt_level="O1")`, `amp.scale_loss(...)`) no longer run. Native `torch.amp` has
 no equivalent of apex's O2 (half model with fp32 master weights), so porting by hand

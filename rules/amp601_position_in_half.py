@@ -30,6 +30,7 @@ class PositionInHalf(Rule):
     name = "position-in-half"
     summary = "integer positions / timesteps cast to half where they exceed its exact-integer range (bf16 256, fp16 2048)"
     severity = Severity.WARNING
+    options = ("target", "opt-level")
     markers = ("arange", "position", "timestep", "pos")
     docs = """
 ## What it does
@@ -49,8 +50,9 @@ bf16, 2048 for fp16 (`target`, or the literal dtype written).
 bf16 has 8 significant bits: the first integer it cannot represent is 257, and positions
 0..8191 collapse to 897 distinct values (fp16: 2049 and 4097). Positions 4097 and 4098
 are the same bf16 number, so two tokens get the same rotary angle and the same sinusoidal
-embedding. transformers#25681 and #29285 (Llama, Gemma), gpt-neox#1003 and
-TransformerEngine#1245 (Llama 3.1 instability) were all this, found from a loss curve
+embedding. [transformers#25681](https://github.com/huggingface/transformers/issues/25681) and [#29285](https://github.com/huggingface/transformers/pull/29285) (Llama, Gemma),
+[gpt-neox#1003](https://github.com/EleutherAI/gpt-neox/issues/1003) and
+[TransformerEngine#1245](https://github.com/NVIDIA/TransformerEngine/issues/1245) (Llama 3.1 instability) were all this, found from a loss curve
 (measured: `bench/bf16_facts.py`).
 
 ## Example

@@ -13,6 +13,7 @@ class PositionTableInHalf(Rule):
     name = "rotary-or-sinusoidal-table-in-half"
     summary = "rotary / sinusoidal angles (positions x frequencies) and their sin/cos computed in half"
     severity = Severity.WARNING
+    options = ("target", "opt-level", "device", "engine")
     fix_applicability = "safe"
     markers = ("sin", "cos", "outer", "einsum", "freq", "rotary", "Rotary")
     docs = """
@@ -31,8 +32,9 @@ The angle `t * inv_freq` reaches the sequence length in radians, where half keep
 bits: RoPE (dim 128, base 10000) computed in bf16 at T=4096 has a maximum phase error of
 19.4 rad (fp16: 2.8 rad) and its `cos` table is off by 2.0 -- meaningless -- while the same
 table computed in fp32 and cast to bf16 at the end is off by 0.002
-(`bench/bf16_facts.py`). transformers#25681 and #29285, gpt-neox#1003 and
-TransformerEngine#1245 (Llama 3.1 training instability) were this bug.
+(`bench/bf16_facts.py`). [transformers#25681](https://github.com/huggingface/transformers/issues/25681) and [#29285](https://github.com/huggingface/transformers/pull/29285),
+[gpt-neox#1003](https://github.com/EleutherAI/gpt-neox/issues/1003) and
+[TransformerEngine#1245](https://github.com/NVIDIA/TransformerEngine/issues/1245) (Llama 3.1 training instability) were this bug.
 
 ## Example
 ```python

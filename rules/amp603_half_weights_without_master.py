@@ -81,6 +81,7 @@ class HalfWeightsWithoutMaster(Rule):
     name = "half-weights-without-master"
     summary = "a training script casts the model to half and steps an optimizer with no fp32 master weights"
     severity = Severity.WARNING
+    options = ("engine",)
     fix_applicability = "display"
     markers = (".half()", "bfloat16", "float16")
     docs = """

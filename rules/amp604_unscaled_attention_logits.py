@@ -79,6 +79,7 @@ class UnscaledAttentionLogits(Rule):
     name = "unscaled-attention-logits"
     summary = "attention logits `q @ k^T` computed in fp16 before the `1/sqrt(d)` scaling"
     severity = Severity.WARNING
+    options = ("target", "opt-level")
     fix_applicability = "unsafe"
     #: every hand-written attention has this shape; whether it overflows depends on the
     #: activations, so the rule is opt-in (`select = ["AMP604"]`)

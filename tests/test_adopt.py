@@ -171,6 +171,86 @@ def test_gitignore_and_ignore_files_are_respected_when_walking(tmp_path, amplint
     assert amplint("check", "--no-cache", "--force-exclude", "x_tmp.py", "generated/model.py", cwd=tmp_path).returncode == 0
 
 
+def _git_env(home, xdg=None, **more):
+    """A user whose git configuration is only what the test writes: HOME, no system file."""
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(xdg) if xdg else None, "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": None}
+    env.update(more)
+    return env
+
+
+def test_core_excludes_file_is_respected_like_gitignore(tmp_path, amplint):
+    """git's core.excludesFile (a user's global ignore file) applies at the repository root,
+    below .git/info/exclude and the .gitignore files, read from the config files without
+    running git: ~/.gitconfig, [include] path, and the repository's own .git/config last."""
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    (repo / ".git" / "info").mkdir(parents=True)
+    home.mkdir()
+    (home / ".gitconfig").write_text('[user]\n\tname = t\n[include]\n\tpath = more.inc\n'
+                                     '[includeIf "gitdir:elsewhere/"]\n\tpath = never.inc\n')
+    (home / "never.inc").write_text("[core]\n\texcludesFile = ~/never\n")  # another repository's: not read
+    (home / "never").write_text("train.py\n")
+    (home / "notes.inc").write_text('[core]\n\texcludesFile = "~/my ignore"  ; personal patterns\n')
+    (home / "more.inc").write_text('[includeIf "gitdir/i:REPO/"]\n\tpath = notes.inc\n')  # case-insensitive: matches repo/.git
+    (home / "my ignore").write_text("scratch_*.py\nnotes/\n!scratch_keep.py\n")
+    for name in ("train.py", "scratch_a.py", "scratch_keep.py", "scratch_b.py"):
+        (repo / name).write_text(APEX)
+    (repo / "notes").mkdir()
+    (repo / "notes" / "n.py").write_text(APEX)
+    (repo / ".gitignore").write_text("!scratch_b.py\n")  # the work tree's .gitignore wins over the global file
+    env = _git_env(home)
+    proc = amplint("check", "--no-cache", "--format", "concise", cwd=repo, env=env)
+    assert _linted(proc) == ["scratch_b.py", "scratch_keep.py", "train.py"], proc.stdout + proc.stderr
+    everything = amplint("check", "--no-cache", "--format", "concise", "--no-respect-gitignore", cwd=repo, env=env)
+    assert len(_linted(everything)) == 5
+    assert amplint("check", "--no-cache", "--force-exclude", "scratch_a.py", cwd=repo, env=env).returncode == 0
+    # the repository's .git/config comes last: its core.excludesFile (relative to the work tree) wins
+    (repo / ".git" / "config").write_text("[core]\n\tbare = false\n\texcludesfile = tools/ignore\n")
+    (repo / "tools").mkdir()
+    (repo / "tools" / "ignore").write_text("train.py\n")
+    proc = amplint("check", "--no-cache", "--format", "concise", cwd=repo, env=env)
+    assert _linted(proc) == ["notes/n.py", "scratch_a.py", "scratch_b.py", "scratch_keep.py"]
+    # outside a repository git reads no excludes file
+    (repo / ".git" / "config").unlink()
+    shutil.rmtree(repo / ".git")
+    assert len(_linted(amplint("check", "--no-cache", "--format", "concise", cwd=repo, env=env))) == 5
+
+
+def test_default_excludes_file_is_xdg_config_home_git_ignore(tmp_path, amplint):
+    home, xdg, repo = tmp_path / "home", tmp_path / "xdg", tmp_path / "repo"
+    for folder in (home, xdg / "git", repo / ".git"):
+        folder.mkdir(parents=True)
+    (xdg / "git" / "ignore").write_text("*_local.py\n")
+    (repo / "model.py").write_text(APEX)
+    (repo / "model_local.py").write_text(APEX)
+    proc = amplint("check", "--no-cache", "--format", "concise", cwd=repo, env=_git_env(home, xdg))
+    assert _linted(proc) == ["model.py"]
+    # without XDG_CONFIG_HOME: ~/.config/git/ignore
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "ignore").write_text("model.py\n")
+    proc = amplint("check", "--no-cache", "--format", "concise", cwd=repo, env=_git_env(home))
+    assert _linted(proc) == ["model_local.py"]
+
+
+def test_a_linked_worktree_reads_the_common_git_folder(tmp_path, amplint):
+    """In a linked worktree (`git worktree add`) `.git` is a file naming the worktree's git
+    folder, whose `commondir` leads to the `info/exclude` and `config` of the main one."""
+    home, main, tree = tmp_path / "home", tmp_path / "main", tmp_path / "tree"
+    (main / ".git" / "worktrees" / "tree").mkdir(parents=True)
+    (main / ".git" / "info").mkdir()
+    home.mkdir()
+    tree.mkdir()
+    (main / ".git" / "worktrees" / "tree" / "commondir").write_text("../..\n")
+    (main / ".git" / "info" / "exclude").write_text("excluded.py\n")
+    (main / ".git" / "config").write_text("[core]\n\texcludesFile = ../personal\n")  # relative to the work tree
+    (tmp_path / "personal").write_text("personal.py\n")
+    (tree / ".git").write_text(f"gitdir: {main / '.git' / 'worktrees' / 'tree'}\n")
+    for name in ("model.py", "excluded.py", "personal.py"):
+        (tree / name).write_text(APEX)
+    proc = amplint("check", "--no-cache", "--format", "concise", cwd=tree, env=_git_env(home))
+    assert _linted(proc) == ["model.py"], proc.stdout + proc.stderr
+
+
 def test_force_exclude_applies_exclude_to_named_files(tmp_path, amplint):
     (tmp_path / "pyproject.toml").write_text("[tool.amplint]\nexclude = ['vendor/*']\n")
     (tmp_path / "vendor").mkdir()

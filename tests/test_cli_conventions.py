@@ -126,3 +126,35 @@ def test_rules_and_explain_show_mixed_fix_applicability(project, amplint):
     text = amplint("rules", cwd=project).stdout
     assert any(line.startswith("AMP101") and " safe/unsafe " in line for line in text.splitlines())
     assert "Fix: safe/unsafe" in amplint("explain", "AMP101", cwd=project).stdout
+
+
+def test_amp900_is_a_documented_rule_that_select_turns_on(tmp_path, amplint):
+    """`amplint explain AMP900` said "unknown rule" and `--extend-select AMP900` was accepted
+    but reported nothing: it is a rule now, listed, explained, and selecting it reports."""
+    (tmp_path / "m.py").write_text("import torch\nx = 1  # amplint: ignore[AMP101]\ny = 2  # noqa: E501\n")
+    explain = amplint("explain", "AMP900", cwd=tmp_path)
+    assert explain.returncode == 0 and explain.stdout.startswith("# AMP900 unused-suppression")
+    assert "## Why is this bad?" in explain.stdout and "Off by default" in explain.stdout
+    listed = {r["code"]: r for r in json.loads(amplint("rules", "--format", "json", cwd=tmp_path).stdout)}
+    assert listed["AMP900"]["name"] == "unused-suppression" and listed["AMP900"]["default"] is False
+    assert amplint("check", "m.py", "--no-cache", cwd=tmp_path).returncode == 0  # off by default
+    for how in (["--extend-select", "AMP900"], ["--select", "AMP900"], ["--report-unused-suppressions"]):
+        proc = amplint("check", "m.py", "--no-cache", "--format", "concise", "-q", *how, cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stdout == (
+            "m.py:2:8: AMP900 Unused suppression of AMP101: nothing to silence on this statement\n"), (how, proc.stdout)
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nextend-select = ["AMP900"]\n')
+    proc = amplint("check", "m.py", "--no-cache", "--format", "json", cwd=tmp_path)
+    assert [f["code"] for f in json.loads(proc.stdout)] == ["AMP900"]
+
+
+def test_rules_and_explain_into_a_closed_pipe_are_quiet(tmp_path):
+    """`amplint rules --format json | head -c 100` printed a BrokenPipeError traceback (D2 of
+    the ecosystem report; `check | head -1` is tests/test_robustness.py's)."""
+    import subprocess
+    import sys
+
+    for command in ("rules --format json", "rules", "explain AMP101"):
+        # the reader closes the pipe at once: every write of amplint's meets EPIPE
+        proc = subprocess.run(f"{sys.executable} -m amplint {command} | (exec 0<&-; true)", shell=True,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.stderr == "", (command, proc.stderr)

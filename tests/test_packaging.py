@@ -256,3 +256,42 @@ def test_declared_fix_applicabilities_cover_every_fix_a_rule_offers():
         offered.discard("display")  # a suggestion shown in the message, never applied
         declared = {a.value for a in rule.fix_applicabilities} - {"display"}
         assert offered == declared, f"{rule.code}: its examples get {sorted(offered)} fixes, it declares {sorted(declared)}"
+
+
+def test_release_script_sets_the_version_points_the_snippets_at_the_tag_and_tags(tmp_path):
+    """`.ci/release.py` (README, "Releases are tagged"): on a copy of the repository's files
+    in a fresh git repository, it commits the version and the snippets' `rev:` and makes the
+    annotated tag; a second run, or one with uncommitted changes, refuses."""
+    for rel in ("pyproject.toml", "amplint/__init__.py", "README.md", "docs/adoption.md"):
+        os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, rel), tmp_path / rel)
+    shutil.copytree(os.path.join(ROOT, "docs", "rules"), tmp_path / "docs" / "rules")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout
+
+    def release(*args):
+        return subprocess.run([sys.executable, os.path.join(ROOT, ".ci", "release.py"), "--root", str(tmp_path), *args],
+                              capture_output=True, text=True, env=env)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "initial")
+    dry = release("--version", "0.2.0", "--dry-run")
+    assert dry.returncode == 0 and "tag v0.2.0" in dry.stdout and not git("tag", "--list")
+    proc = release("--version", "0.2.0")
+    assert proc.returncode == 0, proc.stderr
+    assert git("tag", "--list").split() == ["v0.2.0"]
+    assert git("cat-file", "-t", "v0.2.0").strip() == "tag"  # annotated
+    assert git("log", "-1", "--format=%s", "v0.2.0").strip() == "release: v0.2.0"
+    assert 'version = "0.2.0"' in (tmp_path / "pyproject.toml").read_text()
+    assert '__version__ = "0.2.0"' in (tmp_path / "amplint" / "__init__.py").read_text()
+    for rel in ("README.md", "docs/adoption.md"):
+        assert re.findall(r"^\s*rev:\s*(\S+)", (tmp_path / rel).read_text(), re.M) == ["v0.2.0"], rel
+    again = release("--version", "0.2.0")
+    assert again.returncode == 1 and "exists already" in again.stderr
+    (tmp_path / "README.md").write_text("edited\n")
+    dirty = release("--version", "0.3.0")
+    assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr

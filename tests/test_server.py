@@ -39,7 +39,8 @@ async def test_diagnostics_on_open_and_change_with_config(client: LanguageClient
     (diag,) = client.diagnostics[uri]
     assert diag.code == "AMP101" and diag.source == "amplint" and diag.severity == types.DiagnosticSeverity.Error
     assert (diag.range.start.line, diag.range.start.character) == (4, 36)  # 0-based, at -1e9
-    assert diag.code_description.href.startswith("https://")
+    # the rule's page, docs/rules/AMP101.md (tests/test_docs.py: it exists and is current)
+    assert diag.code_description.href == "https://github.com/amplint/amplint/blob/main/docs/rules/AMP101.md"
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
         content_changes=[types.TextDocumentContentChangeWholeDocument(text="x = 1\n")]))
@@ -77,6 +78,7 @@ async def test_quick_fixes_fix_all_and_hover(client: LanguageClient):
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=4, character=38)))
     assert "**AMP101** (overflow-constant)" in hover.contents.value
+    assert "[docs](https://github.com/amplint/amplint/blob/main/docs/rules/AMP101.md)" in hover.contents.value
 
 
 @pytest.mark.asyncio

@@ -16,20 +16,11 @@ import pathlib
 from urllib.parse import quote
 
 from .. import __version__
+from ..rule_docs import REPOSITORY, help_uri
 from .common import location_fingerprint, source_root
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
-HOMEPAGE = "https://github.com/amplint/amplint"
 SRCROOT = "%SRCROOT%"
-_SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def rule_help_uri(code: str) -> str:
-    """The rule's page under docs/rules/ when the project has one, else the README's
-    rule table."""
-    if os.path.isfile(os.path.join(_SOURCE_TREE, "docs", "rules", f"{code}.md")):
-        return f"{HOMEPAGE}/blob/main/docs/rules/{code}.md"
-    return f"{HOMEPAGE}#rules"
 
 
 def _artifact(path: str, base: str) -> dict:
@@ -83,6 +74,21 @@ def _fixes(f, base) -> list:
     }]
 
 
+def _rule(r) -> dict:
+    entry = {
+        "id": r.code,
+        "name": r.name,
+        "shortDescription": {"text": r.summary},
+        "fullDescription": {"text": r.summary},
+        "help": {"text": r.docs.strip(), "markdown": r.docs.strip()},
+        "defaultConfiguration": {"level": _LEVEL[r.severity.value], "enabled": r.enabled_by_default},
+    }
+    uri = help_uri(r)  # the rule's page (docs/rules/<CODE>.md); a local rule has none
+    if uri:
+        entry["helpUri"] = uri
+    return entry
+
+
 def render(results, out, *, statistics=False, color=False, rules=None) -> None:
     from ..registry import all_rules
 
@@ -124,16 +130,8 @@ def render(results, out, *, statistics=False, color=False, rules=None) -> None:
             "tool": {"driver": {
                 "name": "amplint",
                 "version": __version__,
-                "informationUri": HOMEPAGE,
-                "rules": [{
-                    "id": r.code,
-                    "name": r.name,
-                    "shortDescription": {"text": r.summary},
-                    "fullDescription": {"text": r.summary},
-                    "helpUri": rule_help_uri(r.code),
-                    "help": {"text": r.docs.strip(), "markdown": r.docs.strip()},
-                    "defaultConfiguration": {"level": _LEVEL[r.severity.value], "enabled": r.enabled_by_default},
-                } for r in rules],
+                "informationUri": REPOSITORY,
+                "rules": [_rule(r) for r in rules],
             }},
             "originalUriBaseIds": {SRCROOT: {"uri": pathlib.Path(base).as_uri().rstrip("/") + "/"}},
             "columnKind": "unicodeCodePoints",

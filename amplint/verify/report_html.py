@@ -517,18 +517,17 @@ def _table(cls: str, headers: list[str], rows: list[list[str]]) -> str:
 
 
 def _tables(report: dict) -> str:
-    from .report_text import _first_problem
+    from .report_text import first_problem, loss_scale_text
 
     out = []
     for title, runs in [("Opt levels (original code)", report["before"])] + (
             [("Opt levels after the fixes", report["after"])] if report.get("after") else []):
         rows = []
         for level, run in runs.items():
-            scales = run.get("loss_scales") or []
             st = level_status(run)
             rows.append([e(level), f'<span class="{"good" if st == "ok" else "bad"}">{e(st)}</span>', e(_loss_text(run)),
-                         e(" → ".join(num(s) for s in scales) if scales else "-"), e(run.get("skipped_steps", 0)),
-                         e("reference" if level == "O0" else num(run.get("output_rel_err"))), e(_first_problem(run)),
+                         e(loss_scale_text(run)), e(run.get("skipped_steps", 0)),
+                         e("reference" if level == "O0" else num(run.get("output_rel_err"))), e(first_problem(run)),
                          e(f"{run.get('seconds', 0):.2f} s")])
         out.append(f"<h4>{e(title)}</h4>" + _table("levels", ["level", "status", "loss first→last", "loss scale", "skipped",
                                                              "output vs fp32", "first failure", "time"], rows))

@@ -46,7 +46,8 @@ def level_status(run: dict) -> str:
     return "ok"
 
 
-def _first_problem(run: dict) -> str:
+def first_problem(run: dict) -> str:
+    """Where a level failed first: the crash, or the first inf/NaN's source line and module."""
     crash = run.get("crash")
     if crash:
         where = f"{_rel(crash.get('file'))}:{crash.get('line')}" if crash.get("file") else f"in {crash['phase']}"
@@ -94,13 +95,18 @@ def _levels_table(title: str, runs: dict, box):
     for level, run in runs.items():
         losses = run.get("losses") or []
         loss = f"{num(losses[0])} → {num(losses[-1])}" if losses else "-"
-        scales = run.get("loss_scales") or []
-        scale = "→".join(num(s) for s in _dedupe_runs(scales)) if scales else "-"
+        scale = loss_scale_text(run)
         err = "reference" if level == "O0" else num(run.get("output_rel_err"))
         status = level_status(run)
         style = {"ok": "green", "CRASH": "bold red", "inf/NaN": "bold red", "skipped steps": "bold red"}[status]
-        t.add_row(level, f"[{style}]{status}[/]", loss, scale, str(run.get("skipped_steps", 0)), err, _first_problem(run))
+        t.add_row(level, f"[{style}]{status}[/]", loss, scale, str(run.get("skipped_steps", 0)), err, first_problem(run))
     return t
+
+
+def loss_scale_text(run: dict) -> str:
+    """The loss scale's values over the steps, repeats folded: ``65536→32768``."""
+    scales = run.get("loss_scales") or []
+    return "→".join(num(s) for s in _dedupe_runs(scales)) if scales else "-"
 
 
 def _dedupe_runs(values):

@@ -136,14 +136,17 @@ def import_file(path: str):
     root, dotted = _package_root(path)
     if root not in sys.path:
         sys.path.insert(0, root)
-    if "." in dotted:
+    # a package member by its dotted name; a file whose name is no module name
+    # (`model.v2.py`) only by its path: import_module("model.v2") would import `model`
+    stem = os.path.basename(path)[:-len(".py")]
+    if "." in dotted and stem.isidentifier() and all(part.isidentifier() for part in dotted.split(".")):
         stale = sys.modules.get(dotted)
         if stale is not None and canonical(getattr(stale, "__file__", "") or "") != canonical(path):
             for name in [n for n in sys.modules if n == dotted or n.startswith(dotted.split(".")[0] + ".") or n == dotted.split(".")[0]]:
                 del sys.modules[name]
         return importlib.import_module(dotted)
     _COUNTER[0] += 1
-    name = f"amplint_verify_target_{_COUNTER[0]}_{dotted}"
+    name = f"amplint_verify_target_{_COUNTER[0]}_" + "".join(c if c.isalnum() else "_" for c in dotted)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

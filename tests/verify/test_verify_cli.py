@@ -179,3 +179,28 @@ def test_device_auto_is_the_default_and_picks_cuda_only_when_available(tmp_path,
     assert json.loads(proc.stdout)["results"][0]["device"] == expected
     proc = amplint("verify", "fixtures/verify/clean/mlp.py::example", "--device", "tpu")
     assert proc.returncode == 2 and "auto" in proc.stderr
+
+
+def test_a_file_whose_name_has_dots_is_imported_by_its_path(tmp_path, amplint):
+    """`verify model.v2.py::build` imported the sibling `model.py` (as `model`, then `.v2`)."""
+    (tmp_path / "model.py").write_text('raise SystemExit("the sibling model.py was imported")\n')
+    (tmp_path / "model.v2.py").write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return self.lin(x).softmax(-1)
+
+
+        def build():
+            return M(), (torch.randn(2, 8),)
+    '''))
+    proc = amplint("verify", "model.v2.py::build", "--device", "cpu", "--steps", "1", "--opt-level", "O1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "sibling" not in proc.stdout + proc.stderr and "model.v2.py::build" in proc.stdout
