@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
+from . import engine_detect
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
 from .registry import all_rules, select_rules
 from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
@@ -92,6 +93,7 @@ def lint_text(
     """Lint one file's text.  Returns findings (suppressions applied), the context and
     internal errors (a rule that raised)."""
     tree = parse(path, text)
+    settings = engine_detect.resolve(settings, path, text, tree, project)
     ctx = FileContext(path, text, tree, settings, project)
     selected = _Rules(rules)
     errors: list[SourceError] = []
@@ -403,7 +405,7 @@ def _summary_markers(settings: Settings) -> tuple[str, ...]:
     collecting = [r for r in all_rules(settings.rule_paths, settings.load_plugins) if r.collects()]
     if any(not r.collect_markers for r in collecting):
         return ("",)  # a rule collects from every file
-    return CONFIG_MARKERS + tuple(m for r in collecting for m in r.collect_markers)
+    return CONFIG_MARKERS + engine_detect.MARKERS + tuple(m for r in collecting for m in r.collect_markers)
 
 
 def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:

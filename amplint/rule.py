@@ -204,6 +204,10 @@ class Rule:
     fix_applicability: ClassVar[Optional[Applicability]] = None
     fix_applicabilities: ClassVar[tuple[Applicability, ...]] = ()
     enabled_by_default: ClassVar[bool] = True
+    #: whether findings depend on the mixed-precision engine (its op policy or its ``amp``
+    #: module): with ``engine = "auto"`` their messages name the engine assumed, and where
+    #: it was decided is a related location
+    uses_engine: ClassVar[bool] = False
     #: substrings of which at least one must occur in a file for the rule to matter;
     #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
     markers: ClassVar[tuple[str, ...]] = ()

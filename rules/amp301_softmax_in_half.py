@@ -65,6 +65,7 @@ class SoftmaxInHalf(Rule):
     summary = "softmax / log_softmax computed in half precision inside `forward`"
     severity = Severity.WARNING
     fix_applicability = "safe"
+    uses_engine = True
     markers = ("softmax", "softmin")
     docs = """
 ## What it does

@@ -95,6 +95,7 @@ class ReductionInHalf(Rule):
     summary = "sum / prod / norm / var / exp / pow computed in half precision inside `forward`"
     severity = Severity.WARNING
     fix_applicability = "safe"
+    uses_engine = True
     markers = ("sum", "prod", "norm", "var(", "exp", "pow", "mean")
     docs = """
 ## What it does

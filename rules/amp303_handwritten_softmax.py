@@ -42,6 +42,7 @@ class HandwrittenSoftmax(Rule):
     summary = "softmax or log-softmax written by hand with `exp`: overflows in fp16 above 11"
     severity = Severity.WARNING
     fix_applicability = "safe"
+    uses_engine = True
     markers = ("exp",)
     docs = """
 ## What it does

@@ -21,6 +21,7 @@ class UncoveredOp(Rule):
     summary = "Op the mixed-precision policy does not cover: register it (einsum -> half, linalg/fft -> fp32)"
     severity = Severity.WARNING
     fix_applicability = ("safe", "unsafe")
+    uses_engine = True
     markers = ("einsum", "linalg", "fft", "inverse", "det", "svd", "cholesky", "qr", "pinv", "tensordot",
                "outer", "ger", "inner", "kron", "contract", "stft", "Function", "ops.", "cdist", "pdist",
                "lstsq", "eig", "solve", "_cuda", "_C", "_ext", "_cpp", "cpp_extension")
