@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from .analysis.calls import keyword, torch_alias
-from .rule import Edit
+from .analysis.calls import amp_alias, keyword, torch_alias
+from .rule import Edit, Fix
 
 
 def add_keyword(call: ast.Call, text: str) -> Edit:
@@ -81,3 +81,56 @@ def insert_lines_after(ctx, stmt: ast.stmt, text: str) -> Edit:
     if end >= len(ctx.lines):  # the last line of a file without a final newline
         return Edit.insert_at(end, len(ctx.line_text(end).encode("utf-8")), "\n" + text.rstrip("\n"))
     return Edit.insert_at(end + 1, 0, text)
+
+
+def registration_fix(ctx, wanted: list) -> Optional[Fix]:
+    """AMP401's one fix for a file's registrations (``analysis.uncovered.Registration``).
+    Registrations belong before
+    ``amp.initialize`` in the engine the project trains with: applied (safe) only in
+    the file that calls ``amp.initialize``, with that engine's ``amp``; anywhere else
+    -- a library model file, a project on ``torch.autocast`` or with no engine found
+    -- the lines to add are shown, never inserted (a model file must not start
+    depending on an engine its project does not use)."""
+    from .analysis import uncovered
+    from . import engine_detect
+
+    anchor = import_anchor(ctx)
+    if anchor is None:
+        return None
+    module = ctx.settings.amp_module
+    sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.tree)
+    here = module is not None and bool(sites) and sites[0][0] == ctx.path
+    seen, lines = set(), []
+    need_sys = False
+    amp_name, import_line = amp_alias(ctx) if here else ("amp", "")
+    if here and import_line and module == "apex":
+        import_line = import_line.replace("from amplint import", "from apex import").replace("amplint_amp", "apex_amp")
+        amp_name = amp_name.replace("amplint_amp", "apex_amp")
+    for reg in wanted:
+        text, name, kind = reg.text, reg.name, reg.kind
+        if (reg.module, name) in seen:
+            continue
+        seen.add((reg.module, name))
+        if text == uncovered.SELF_MODULE and ctx.imports.get("sys") != "sys":
+            need_sys = True
+        lines.append(f"{amp_name}.register_{kind}_function({text}, \"{name}\")\n")
+    if not lines:
+        return None
+    names = ", ".join(f"`{n}`" for _, n in sorted(seen, key=lambda k: k[1]))
+    if not here:
+        shown = "; ".join(line.strip() for line in
+                          [f"from {module or 'amplint'} import amp"] + (["import sys"] if need_sys else []) + lines)
+        if module is None:
+            where = ("nothing to add under torch.autocast (it casts these ops itself); with an apex-style O1 engine, "
+                     "before `amp.initialize` in the training script" if ctx.settings.engine == "torch"
+                     else "before `amp.initialize` in the training script")
+        elif sites:
+            where = f"before `amp.initialize` in {sites[0][0]}:{sites[0][1]}"
+        else:
+            where = "before `amp.initialize` in the training script"
+        return Fix((), "display", f"Register {names} {where}: `{shown}`")
+    head = ("import sys\n" if need_sys else "") + import_line
+    # after existing registrations that follow the imports
+    anchor = uncovered.after_registrations(ctx, anchor)
+    return Fix([insert_lines_after(ctx, anchor, head + "".join(lines))], "safe",
+               f"Register {names} with {module}'s O1 engine after the imports (before `amp.initialize`)")

@@ -255,29 +255,20 @@ changes the dtypes the forward computes in.
                 def forward(self, a, b):
                     return torch.einsum('ibnd,jbnd->bnij', (a, b))
             """,
-            line=7, count=1, message="einsum", severity="warning",
-            expected_fix="""
-                import torch
-                from torch import nn
-                from amplint import amp
-                amp.register_half_function(torch, "einsum")
-
-
-                class M(nn.Module):
-                    def forward(self, a, b):
-                        return torch.einsum('ibnd,jbnd->bnij', (a, b))
-                """,
+            line=7, count=1, message="einsum", severity="warning", expected_fix=None,
         ),
         # two ops, two calls each: one registration per op, in order of first use
         Invalid("""
             import torch
             import torch.nn as nn  # model
+            from amplint import amp
             class M(nn.Module):
                 def forward(self, a, b, c):
                     x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)
                     return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x
+            model = amp.initialize(M(), opt_level="O1")
             """,
-            line=5, count=4, message="no fp16", severity="error",
+            line=6, count=4, message="no fp16", severity="error",
             expected_fix="""
                 import torch
                 import torch.nn as nn  # model
@@ -288,35 +279,43 @@ changes the dtypes the forward computes in.
                     def forward(self, a, b, c):
                         x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)
                         return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x
+                model = amp.initialize(M(), opt_level="O1")
                 """,
         ),
-        # from torch import einsum: register on this module
+        # from torch import einsum: register on this module; a project on apex: apex's amp
         Invalid("""
             from torch import nn, einsum
+            from apex import amp
             class M(nn.Module):
                 def forward(self, a, b):
                     return einsum('ij,jk->ik', a, b)
+            def main(model, optimizer):
+                return amp.initialize(model, optimizer, opt_level="O1")
             """,
-            line=4, message="sys.modules[__name__]",
+            line=5, message="sys.modules[__name__]", settings={"select": ("AMP401",)},
             expected_fix="""
                 from torch import nn, einsum
+                from apex import amp
                 import sys
-                from amplint import amp
                 amp.register_half_function(sys.modules[__name__], "einsum")
                 class M(nn.Module):
                     def forward(self, a, b):
                         return einsum('ij,jk->ik', a, b)
+                def main(model, optimizer):
+                    return amp.initialize(model, optimizer, opt_level="O1")
                 """,
         ),
-        # `amp` is torch.amp here: import the engine under another name
+        # `amp` is torch.amp here: the training script imports the engine under another name
         Invalid("""
             import torch
             from torch import amp, nn
             class M(nn.Module):
                 def forward(self, c):
                     return c.inverse()
+            amplint_amp = __import__("amplint.amp").amp
+            model = amplint_amp.initialize(M(), opt_level="O1")
             """,
-            message="inverse",
+            message="inverse", settings={"engine": "amplint"},
             expected_fix="""
                 import torch
                 from torch import amp, nn
@@ -325,7 +324,19 @@ changes the dtypes the forward computes in.
                 class M(nn.Module):
                     def forward(self, c):
                         return c.inverse()
+                amplint_amp = __import__("amplint.amp").amp
+                model = amplint_amp.initialize(M(), opt_level="O1")
                 """,
+        ),
+        # a model file of a project that names no engine: the lines are shown, not inserted
+        Invalid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, c):
+                    return torch.linalg.inv(c)
+            """,
+            message="[engine amplint (auto: no mixed-precision setup found", expected_fix=None,
         ),
         # torch policy on CUDA: linalg has no fix, the message shows the wrap
         Invalid("""
@@ -347,6 +358,7 @@ changes the dtypes the forward computes in.
             class M(nn.Module):
                 def forward(self, a, b):
                     return torch.tensordot(a, b, dims=1)
+            amp.initialize(M())
             """,
             line=7, count=1,
             expected_fix="""
@@ -358,6 +370,7 @@ changes the dtypes the forward computes in.
                 class M(nn.Module):
                     def forward(self, a, b):
                         return torch.tensordot(a, b, dims=1)
+                amp.initialize(M())
                 """,
         ),
     ]
@@ -448,25 +461,4 @@ changes the dtypes the forward computes in.
     # --- the registration fix --------------------------------------------------------
 
     def _registration_fix(self, ctx, wanted: list[uncovered.Registration]) -> Optional[Fix]:
-        anchor = fixes.import_anchor(ctx)
-        if anchor is None:
-            return None
-        seen, lines = set(), []
-        need_sys = False
-        amp_name, import_line = calls.amp_alias(ctx)
-        for reg in wanted:
-            text, module, name, kind = reg.text, reg.module, reg.name, reg.kind
-            if (module, name) in seen:
-                continue
-            seen.add((module, name))
-            if text == uncovered.SELF_MODULE and ctx.imports.get("sys") != "sys":
-                need_sys = True
-            lines.append(f"{amp_name}.register_{kind}_function({text}, \"{name}\")\n")
-        if not lines:
-            return None
-        head = ("import sys\n" if need_sys else "") + import_line
-        # after existing registrations that follow the imports
-        anchor = uncovered.after_registrations(ctx, anchor)
-        names = ", ".join(f"`{n}`" for _, n in sorted(seen, key=lambda k: k[1]))
-        return Fix([fixes.insert_lines_after(ctx, anchor, head + "".join(lines))], "safe",
-                   f"Register {names} with the O1 engine after the imports")
+        return fixes.registration_fix(ctx, wanted)
