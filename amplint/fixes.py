@@ -134,3 +134,83 @@ def registration_fix(ctx, wanted: list) -> Optional[Fix]:
     anchor = uncovered.after_registrations(ctx, anchor)
     return Fix([insert_lines_after(ctx, anchor, head + "".join(lines))], "safe",
                f"Register {names} with {module}'s O1 engine after the imports (before `amp.initialize`)")
+
+
+def _own_returns(func: ast.AST) -> list[ast.Return]:
+    """The ``return`` statements of ``func`` itself, not of functions nested in it."""
+    out, todo = [], list(func.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return):
+            out.append(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def compute_in_fp32(ctx, func: ast.AST) -> Optional[list[Edit]]:
+    """A hand-written norm's ``forward(self, x)`` computed in fp32 and cast back, as
+    Llama's RMSNorm does::
+
+        input_dtype = x.dtype
+        x = x.float()
+        ...
+        return (...).to(input_dtype)
+
+    In fp32 ``x.float()`` returns ``x`` itself and ``.to(torch.float32)`` is a no-op, so
+    fp32 output is bit-identical; in half the statistics (square, variance, ``+ eps``,
+    root) are fp32, curing both the eps underflow and the square's overflow.  None when
+    the method has no tensor argument, starts on its ``def`` line, or returns anything
+    but one expression."""
+    args = func.args.args
+    if len(args) < 2 or not func.body:
+        return None
+    x = args[1].arg
+    body = func.body
+    first = body[1] if (len(body) > 1 and isinstance(body[0], ast.Expr)
+                        and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)) else body[0]
+    if first.lineno <= func.lineno or first.col_offset == 0:
+        return None
+    returns = _own_returns(func)
+    if not returns or any(r.value is None or isinstance(r.value, ast.Tuple) for r in returns):
+        return None
+    used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | {a.arg for a in args}
+    dtype = next(n for n in ("input_dtype", f"{x}_dtype", "orig_dtype", "dtype_in") if n not in used)
+    indent = ctx.indentation(first)
+    edits = [Edit.insert_before(first, f"{dtype} = {x}.dtype\n{indent}{x} = {x}.float()\n{indent}")]
+    for ret in returns:
+        value = ret.value
+        if _postfix_safe(value):
+            edits.append(Edit.insert_after(value, f".to({dtype})"))
+        else:
+            edits += [Edit.insert_before(value, "("), Edit.insert_after(value, f").to({dtype})")]
+    return edits
+
+
+def tensor_root(expr: ast.AST) -> Optional[str]:
+    """The variable a tensor expression is computed from, when there is one obvious one:
+    ``x`` for ``x``, ``x.norm(dim=-1)``, ``x.pow(2).mean(-1)``, ``self.scale``."""
+    node = expr
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        else:
+            break
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def half_guarded(ctx, eps: ast.AST, tensor: str, safe_value: str) -> Optional[Edit]:
+    """``eps`` -> ``(eps if x.dtype != torch.float16 else 1e-4)``: the half-safe value only
+    where ``x`` is fp16, every other dtype keeps ``eps`` bit for bit."""
+    alias = torch_alias(ctx)
+    text = ctx.segment(eps)
+    if alias is None or "\n" in text:
+        return None
+    return Edit.replace(eps, f"({text} if {tensor}.dtype != {alias}.float16 else {safe_value})")

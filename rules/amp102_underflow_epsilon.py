@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import ast
 import math
+import struct
 from typing import Optional
 
+from amplint import fixes
 from amplint.analysis.constants import fp32_evidence
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
@@ -69,6 +71,16 @@ def normal_replacement(smallest_normal: float) -> float:
             if v >= smallest_normal:
                 return v
     return float(f"1e{exp + 2}")
+
+
+def _fp32_change(old: float, new: float) -> str:
+    """The change raising ``old`` to ``new`` makes to ``1 / (1 + eps)`` in float32 (a
+    unit denominator): what a plain raise costs fp32 results."""
+    def f32(v: float) -> float:
+        return struct.unpack("f", struct.pack("f", v))[0]
+
+    before, after = f32(1 / f32(1 + f32(old))), f32(1 / f32(1 + f32(new)))
+    return f"changes fp32 results: 1 / (1 + eps) goes from {before:.8g} to {after:.8g}"
 
 
 def _literal_text(v: float) -> str:
@@ -306,7 +318,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             return None
         return value
 
-    def _report(self, ctx, use, value, fmt_, where: str, opt_default=None, at=None):
+    def _report(self, ctx, use, value, fmt_, where: str, opt_default=None, at=None, operand=None, norm=None):
         v = value.value
         zero = fmt_.underflows_to_zero(v)
         text = ctx.segment(use) if use is not None else ""
@@ -319,15 +331,36 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         else:
             message = (f"{desc} is subnormal in {fmt_.name} (smallest normal {fmt(fmt_.smallest_normal)}): "
                        f"it keeps few significant bits and is flushed to 0 where denormals are: {where}")
-        new = _literal_text(normal_replacement(fmt_.smallest_normal))
-        fix = None
-        lit = value.literal
-        if opt_default is not None:
-            fix = Fix([Edit.insert_after(opt_default, f", eps={new}")], "unsafe", f"Pass `eps={new}`")
-        elif isinstance(lit, ast.Constant) and lit.value == v and getattr(lit, "amplint_parent", None) is not None:
-            fix = Fix([Edit.replace(lit, new)], "unsafe", f"Raise the epsilon to {new}, a normal {fmt_.name} number")
+        fix = self._fix(ctx, use, value, fmt_, opt_default, operand, norm)
         ctx.report(self, use if use is not None else at, message, fix=fix, related=value.origin,
                    severity=Severity.ERROR if zero else Severity.WARNING)
+
+    def _fix(self, ctx, use, value, fmt_, opt_default, operand, norm) -> Optional[Fix]:
+        """In order of preference: a hand-written norm computed in fp32 and cast back;
+        the half-safe eps for fp16 tensors only (``eps if x.dtype != torch.float16 else
+        1e-4``); both keep every other dtype bit-identical (safe).  Only where neither can
+        be written: the plain raise of the constant (unsafe, its fp32 change stated)."""
+        new = _literal_text(normal_replacement(fmt_.smallest_normal))
+        if norm is not None:
+            edits = fixes.compute_in_fp32(ctx, norm)
+            if edits:
+                return Fix(edits, "safe", "Compute the norm in fp32 and cast the result back "
+                                          "(`x = x.float()` ... `.to(input_dtype)`): fp32 output is unchanged, "
+                                          "and neither eps nor the square can underflow or overflow")
+        root = fixes.tensor_root(operand) if operand is not None else None
+        if use is not None and root is not None and fmt_.name == "float16" and not root.startswith("self."):
+            edit = fixes.half_guarded(ctx, use, root, new)
+            if edit is not None:
+                return Fix([edit], "safe", f"Use {new} for float16 `{root}` only (`... if {root}.dtype != torch.float16 "
+                                           f"else {new}`): other dtypes keep the epsilon bit for bit")
+        old = value.value
+        change = _fp32_change(old, float(new))
+        lit = value.literal
+        if opt_default is not None:
+            return Fix([Edit.insert_after(opt_default, f", eps={new}")], "unsafe", f"Pass `eps={new}` ({change})")
+        if isinstance(lit, ast.Constant) and lit.value == old and getattr(lit, "amplint_parent", None) is not None:
+            return Fix([Edit.replace(lit, new)], "unsafe", f"Raise the epsilon to {new}, a normal {fmt_.name} number ({change})")
+        return None
 
     def _runs_in_half(self, ctx, node, operand) -> bool:
         if ctx.branch_runs_in_half(node) is False:
@@ -363,8 +396,18 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                 return
             if not where.startswith("`") and not ctx.in_model_code(node) and not _has_call(other):
                 return  # step / (total + 1e-8) in a schedule: Python numbers, not tensors
-            self._report(ctx, side, value, fmt_, where)
+            self._report(ctx, side, value, fmt_, where, operand=other, norm=self._norm_forward(ctx, node, where))
             return
+
+    def _norm_forward(self, ctx, node, where: str) -> Optional[ast.AST]:
+        """The ``forward`` of a hand-written norm module that takes this root (a norm:
+        eps under ``sqrt``/``rsqrt``/a negative power, in a module's ``forward``)."""
+        if not ("sqrt" in where or "negative power" in where):
+            return None
+        cls, func = ctx.enclosing_method(node)
+        if cls is None or func is None or func.name != "forward" or not ctx.is_module_class(cls):
+            return None
+        return func
 
     def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[str]:
         """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
@@ -426,7 +469,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             if not _stabilises(forward) or _upcasts(forward, ctx):
                 continue
             self._report(ctx, kw.value, value, fmt_,
-                         f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision")
+                         f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision",
+                         norm=forward)
 
     def _clamp(self, node, name, ctx):
         fmt_ = ctx.state(self)
@@ -451,7 +495,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         value = self._tiny(ctx, bound, fmt_)
         if value is None or not self._runs_in_half(ctx, node, target):
             return
-        self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)")
+        self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)",
+                     operand=target)
 
     def _optimizer(self, node, name, ctx):
         qn = ctx.qualname(node.func)
