@@ -6,7 +6,8 @@ The engine decides two things: the op policy the rules read (``settings.engine``
 ``apex``, ``amplint``, or None when the project uses neither, so no fix adds one).
 
 Evidence is read from every linted file (:func:`evidence`, stored in each file's summary
-under :data:`FACT`, so one file's training script decides for the model files beside it):
+under :data:`FACT`): a file's setup applies to it, to the files in its folder and below,
+and to the modules it imports (a training script decides for the models it trains):
 
 * ``from apex import amp`` / ``import apex.amp``                        -> apex
 * ``from amplint import amp`` / ``import amplint.amp``                  -> amplint
@@ -160,13 +161,25 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
     init = initialize_calls(tree) if "initialize" in source else []
     if not found and not init:
         return None
-    return {"evidence": [e.to_json() for e in found], "initialize": init}
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module)
+            imported.update(f"{node.module}.{a.name}" for a in node.names)
+    return {"evidence": [e.to_json() for e in found], "initialize": init, "imports": sorted(imported)}
 
 
-def _project_facts(project, path: str) -> Iterable[tuple[str, Any]]:
+def _project_facts(project, path: str, root: str) -> Iterable[tuple[str, Any]]:
+    """The other files whose setup applies to ``path``: like registrations, a training
+    script reaches the files in its folder and below, and the modules it imports."""
     if project is None:
         return ()
-    return [(p, data) for p, data in project.facts(FACT) if p != path]
+    from .imports import registration_reaches
+
+    return [(p, data) for p, data in project.facts(FACT)
+            if p != path and registration_reaches(p, data.get("imports", ()), path, root)]
 
 
 def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
@@ -180,7 +193,7 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
         return dataclasses.replace(settings, amp_module="amplint" if configured == "amplint" else None,
                                    engine_configured=configured)
     found = evidence(tree, path, source)
-    for other, data in _project_facts(project, path):
+    for other, data in _project_facts(project, path, settings.root):
         found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
     if not found:
         return dataclasses.replace(settings, engine="amplint", amp_module=None, engine_configured="auto")
@@ -211,8 +224,8 @@ def label(settings) -> str:
     return f"engine {name} (auto: {path}:{line})"
 
 
-def initialize_sites(project, path: str, tree: Optional[ast.Module] = None) -> list[tuple[str, int]]:
+def initialize_sites(project, path: str, root: str, tree: Optional[ast.Module] = None) -> list[tuple[str, int]]:
     """(path, line) of each ``amp.initialize`` call in the linted files, this file first."""
     own = [(path, line) for line in initialize_calls(tree)] if tree is not None else []
-    others = [(p, line) for p, data in _project_facts(project, path) for line in data.get("initialize", ())]
+    others = [(p, line) for p, data in _project_facts(project, path, root) for line in data.get("initialize", ())]
     return own + sorted(others)

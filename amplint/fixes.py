@@ -8,6 +8,7 @@ return None / nothing when they cannot (no ``torch`` import, a multi-line expres
 from __future__ import annotations
 
 import ast
+import struct
 from typing import Optional
 
 from .analysis.calls import amp_alias, keyword, torch_alias
@@ -98,8 +99,11 @@ def registration_fix(ctx, wanted: list) -> Optional[Fix]:
     if anchor is None:
         return None
     module = ctx.settings.amp_module
-    sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.tree)
-    here = module is not None and bool(sites) and sites[0][0] == ctx.path
+    sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.settings.root, ctx.tree)
+    # a name imported with `from torch import einsum` can only be registered on the module
+    # that imported it: in a project on that engine, the file itself
+    self_only = all(reg.text == uncovered.SELF_MODULE for reg in wanted)
+    here = module is not None and (bool(sites) and sites[0][0] == ctx.path or self_only)
     seen, lines = set(), []
     need_sys = False
     amp_name, import_line = amp_alias(ctx) if here else ("amp", "")
@@ -188,20 +192,31 @@ def compute_in_fp32(ctx, func: ast.AST) -> Optional[list[Edit]]:
     return edits
 
 
-def tensor_root(expr: ast.AST) -> Optional[str]:
+def tensor_root(ctx, expr: ast.AST) -> Optional[str]:
     """The variable a tensor expression is computed from, when there is one obvious one:
-    ``x`` for ``x``, ``x.norm(dim=-1)``, ``x.pow(2).mean(-1)``, ``self.scale``."""
+    ``x`` for ``x``, ``x.norm(dim=-1)``, ``x.pow(2).mean(-1)``, ``1 - x``,
+    ``F.softplus(x)`` (a module function: its first argument), ``self.scale``."""
     node = expr
     while True:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            node = node.func.value
+        if isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant) != isinstance(node.right, ast.Constant):
+            node = node.right if isinstance(node.left, ast.Constant) else node.left  # 1 - p
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            head = node.func.value
+            while isinstance(head, ast.Attribute):
+                head = head.value
+            if isinstance(head, ast.Name) and head.id in ctx.imports:  # torch.log(x), F.softplus(x)
+                if not node.args:
+                    return None
+                node = node.args[0]
+            else:
+                node = node.func.value
         elif isinstance(node, ast.Subscript):
             node = node.value
         else:
             break
-    if isinstance(node, ast.Name):
+    if isinstance(node, ast.Name) and node.id not in ctx.imports:
         return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id not in ctx.imports:
         return f"{node.value.id}.{node.attr}"
     return None
 
@@ -214,3 +229,54 @@ def half_guarded(ctx, eps: ast.AST, tensor: str, safe_value: str) -> Optional[Ed
     if alias is None or "\n" in text:
         return None
     return Edit.replace(eps, f"({text} if {tensor}.dtype != {alias}.float16 else {safe_value})")
+
+
+def _fp32_change(old: float, new: float) -> str:
+    """The change raising ``old`` to ``new`` makes to ``1 / (1 + eps)`` in float32 (a
+    unit denominator): what a plain raise costs fp32 results."""
+    def f32(v: float) -> float:
+        return struct.unpack("f", struct.pack("f", v))[0]
+
+    before, after = f32(1 / f32(1 + f32(old))), f32(1 / f32(1 + f32(new)))
+    return f"changes fp32 results: 1 / (1 + eps) goes from {before:.8g} to {after:.8g}"
+
+
+def epsilon_fix(ctx, use, value, format_name: str, new: str, opt_default, operand, norm) -> Optional[Fix]:
+    """In order of preference: a hand-written norm computed in fp32 and cast back;
+    the half-safe eps for fp16 tensors only (``eps if x.dtype != torch.float16 else
+    1e-4``); both keep every other dtype bit-identical (safe).  AMP102's fix: ``use`` the
+    eps expression reported, ``value`` its folded value, ``new`` the half-safe literal,
+    ``operand`` the tensor eps is added to or clamps, ``norm`` a hand-written norm's
+    ``forward``, ``opt_default`` the optimizer call's last argument (no ``eps=`` given).  Only where neither can
+    be written: the plain raise of the constant (unsafe, its fp32 change stated)."""
+    if norm is not None:
+        edits = compute_in_fp32(ctx, norm)
+        if edits:
+            return Fix(edits, "safe", "Compute the norm in fp32 and cast the result back "
+                                      "(`x = x.float()` ... `.to(input_dtype)`): fp32 output is unchanged, "
+                                      "and neither eps nor the square can underflow or overflow")
+    root = tensor_root(ctx, operand) if operand is not None else None
+    if use is not None and root is not None and format_name == "float16" and not root.startswith("self."):
+        edit = half_guarded(ctx, use, root, new)
+        if edit is not None:
+            return Fix([edit], "safe", f"Use {new} for float16 `{root}` only (`... if {root}.dtype != torch.float16 "
+                                       f"else {new}`): other dtypes keep the epsilon bit for bit")
+    old = value.value
+    change = _fp32_change(old, float(new))
+    lit = value.literal
+    if opt_default is not None:
+        return Fix([Edit.insert_after(opt_default, f", eps={new}")], "unsafe", f"Pass `eps={new}` ({change})")
+    if isinstance(lit, ast.Constant) and lit.value == old and getattr(lit, "amplint_parent", None) is not None:
+        return Fix([Edit.replace(lit, new)], "unsafe", f"Raise the epsilon to {new}, a normal {format_name} number ({change})")
+    return None
+
+
+def norm_forward(ctx, node, where: str) -> Optional[ast.AST]:
+    """AMP102: the ``forward`` of a hand-written norm module that takes this root (a norm:
+    eps under ``sqrt``/``rsqrt``/a negative power, in a module's ``forward``)."""
+    cls, func = ctx.enclosing_method(node)
+    if cls is None or func is None or func.name != "forward" or not ctx.is_module_class(cls):
+        return None
+    if not ("sqrt" in where or "negative power" in where or "norm" in cls.name.lower()):
+        return None
+    return func

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import math
-import struct
 from typing import Optional
 
 from amplint import fixes
@@ -71,16 +70,6 @@ def normal_replacement(smallest_normal: float) -> float:
             if v >= smallest_normal:
                 return v
     return float(f"1e{exp + 2}")
-
-
-def _fp32_change(old: float, new: float) -> str:
-    """The change raising ``old`` to ``new`` makes to ``1 / (1 + eps)`` in float32 (a
-    unit denominator): what a plain raise costs fp32 results."""
-    def f32(v: float) -> float:
-        return struct.unpack("f", struct.pack("f", v))[0]
-
-    before, after = f32(1 / f32(1 + f32(old))), f32(1 / f32(1 + f32(new)))
-    return f"changes fp32 results: 1 / (1 + eps) goes from {before:.8g} to {after:.8g}"
 
 
 def _literal_text(v: float) -> str:
@@ -155,25 +144,37 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-4):
+    def __init__(self, d, eps=1e-8):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
-        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        input_dtype = x.dtype
+        x = x.float()
+        return (self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(input_dtype)
 ```
-or compute the statistics in fp32 (`x.float()`, then cast the result back).
+(the norm computed in fp32 and cast back, as Llama's RMSNorm does); outside a norm, an
+epsilon chosen by dtype: `x / (n + (1e-8 if n.dtype != torch.float16 else 1e-4))`.
 
 ## Fix safety
-The fix raises the literal to the smallest "round" normal number of the target
-(fp16: `1e-4`, fp8 e4m3: `0.02`), where the literal is written in this file (a default
-argument, a module constant, the use itself); with none (an optimizer default) it adds
-`eps=1e-4`. It is `unsafe`: it changes fp32 numerics (a bigger epsilon biases small
-norms and variances). Raising the constant was chosen over "compute in fp32" because
-it is a one-token edit that keeps every tensor's dtype -- inserting `.float()` would
-change the dtype of everything downstream (fp32 activations meeting fp16 weights under
-O2/O3). No fix when the constant lives in another file (fix the config there).
+Three fixes, in order of preference; the first two keep fp32 output bit-identical and
+are `safe`:
+
+1. **A hand-written norm** (eps under `sqrt`/`rsqrt`/a negative power in a module's
+   `forward`, a `*Norm*` module's denominator, or its call site `MyNorm(d, eps=1e-12)`):
+   `forward` computes in fp32 and casts back (`input_dtype = x.dtype; x = x.float()` ...
+   `return (...).to(input_dtype)`). In fp32 `x.float()` is `x`, so the output is
+   `torch.equal` to before; in fp16 the square, variance, `+ eps` and root run in fp32,
+   curing the eps underflow and the square's overflow together (tested at run time).
+2. **Any other epsilon** added to, or clamping, a tensor `x`: the half-safe value for
+   fp16 only, `(1e-8 if x.dtype != torch.float16 else 1e-4)`; other dtypes keep it.
+3. Only where neither can be written (no tensor to test, an O3 optimizer default): the
+   plain raise to the smallest "round" normal number (fp16: `1e-4`, fp8 e4m3: `0.02`), or
+   `eps=1e-4`. It is `unsafe`: its description states the fp32 change.
+
+No fix when the constant lives in another file (fix the config there). `fix` then
+`fix --unsafe-fixes` writes what `fix --unsafe-fixes` writes alone.
 """
 
     VALID = [
@@ -250,7 +251,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             expected_fix="""
                 import torch
                 def f(x):
-                    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)
+                    return x / (x.norm(dim=-1, keepdim=True) + (1e-8 if x.dtype != torch.float16 else 1e-4))
                 """,
         ),
         Invalid("""
@@ -261,9 +262,12 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             expected_fix="""
                 import torch
                 def nll(p):
-                    return -torch.log(p + 1e-4).mean()
+                    return -torch.log(p + (1e-10 if p.dtype != torch.float16 else 1e-4)).mean()
                 """,
         ),
+        # no tensor to test the dtype of: the plain raise, unsafe
+        Invalid("import torch\ndef nll(a, b):\n    return -torch.log(a * b + 1e-10).mean()\n", message="becomes 0",
+                expected_fix="import torch\ndef nll(a, b):\n    return -torch.log(a * b + 1e-4).mean()\n"),
         Invalid("""
             import torch
             import torch.nn as nn
@@ -281,13 +285,15 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                 import torch
                 import torch.nn as nn
                 class LayerNorm(nn.Module):
-                    def __init__(self, d, eps=1e-4):
+                    def __init__(self, d, eps=1e-6):
                         super().__init__()
                         self.eps = eps
                     def forward(self, x):
+                        input_dtype = x.dtype
+                        x = x.float()
                         u = x.mean(-1, keepdim=True)
                         s = (x - u).pow(2).mean(-1, keepdim=True)
-                        return (x - u) / torch.sqrt(s + self.eps)
+                        return ((x - u) / torch.sqrt(s + self.eps)).to(input_dtype)
                 """,
         ),
     ]
@@ -331,36 +337,10 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         else:
             message = (f"{desc} is subnormal in {fmt_.name} (smallest normal {fmt(fmt_.smallest_normal)}): "
                        f"it keeps few significant bits and is flushed to 0 where denormals are: {where}")
-        fix = self._fix(ctx, use, value, fmt_, opt_default, operand, norm)
+        fix = fixes.epsilon_fix(ctx, use, value, fmt_.name, _literal_text(normal_replacement(fmt_.smallest_normal)),
+                                opt_default, operand, norm)
         ctx.report(self, use if use is not None else at, message, fix=fix, related=value.origin,
                    severity=Severity.ERROR if zero else Severity.WARNING)
-
-    def _fix(self, ctx, use, value, fmt_, opt_default, operand, norm) -> Optional[Fix]:
-        """In order of preference: a hand-written norm computed in fp32 and cast back;
-        the half-safe eps for fp16 tensors only (``eps if x.dtype != torch.float16 else
-        1e-4``); both keep every other dtype bit-identical (safe).  Only where neither can
-        be written: the plain raise of the constant (unsafe, its fp32 change stated)."""
-        new = _literal_text(normal_replacement(fmt_.smallest_normal))
-        if norm is not None:
-            edits = fixes.compute_in_fp32(ctx, norm)
-            if edits:
-                return Fix(edits, "safe", "Compute the norm in fp32 and cast the result back "
-                                          "(`x = x.float()` ... `.to(input_dtype)`): fp32 output is unchanged, "
-                                          "and neither eps nor the square can underflow or overflow")
-        root = fixes.tensor_root(operand) if operand is not None else None
-        if use is not None and root is not None and fmt_.name == "float16" and not root.startswith("self."):
-            edit = fixes.half_guarded(ctx, use, root, new)
-            if edit is not None:
-                return Fix([edit], "safe", f"Use {new} for float16 `{root}` only (`... if {root}.dtype != torch.float16 "
-                                           f"else {new}`): other dtypes keep the epsilon bit for bit")
-        old = value.value
-        change = _fp32_change(old, float(new))
-        lit = value.literal
-        if opt_default is not None:
-            return Fix([Edit.insert_after(opt_default, f", eps={new}")], "unsafe", f"Pass `eps={new}` ({change})")
-        if isinstance(lit, ast.Constant) and lit.value == old and getattr(lit, "amplint_parent", None) is not None:
-            return Fix([Edit.replace(lit, new)], "unsafe", f"Raise the epsilon to {new}, a normal {fmt_.name} number ({change})")
-        return None
 
     def _runs_in_half(self, ctx, node, operand) -> bool:
         if ctx.branch_runs_in_half(node) is False:
@@ -396,18 +376,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                 return
             if not where.startswith("`") and not ctx.in_model_code(node) and not _has_call(other):
                 return  # step / (total + 1e-8) in a schedule: Python numbers, not tensors
-            self._report(ctx, side, value, fmt_, where, operand=other, norm=self._norm_forward(ctx, node, where))
+            self._report(ctx, side, value, fmt_, where, operand=other, norm=fixes.norm_forward(ctx, node, where))
             return
-
-    def _norm_forward(self, ctx, node, where: str) -> Optional[ast.AST]:
-        """The ``forward`` of a hand-written norm module that takes this root (a norm:
-        eps under ``sqrt``/``rsqrt``/a negative power, in a module's ``forward``)."""
-        if not ("sqrt" in where or "negative power" in where):
-            return None
-        cls, func = ctx.enclosing_method(node)
-        if cls is None or func is None or func.name != "forward" or not ctx.is_module_class(cls):
-            return None
-        return func
 
     def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[str]:
         """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""

@@ -456,8 +456,11 @@ def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered
     if torch_name is not None and "custom_fwd" not in decorators:
         forward_text += (f"@{torch_name}.amp.custom_fwd(device_type=\"{device}\", "
                          f"cast_inputs={torch_name}.float32)\n{ctx.indentation(forward)}")
-    if engine == "amplint":
+    # @amp.float_function only in a project that trains with an apex-style amp (never an
+    # import of an engine the project does not use); custom_fwd alone otherwise
+    if engine == "amplint" and ctx.settings.amp_module is not None:
         amp_name, import_line = amp_alias(ctx)
+        import_line = import_line.replace("from amplint import", f"from {ctx.settings.amp_module} import")
         anchor = fixes.import_anchor(ctx)
         if anchor is not None or not import_line:
             # closest to `def`: under O1 it casts to fp32; under autocast custom_fwd already did
