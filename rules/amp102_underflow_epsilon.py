@@ -83,7 +83,7 @@ class UnderflowEpsilon(Rule):
     name = "underflow-epsilon"
     summary = "A stabilising epsilon below the target's smallest normal number (fp16: 6.1e-5) vanishes in half"
     severity = Severity.WARNING
-    fix_applicability = "unsafe"
+    fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
     docs = """
 ## What it does

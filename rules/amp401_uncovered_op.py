@@ -120,10 +120,15 @@ with torch.autocast("cuda", enabled=False):
 ```
 
 ## Fix safety
-The registration fix is `safe`: it only changes what happens under the engine's O1 (fp32 runs are
-unchanged). Registrations must run before `amp.initialize`; the fix puts them right after the
-file's imports, which run when the model is imported. The custom-Function fix is `unsafe`: it
-changes the dtypes the forward computes in.
+The fix follows the engine the project trains with (`engine`, default `auto`: read from the
+linted files, see the README). Registrations must run before `amp.initialize`, so they are
+written -- after the imports, with the project's own `amp` (`from apex import amp` in an apex
+project, `from amplint import amp` in one on amplint) -- only into the file that calls
+`amp.initialize`; that fix is `safe` (fp32 runs are unchanged). Anywhere else (a library model
+file, a project on `torch.autocast` or with no engine found) the finding carries the lines to
+add as a `display` fix naming the training script: no fix ever makes a model file import an
+engine its project does not use. The custom-Function fix is `unsafe` (it changes the dtypes
+the forward computes in); it adds `@amp.float_function` only in a project on that `amp`.
 """
 
     VALID = [
