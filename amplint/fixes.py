@@ -107,6 +107,10 @@ def registration_fix(ctx, wanted: list) -> Optional[Fix]:
     seen, lines = set(), []
     need_sys = False
     amp_name, import_line = amp_alias(ctx) if here else ("amp", "")
+    if here and import_line and module == "apex" and not (sites and sites[0][0] == ctx.path):
+        # a new import of apex's removed amp in a model file would be migrated to amplint
+        # by AMP501: show the lines instead
+        here, amp_name, import_line = False, "amp", ""
     if here and import_line and module == "apex":
         import_line = import_line.replace("from amplint import", "from apex import").replace("amplint_amp", "apex_amp")
         amp_name = amp_name.replace("amplint_amp", "apex_amp")
@@ -180,7 +184,7 @@ def compute_in_fp32(ctx, func: ast.AST) -> Optional[list[Edit]]:
     if not returns or any(r.value is None or isinstance(r.value, ast.Tuple) for r in returns):
         return None
     used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | {a.arg for a in args}
-    dtype = next(n for n in ("input_dtype", f"{x}_dtype", "orig_dtype", "dtype_in") if n not in used)
+    dtype = next(n for n in ("input_dtype", f"{x}_dtype", *(f"input_dtype{i}" for i in range(2, 10 ** 6))) if n not in used)
     indent = ctx.indentation(first)
     edits = [Edit.insert_before(first, f"{dtype} = {x}.dtype\n{indent}{x} = {x}.float()\n{indent}")]
     for ret in returns:
@@ -277,6 +281,8 @@ def norm_forward(ctx, node, where: str) -> Optional[ast.AST]:
     cls, func = ctx.enclosing_method(node)
     if cls is None or func is None or func.name != "forward" or not ctx.is_module_class(cls):
         return None
+    if ctx.enclosing_function(node) is not func:
+        return None  # in a helper nested in forward: its arguments are not forward's
     if not ("sqrt" in where or "negative power" in where or "norm" in cls.name.lower()):
         return None
     return func

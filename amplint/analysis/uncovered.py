@@ -457,10 +457,12 @@ def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered
         forward_text += (f"@{torch_name}.amp.custom_fwd(device_type=\"{device}\", "
                          f"cast_inputs={torch_name}.float32)\n{ctx.indentation(forward)}")
     # @amp.float_function only in a project that trains with an apex-style amp (never an
-    # import of an engine the project does not use); custom_fwd alone otherwise
-    if engine == "amplint" and ctx.settings.amp_module is not None:
-        amp_name, import_line = amp_alias(ctx)
-        import_line = import_line.replace("from amplint import", f"from {ctx.settings.amp_module} import")
+    # import of an engine the project does not use, nor a new import of apex's removed amp,
+    # which AMP501 would turn into amplint's); custom_fwd alone otherwise
+    amp_name, import_line = amp_alias(ctx) if engine == "amplint" and ctx.settings.amp_module else ("", "-")
+    if ctx.settings.amp_module == "apex" and import_line:
+        import_line = "-"
+    if import_line != "-":
         anchor = fixes.import_anchor(ctx)
         if anchor is not None or not import_line:
             # closest to `def`: under O1 it casts to fp32; under autocast custom_fwd already did
