@@ -84,15 +84,16 @@ def insert_lines_after(ctx, stmt: ast.stmt, text: str) -> Edit:
     return Edit.insert_at(end + 1, 0, text)
 
 
-def registration_fix(ctx, wanted: list) -> Optional[Fix]:
-    """AMP401's one fix for a file's registrations (``analysis.uncovered.Registration``).
+def registration_fix(ctx, wanted: list, self_module: str, after_registrations) -> Optional[Fix]:
+    """AMP401's one fix for a file's registrations (``analysis.uncovered.Registration``;
+    ``self_module`` is the text of a registration on the importing module itself,
+    ``after_registrations(ctx, anchor)`` skips registrations already after the imports).
     Registrations belong before
     ``amp.initialize`` in the engine the project trains with: applied (safe) only in
     the file that calls ``amp.initialize``, with that engine's ``amp``; anywhere else
     -- a library model file, a project on ``torch.autocast`` or with no engine found
     -- the lines to add are shown, never inserted (a model file must not start
     depending on an engine its project does not use)."""
-    from .analysis import uncovered
     from . import engine_detect
 
     anchor = import_anchor(ctx)
@@ -102,7 +103,7 @@ def registration_fix(ctx, wanted: list) -> Optional[Fix]:
     sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.settings.root, ctx.tree)
     # a name imported with `from torch import einsum` can only be registered on the module
     # that imported it: in a project on that engine, the file itself
-    self_only = all(reg.text == uncovered.SELF_MODULE for reg in wanted)
+    self_only = all(reg.text == self_module for reg in wanted)
     here = module is not None and (bool(sites) and sites[0][0] == ctx.path or self_only)
     seen, lines = set(), []
     need_sys = False
@@ -119,7 +120,7 @@ def registration_fix(ctx, wanted: list) -> Optional[Fix]:
         if (reg.module, name) in seen:
             continue
         seen.add((reg.module, name))
-        if text == uncovered.SELF_MODULE and ctx.imports.get("sys") != "sys":
+        if text == self_module and ctx.imports.get("sys") != "sys":
             need_sys = True
         lines.append(f"{amp_name}.register_{kind}_function({text}, \"{name}\")\n")
     if not lines:
@@ -139,7 +140,7 @@ def registration_fix(ctx, wanted: list) -> Optional[Fix]:
         return Fix((), "display", f"Register {names} {where}: `{shown}`")
     head = ("import sys\n" if need_sys else "") + import_line
     # after existing registrations that follow the imports
-    anchor = uncovered.after_registrations(ctx, anchor)
+    anchor = after_registrations(ctx, anchor)
     return Fix([insert_lines_after(ctx, anchor, head + "".join(lines))], "safe",
                f"Register {names} with {module}'s O1 engine after the imports (before `amp.initialize`)")
 

@@ -466,4 +466,4 @@ the forward computes in); it adds `@amp.float_function` only in a project on tha
     # --- the registration fix --------------------------------------------------------
 
     def _registration_fix(self, ctx, wanted: list[uncovered.Registration]) -> Optional[Fix]:
-        return fixes.registration_fix(ctx, wanted)
+        return fixes.registration_fix(ctx, wanted, uncovered.SELF_MODULE, uncovered.after_registrations)
