@@ -154,7 +154,12 @@ def _keys(d, names) -> bool:
     return isinstance(d, dict) and len(d) == len(names) and all(n in d for n in names)
 
 
-_FINDING_KEYS = frozenset(("path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix", "related"))
+_FINDING_KEYS = frozenset(("path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix", "related", "fingerprint"))
+
+
+def _edit_ok(e) -> bool:
+    return (_keys(e, ("line", "column", "end_line", "end_column", "content")) and isinstance(e["content"], str)
+            and all(_int(e[k]) for k in ("line", "column", "end_line", "end_column")))
 
 
 def _finding_ok(f) -> bool:
@@ -167,8 +172,11 @@ def _finding_ok(f) -> bool:
             and f["severity"] in Severity._value2member_map_):
         return False
     fix = f["fix"]
-    if fix is not None and not (_keys(fix, ("applicability", "description")) and isinstance(fix["description"], str)
-                                and fix["applicability"] in Applicability._value2member_map_):
+    if fix is not None and not (_keys(fix, ("applicability", "description", "edits")) and isinstance(fix["description"], str)
+                                and fix["applicability"] in Applicability._value2member_map_
+                                and isinstance(fix["edits"], list) and all(_edit_ok(e) for e in fix["edits"])):
+        return False
+    if not isinstance(f["fingerprint"], str):
         return False
     return isinstance(f["related"], list) and all(
         _keys(r, ("path", "line", "column", "note")) and isinstance(r["path"], str) and isinstance(r["note"], str)
@@ -192,6 +200,8 @@ def _query_ok(q) -> bool:
         return False
     if q[0] == "config":
         return len(q) == 3 and isinstance(q[1], str) and (q[2] is None or isinstance(q[2], str))
+    if q[0] == "named":  # ("named", code, name): one named fact of other files (ProjectIndex.named)
+        return len(q) == 3 and isinstance(q[1], str) and isinstance(q[2], str)
     return q[0] == "facts" and len(q) == 2 and isinstance(q[1], str)
 
 

@@ -27,6 +27,16 @@ def _codes(value: str) -> list[str]:
     return [c.strip().upper() for c in value.split(",") if c.strip()]
 
 
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (one per core) or more, not {jobs}")
+    return jobs
+
+
 def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     from .reporters import FORMATS
 
@@ -44,17 +54,31 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     tgt.add_argument("--fix-style", choices=FIX_STYLES, help="how softmax fixes are written: functional (dtype=torch.float32) or module (nn.Softmax in __init__)")
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")
+    out.add_argument("--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout (amplint's own errors still go to stderr)")
     out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
-    out.add_argument("--report-unused-suppressions", action="store_true", help=f"report suppression comments that silence nothing (code AMP900)")
+    out.add_argument("--report-unused-suppressions", action="store_true", help="report suppression comments that silence nothing (code AMP900)")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
     run = p.add_argument_group("running")
     run.add_argument("--exclude", type=lambda v: [s for s in v.split(",") if s], metavar="GLOBS", help="comma-separated path globs to skip, added to the config's exclude")
+    run.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false",
+                     help="also lint files that .gitignore / .ignore files ignore (default: skip them when walking folders)")
+    run.add_argument("--force-exclude", action="store_true",
+                     help="apply exclude (and .gitignore) to paths named on the command line too (for pre-commit)")
+    run.add_argument("--stdin-filename", metavar="NAME",
+                     help="read the source from stdin and report it as NAME (its config, per-file-ignores); "
+                          + ("write the fixed source to stdout, the findings left to stderr" if fix else "no PATH with it"))
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
-    run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core)")
+    run.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
+                     help="worker processes (default or 0: one per core; at most the number of files and twice the cores)")
     _add_allow_option(run)
+    adopt = p.add_argument_group("adopting amplint on an existing codebase")
+    adopt.add_argument("--baseline", metavar="FILE", help="do not report findings recorded in this baseline file (written by check --write-baseline)")
+    if not fix:
+        adopt.add_argument("--write-baseline", metavar="FILE", help="record every current finding in FILE and exit 0 (errors still exit 2)")
+        adopt.add_argument("--add-noqa", action="store_true", help="append `# noqa: CODE` to the line of each finding (merging existing codes) and exit 0")
     if fix:
         p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
         p.add_argument("--diff", action="store_true", help="print a unified diff of the fixes and write nothing")
@@ -107,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
     explain.add_argument("code", metavar="CODE", help="rule code (AMP101) or name (overflow-constant)")
     _add_allow_option(explain)
+    server = sub.add_parser("server", help="run the language server (LSP over stdio) for editors",
+                            description='A language server over stdio: diagnostics, quick fixes, fix-all and hover. '
+                                        'Needs the lsp extra: pip install "amplint[lsp]".')
+    _add_allow_option(server)
     try:
         from .verify import cli as verify_cli
     except ImportError:
@@ -128,6 +156,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _rules(args)
         if args.command == "explain":
             return _explain(args)
+        if args.command == "server":
+            return _server(args)
         if args.command == "verify":
             from .verify import cli as verify_cli
 
@@ -138,6 +168,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("amplint: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     parser.print_help()
     return EXIT_ERROR
 
@@ -145,7 +177,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _lint(args) -> int:
     from .engine import RunOptions, run
     from .registry import RuleLoadError, all_rules, unknown_codes
-    from .reporters import REPORTERS
 
     if args.alignment is not None and (args.alignment <= 0 or args.alignment & (args.alignment - 1)):
         print(f"amplint: error: --alignment must be a positive power of two, not {args.alignment}", file=sys.stderr)
@@ -165,9 +196,20 @@ def _lint(args) -> int:
     allowed = _local_rules_allowed(args)
     resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
     paths = args.paths or ["."]
+    stdin = None
+    if args.stdin_filename is not None:
+        if args.paths:
+            print("amplint: error: --stdin-filename reads the source from stdin: give no PATH", file=sys.stderr)
+            return EXIT_ERROR
+        for option in ("add_noqa", "write_baseline"):  # they edit or record files on disk
+            if getattr(args, option, None):
+                print(f"amplint: error: --{option.replace('_', '-')} works on files, not with --stdin-filename", file=sys.stderr)
+                return EXIT_ERROR
+        paths = [args.stdin_filename]
+        stdin = sys.stdin.buffer.read()
     try:
         base = resolver.for_path(paths[0])
-    except ConfigError as exc:
+    except ConfigError:
         if args.config:
             raise
         # reported per file by the run, which lints the files other configs govern
@@ -186,6 +228,15 @@ def _lint(args) -> int:
                 _warn_rules_not_loaded(resolver, allowed)
                 return EXIT_ERROR
 
+    baseline = None
+    if args.baseline:
+        from .baseline import Baseline, BaselineError
+
+        try:
+            baseline = Baseline(args.baseline)
+        except BaselineError as exc:
+            print(f"amplint: error: --baseline {exc}", file=sys.stderr)
+            return EXIT_ERROR
     fmt = args.format or "text"
     if args.statistics and fmt not in ("text", "concise", "json"):
         print(f"amplint: error: --statistics works with --format text, concise or json, not {fmt}", file=sys.stderr)
@@ -200,11 +251,14 @@ def _lint(args) -> int:
         fix=args.command == "fix" and not getattr(args, "diff", False),
         unsafe_fixes=getattr(args, "unsafe_fixes", False),
         diff=getattr(args, "diff", False),
-        use_cache=not args.no_cache,
+        use_cache=not args.no_cache and stdin is None,
         cache_dir=args.cache_dir,
         jobs=args.jobs,
         report_unused_suppressions=args.report_unused_suppressions,
         progress=progress,
+        respect_gitignore=args.respect_gitignore,
+        force_exclude=args.force_exclude,
+        stdin=stdin,
     )
     try:
         results = run(paths, resolver, options)
@@ -214,26 +268,34 @@ def _lint(args) -> int:
     finally:
         finish()
     _warn_rules_not_loaded(resolver, allowed)
-    out = sys.stdout
-    color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
-    if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
-        from .reporters.common import diff_summary, render_errors
-
+    if getattr(args, "write_baseline", None):
+        return _write_baseline(args.write_baseline, results)
+    if baseline is not None:
         for r in results:
-            if r.diff:
-                out.write(r.diff)
-        render_errors(results, sys.stderr)
+            r.findings = baseline.filter(r.findings)
         if not args.quiet:
-            print(diff_summary(results), file=sys.stderr)
-    elif args.quiet and fmt in ("text", "concise"):
-        from .reporters.concise import render_findings
-        from .reporters.common import render_errors
-
-        render_findings(results, out)
-        render_errors(results, sys.stderr)
+            stale = f"; {baseline.stale} of its entries matched nothing" if baseline.stale else ""
+            print(f"amplint: {baseline.matched} finding{'s' if baseline.matched != 1 else ''} "
+                  f"in the baseline {args.baseline} not shown{stale}", file=sys.stderr)
+    if getattr(args, "add_noqa", False):
+        return _add_noqa(results, resolver)
+    if stdin is not None and options.fix:
+        # an editor's "format with amplint": the fixed source (or the source unchanged) on
+        # stdout, the findings left on stderr
+        fixed = next((r.output for r in results if r.output is not None), stdin)
+        sys.stdout.buffer.write(fixed)
+        sys.stdout.flush()
+        _report(args, fmt, options, results, sys.stderr)
+    elif args.output_file:
+        try:
+            out = open(args.output_file, "w", encoding="utf-8")
+        except OSError as exc:
+            print(f"amplint: error: --output-file {args.output_file}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_ERROR
+        with out:
+            _report(args, fmt, options, results, out)
     else:
-        REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
-    out.flush()
+        _report(args, fmt, options, results, sys.stdout)
     if any(r.errors for r in results):
         return EXIT_ERROR
     findings = any(r.findings for r in results)
@@ -241,6 +303,81 @@ def _lint(args) -> int:
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _report(args, fmt: str, options, results, out) -> None:
+    from .reporters import REPORTERS
+
+    color = fmt == "text" and out.isatty() and not os.environ.get("NO_COLOR")
+    try:
+        if options.diff:  # Ruff's `--diff`: the diff alone on stdout (fit for `git apply`), the counts on stderr
+            from .reporters.common import diff_summary, render_errors
+
+            for r in results:
+                if r.diff:
+                    out.write(r.diff)
+            render_errors(results, sys.stderr)
+            if not args.quiet:
+                print(diff_summary(results), file=sys.stderr)
+        elif args.quiet and fmt in ("text", "concise"):
+            from .reporters.common import render_errors
+            from .reporters.concise import render_findings
+
+            render_findings(results, out)
+            render_errors(results, sys.stderr)
+        else:
+            REPORTERS[fmt](results, out, statistics=args.statistics, color=color)
+        out.flush()
+    except BrokenPipeError:  # `amplint check | head -1`: the reader has all it wanted
+        _reader_went_away()
+
+
+def _write_baseline(file: str, results) -> int:
+    from .baseline import write_baseline
+    from .reporters.common import render_errors
+    from .registry import UNUSED_SUPPRESSION
+
+    findings = [f for r in results for f in r.findings if f.code != UNUSED_SUPPRESSION]
+    try:
+        count = write_baseline(file, findings)
+    except OSError as exc:
+        print(f"amplint: error: --write-baseline {file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    render_errors(results, sys.stderr)
+    print(f"Wrote {count} finding{'s' if count != 1 else ''} to the baseline {file}.", file=sys.stderr)
+    return EXIT_ERROR if any(r.errors for r in results) else EXIT_CLEAN
+
+
+def _add_noqa(results, resolver: ConfigResolver) -> int:
+    from .files import SourceError
+    from .noqa import add_noqa
+    from .reporters.common import render_errors
+
+    added = lines = files = 0
+    for r in results:
+        if not r.findings:
+            continue
+        try:
+            codes, changed = add_noqa(r.path, r.findings, resolver.for_path(r.path))
+        except SourceError as exc:
+            r.errors.append(exc)
+            continue
+        added, lines, files = added + codes, lines + changed, files + bool(changed)
+    render_errors(results, sys.stderr)
+    print(f"Added {added} noqa code{'s' if added != 1 else ''} on {lines} line{'s' if lines != 1 else ''} "
+          f"in {files} file{'s' if files != 1 else ''}.", file=sys.stderr)
+    return EXIT_ERROR if any(r.errors for r in results) else EXIT_CLEAN
+
+
+def _server(args) -> int:
+    try:
+        from . import server
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("pygls", "lsprotocol") and not (exc.name or "").startswith(("pygls.", "lsprotocol.")):
+            raise
+        print('amplint server needs pygls: pip install "amplint[lsp]"', file=sys.stderr)
+        return EXIT_ERROR
+    return server.main(_local_rules_allowed(args))
 
 
 def _needs_torch(feature: str, run) -> int:
@@ -254,6 +391,18 @@ def _needs_torch(feature: str, run) -> int:
             raise
         print(missing_torch(feature), file=sys.stderr)
         return EXIT_ERROR
+
+
+def _reader_went_away() -> int:
+    """The reader of our output closed the pipe: stop writing, quietly.  Standard output
+    is pointed at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_ERROR
 
 
 def _verify_before_fix(args) -> int:

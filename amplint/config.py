@@ -146,6 +146,17 @@ def _line_of(text: str, key: str) -> Optional[int]:
     return None
 
 
+def _key_line(text: str, key: str) -> Optional[int]:
+    """The line of a top-level ``key =`` (before any table header)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            return None
+        if re.match(rf'^["\']?{re.escape(key)}["\']?\s*=', stripped):
+            return number
+    return None
+
+
 def validate(table: dict[str, Any], path: Optional[str] = None, text: str = "") -> dict[str, Any]:
     """Check a ``[tool.amplint]`` table; return keyword arguments for :class:`Settings`."""
     out: dict[str, Any] = {}
@@ -194,6 +205,32 @@ def validate(table: dict[str, Any], path: Optional[str] = None, text: str = "") 
     return out
 
 
+def _check_codes_known(values: dict[str, Any], path: str, text: str, plugins: bool) -> None:
+    """A code or prefix in ``select``/``ignore``/``extend-select``/``per-file-ignores``
+    that names no rule is an error (``select = ["AMP999"]`` would turn the linter off).
+    Loads the rules (and the config's rule-paths) only when the config names codes.
+    The caller skips the check when local rules or plugins were withheld (not allowed):
+    their codes cannot be known without running them."""
+    lists = [(key, values.get(key.replace("-", "_"), ())) for key in ("select", "ignore", "extend-select")]
+    lists += [(pattern, codes) for pattern, codes in values.get("per_file_ignores", ())]
+    if not any(codes for _, codes in lists):
+        return
+    from .registry import RuleLoadError, all_rules, unknown_codes
+
+    try:
+        rules = all_rules(values.get("rule_paths", ()), plugins)
+    except RuleLoadError:
+        return  # reported where the rules are loaded for linting
+    for where, codes in lists:
+        bad = unknown_codes(codes, rules)
+        if bad:
+            key = where if where in ("select", "ignore", "extend-select") else "per-file-ignores"
+            label = key if key == where else f"per-file-ignores {where!r}"
+            line = _line_of(text, where) or _line_of(text, key)
+            raise ConfigError(f"[tool.amplint] {label}: unknown rule code or prefix: {', '.join(bad)} "
+                              f"(see `amplint rules`)", path, line)
+
+
 def read_pyproject(path: Path) -> Optional[dict[str, Any]]:
     """The ``[tool.amplint]`` table of ``path`` (None when the file has none)."""
     try:
@@ -205,7 +242,10 @@ def read_pyproject(path: Path) -> Optional[dict[str, Any]]:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise ConfigError(f"invalid TOML: {exc}", str(path), int(m.group(1)) if m else None) from None
-    table = data.get("tool", {}).get("amplint")
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):  # `tool = 5`: the file is not ours to judge, but it cannot hold settings
+        raise ConfigError("`tool` must be a table", str(path), _key_line(text, "tool"))
+    table = tool.get("amplint")
     if table is None:
         return None
     if not isinstance(table, dict):
@@ -237,6 +277,9 @@ class ConfigResolver:
             values = validate(table, key, text)
             if values.get("rule_paths"):
                 values["rule_paths"] = self._local_rule_paths(values["rule_paths"], pyproject, text)
+            withheld = key in self.rules_not_loaded or (not self.allow_local_rules and trust.installed_plugins())
+            if not withheld:
+                _check_codes_known(values, key, text, self.allow_local_rules)
             self._by_file[key] = self._build(values, str(pyproject.parent), key)
         return self._by_file[key]
 
@@ -282,14 +325,22 @@ class ConfigResolver:
             start = Path(path).resolve()
         except (OSError, RuntimeError):  # a symlink loop: discovery reports it; find the config by name
             start = Path(os.path.abspath(path))
-        directory = start if start.is_dir() else start.parent
+        try:
+            is_dir = start.is_dir()
+        except OSError:  # under a folder that cannot be searched: discovery reports it
+            is_dir = False
+        directory = start if is_dir else start.parent
         key = str(directory)
         if key in self._by_dir:
             return self._by_dir[key]
         settings = None
         for folder in (directory, *directory.parents):
             candidate = folder / "pyproject.toml"
-            table = read_pyproject(candidate) if candidate.is_file() and str(candidate) not in self._by_file else None
+            try:
+                present = candidate.is_file()
+            except OSError:  # a folder that cannot be searched: discovery reports it, no config there
+                present = False
+            table = read_pyproject(candidate) if present and str(candidate) not in self._by_file else None
             if str(candidate) in self._by_file or table is not None:
                 settings = self._from_file(candidate, table)
                 break

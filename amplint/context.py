@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
-from .dtypes import dtype_branch
+from .dtypes import DtypeClass, DtypeFlow, dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
@@ -77,6 +77,8 @@ class FileContext:
         self._lines: Optional[list[str]] = None
         self._ascii = source.isascii()
         self._imports: dict[str, str] = {}
+        #: local name -> "module.name" of relative imports (leading dots dropped)
+        self._relative_imports: dict[str, str] = {}
         self._import_nodes: list[ast.AST] = []
         self._calls: list[ast.Call] = []
         self._buckets: dict[str, list[ast.AST]] = {}
@@ -89,6 +91,8 @@ class FileContext:
         self._module_classes: Optional[set[str]] = None
         self._forward_reachable: Optional[set[int]] = None
         self._evaluator = None
+        self._dtype_flow: Optional[DtypeFlow] = None
+        self._explicit_dtype_flow: Optional[DtypeFlow] = None
         self._walked = False
         self._index_module_level()
 
@@ -151,8 +155,14 @@ class FileContext:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         self._module_assignments.setdefault(target.id, []).append(stmt)
-            elif isinstance(stmt, ast.If):  # `if TYPE_CHECKING:` / version switches
-                for inner in stmt.body + stmt.orelse:
+            elif isinstance(stmt, (ast.If, ast.Try)):
+                # `if TYPE_CHECKING:` / version switches; `try: from apex... import
+                # FusedLayerNorm as X` / `except ImportError: class X(nn.Module)`: the
+                # fallback is analysed, since it is what runs without the fused package
+                inner_body = stmt.body + stmt.orelse
+                if isinstance(stmt, ast.Try):
+                    inner_body = inner_body + [s for h in stmt.handlers for s in h.body]
+                for inner in inner_body:
                     if isinstance(inner, ast.ClassDef):
                         self._classes.setdefault(inner.name, inner)
                     elif isinstance(inner, FunctionNode):
@@ -174,6 +184,24 @@ class FileContext:
                 for alias in node.names:
                     if alias.name != "*":
                         aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            else:  # `from .modeling import BertLayerNorm as LayerNorm`, `from . import constants`
+                for alias in node.names:
+                    if alias.name != "*":
+                        self._relative_imports[alias.asname or alias.name] = f"{node.module or ''}.{alias.name}".lstrip(".")
+
+    def import_origin(self, local: str) -> Optional[tuple[str, str]]:
+        """(module, name) a local name is imported as: ``from .modeling import
+        BertLayerNorm as LayerNorm`` -> ("modeling", "BertLayerNorm") (relative modules
+        without their dots); ``import a.b as c`` -> ("a", "b"); None when not imported."""
+        full = self._imports.get(local) or self._relative_imports.get(local)
+        if not full:
+            return None
+        module, _, name = full.rpartition(".")
+        return module, name
+
+    def import_path(self, local: str) -> Optional[str]:
+        """The dotted module path a local name stands for (absolute or relative)."""
+        return self._imports.get(local) or self._relative_imports.get(local)
 
     def nodes(self, type_name: str) -> list[ast.AST]:
         """Every node of the ast class ``type_name`` in the file, in walk order, without
@@ -335,6 +363,8 @@ class FileContext:
                 stack.extend(stmt.body)
             elif isinstance(stmt, (ast.If, ast.Try)):
                 stack.extend(stmt.body + stmt.orelse)
+                if isinstance(stmt, ast.Try):
+                    stack.extend(s for h in stmt.handlers for s in h.body)
 
     def in_model_code(self, node: ast.AST) -> bool:
         """Inside any method of an ``nn.Module`` subclass, or in a function those
@@ -366,15 +396,21 @@ class FileContext:
         # call graph from the Call nodes the walk collected: caller function -> callees
         callees: dict[int, list[ast.AST]] = {}
         functions = self._functions
+        aliases = self._function_aliases()
         for call in self._calls:
             target = call.func
             if target.__class__ is ast.Name:
                 found = functions.get(target.id)
                 found = (found,) if found is not None else ()
+                # called through a local alias: softmax = torch.softmax if fast else stable_softmax
+                if not found and target.id in aliases:
+                    found = self._aliased_functions(call)
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
-                found = methods_by_name.get(target.attr, ())
+                found = tuple(methods_by_name.get(target.attr, ()))
             else:
-                continue
+                found = ()
+            # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
+            found += tuple(functions[a.id] for a in call.args if a.__class__ is ast.Name and a.id in functions)
             if found:
                 # nested functions belong to their method (or module-level function)
                 caller = None
@@ -394,6 +430,34 @@ class FileContext:
             reachable.add(id(func))
             todo.extend(callees.get(id(func), ()))
         return reachable
+
+    def _function_aliases(self) -> set:
+        """Names assigned a function of this file, or a choice of them (``f = a if c else b``)."""
+        found = set()
+        for node in self._binding_nodes:
+            if node.__class__ is ast.Assign:
+                value = node.value
+                options = (value.body, value.orelse) if value.__class__ is ast.IfExp else (value,)
+                if any(o.__class__ is ast.Name and o.id in self._functions for o in options):
+                    found.update(t.id for t in node.targets if t.__class__ is ast.Name)
+        return found
+
+    def _aliased_functions(self, call: ast.Call) -> tuple:
+        """Functions of this file a call's name may be bound to in its function
+        (``f = a if cond else b``, ``f = a``)."""
+        from .dtypes import reaching_value
+
+        if self.enclosing_function(call) is None:
+            return ()
+        value = reaching_value(self, call.func)
+        names = []
+        while value is not None:
+            if value.__class__ is ast.IfExp:
+                names += [v for v in (value.body, value.orelse) if v.__class__ is ast.Name]
+            elif value.__class__ is ast.Name:
+                names.append(value)
+            break
+        return tuple(self._functions[n.id] for n in names if n.id in self._functions)
 
     # --- local bindings ------------------------------------------------------------
 
@@ -448,6 +512,34 @@ class FileContext:
     def evaluate(self, expr: ast.AST) -> Optional["Value"]:
         """The number ``expr`` evaluates to, with where it came from, or None."""
         return self.evaluator.evaluate(expr)
+
+    # --- dtypes ----------------------------------------------------------------------
+
+    @property
+    def dtype_flow(self) -> DtypeFlow:
+        if self._dtype_flow is None:
+            self._dtype_flow = DtypeFlow(self)
+        return self._dtype_flow
+
+    def dtype_of(self, expr: Optional[ast.AST], explicit: bool = False) -> DtypeClass:
+        """The dtype class of a tensor expression under the settings (target, opt level,
+        engine, device): ``HALF`` / ``FP32`` / ``FP64`` / ``INTEGER`` / ``BOOL`` /
+        ``SCALAR`` (a Python number) / ``INPUT`` (loader data: fp32 or integer) /
+        ``UNKNOWN`` (may be half).  Computed on demand, cached per node; see
+        :class:`amplint.dtypes.DtypeFlow`.  ``explicit``: fp32 only where the code itself
+        asks for it (casts, ``dtype=``, factories, weights), not where the O1 policy
+        upcast an op upstream -- an fp32 table the author built, not an activation O1
+        happened to leave in fp32."""
+        if explicit:
+            if self._explicit_dtype_flow is None:
+                self._explicit_dtype_flow = DtypeFlow(self, policy=False)
+            return self._explicit_dtype_flow.of(expr)
+        return self.dtype_flow.of(expr)
+
+    def in_model_forward(self, node: ast.AST) -> bool:
+        """Part of the model's forward computation: reached from a module's ``forward``,
+        not under ``torch.no_grad()`` / ``inference_mode`` and not in ``__init__``."""
+        return self.dtype_flow.in_model_forward(node)
 
     def branch_runs_in_half(self, node: ast.AST, target: Optional[str] = None) -> Optional[bool]:
         """Whether ``node`` runs when tensors have the target dtype (default: the

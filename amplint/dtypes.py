@@ -9,7 +9,10 @@
 from __future__ import annotations
 
 import ast
-from typing import Optional
+import enum
+from typing import Any, Optional
+
+from .bindings import parent_of
 
 #: torch dtype attribute -> canonical name
 DTYPE_ALIASES = {
@@ -137,3 +140,947 @@ def dtype_branch(ctx, node: ast.AST, target: Optional[str] = None) -> Optional[b
                 result = True
         child = anc
     return result
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _bind(out, target, stmt, value) -> None:
+    if isinstance(target, ast.Name):
+        out.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, value, stmt))
+    elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None, stmt))
+
+
+def _assignments(func: ast.AST) -> dict[str, list[tuple]]:
+    """name -> [(line, col, assigned value or None when rebound otherwise, binding statement)], cached on the
+    node.  Walks statements only (not expressions): cheap on long ``forward`` methods."""
+    cached = getattr(func, "amplint_assigns", None)
+    if cached is not None:
+        return cached
+    out: dict[str, list[tuple]] = {}
+    stack = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                _bind(out, target, node, node.value if isinstance(target, ast.Name) else None)
+        elif isinstance(node, ast.AnnAssign):
+            _bind(out, node.target, node, node.value)
+        elif isinstance(node, ast.AugAssign):
+            _bind(out, node.target, node, None)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            _bind(out, node.target, node, None)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    _bind(out, ast.Tuple([item.optional_vars]), node, None)
+        for field in _BLOCK_FIELDS:
+            block = getattr(node, field, None)
+            if block:
+                stack.extend(block)
+    for entries in out.values():
+        entries.sort(key=lambda e: (e[0], e[1]))
+    func.amplint_assigns = out
+    return out
+
+
+def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
+    """The value of the last plain assignment to ``name`` before its use, in the same
+    function and at the same or an enclosing block level's line order (None when the
+    name is a parameter, rebound by a loop, or unknown)."""
+    func = ctx.enclosing_function(name)
+    if func is None:
+        return None
+    entries = _assignments(func).get(name.id)
+    if not entries:
+        return None
+    before = [e for e in entries if (e[0], e[1]) < (name.lineno, name.col_offset)]
+    stmt = ctx.enclosing_statement(name)
+    if stmt is not None:  # `x = x.float()` -- the use on the right sees the old value
+        before = [e for e in before if e[0] < stmt.lineno or (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
+    if not before:
+        return None
+    return before[-1][2]
+
+
+def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> bool:
+    """Whether ``name`` is (re)bound in ``func`` on lines strictly between start and end."""
+    return any(start < e[0] < end for e in _assignments(func).get(name, ()))
+
+
+
+# --- dtype flow: which dtype class each tensor expression has ---------------------------
+
+
+class DtypeClass(str, enum.Enum):
+    """What an expression holds, as far as the file shows.  ``HALF``: the target's low
+    precision (fp16 / bf16); ``SCALAR``: a Python number (it never promotes a tensor);
+    ``UNKNOWN``: an activation whose dtype the file does not show (may be half)."""
+
+    HALF = "half"
+    FP32 = "fp32"
+    FP64 = "fp64"
+    INTEGER = "integer"
+    BOOL = "bool"
+    SCALAR = "scalar"
+    #: a tensor from the data loader (a loss's ``target``): fp32 or integer, never half;
+    #: it promotes like an integer tensor (half * a long target is still half)
+    INPUT = "input"
+    UNKNOWN = "unknown"
+
+    @property
+    def known_not_half(self) -> bool:
+        """An fp32 / fp64 / integer / bool tensor: nothing about half applies to it."""
+        return self in _NOT_HALF
+
+
+_NOT_HALF = frozenset({DtypeClass.FP32, DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL, DtypeClass.INPUT})
+_FLOATING = frozenset({DtypeClass.HALF, DtypeClass.FP32, DtypeClass.FP64})
+#: canonical dtype name -> class
+_CLASS_OF_DTYPE = {
+    "float16": DtypeClass.HALF, "bfloat16": DtypeClass.HALF,
+    "float8_e4m3fn": DtypeClass.HALF, "float8_e5m2": DtypeClass.HALF,
+    "float32": DtypeClass.FP32, "float64": DtypeClass.FP64, "bool": DtypeClass.BOOL,
+    "int8": DtypeClass.INTEGER, "uint8": DtypeClass.INTEGER, "int16": DtypeClass.INTEGER,
+    "int32": DtypeClass.INTEGER, "int64": DtypeClass.INTEGER,
+}
+_CAST_METHODS = {
+    "float": DtypeClass.FP32, "double": DtypeClass.FP64, "half": DtypeClass.HALF,
+    "bfloat16": DtypeClass.HALF, "long": DtypeClass.INTEGER, "int": DtypeClass.INTEGER,
+    "short": DtypeClass.INTEGER, "byte": DtypeClass.INTEGER, "char": DtypeClass.INTEGER,
+    "bool": DtypeClass.BOOL,
+}
+#: tensor methods / torch functions whose result has their operand's dtype
+_SAME_DTYPE = frozenset(
+    "view reshape transpose permute contiguous unsqueeze squeeze flatten unflatten expand expand_as "
+    "repeat repeat_interleave masked_fill masked_fill_ clamp clamp_ clamp_min clamp_max narrow select "
+    "chunk split t detach detach_ clone flip roll gather index_select take_along_dim tril triu diagonal "
+    "diag_embed abs abs_ neg max min amax amin cummax sort topk sum nansum cumsum prod cumprod "
+    "add sub mul add_ sub_ mul_ relu relu_ pad unfold fold view_as reshape_as movedim swapaxes "
+    "to_dense cpu cuda pin_memory requires_grad_ zero_ fill_ masked_scatter scatter scatter_add "
+    "index_add index_fill where rot90 broadcast_to tile".split()
+)
+#: float-valued maths: an integer operand gives the default float (fp32)
+_FLOAT_MATH = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan sinh cosh tanh sigmoid erf erfinv "
+    "reciprocal mean var std norm softmax log_softmax softmin logsumexp div true_divide pow square "
+    "atan atan2 asin acos floor ceil round trunc frac lerp logit softplus gelu silu".split()
+)
+_BOOL_METHODS = frozenset(
+    "eq ne gt lt ge le isnan isinf isfinite isneginf isposinf logical_not logical_and logical_or "
+    "logical_xor any all isclose signbit".split()
+)
+_INT_RESULT = frozenset("argmax argmin argsort nonzero bucketize searchsorted count_nonzero multinomial".split())
+#: calls that give a Python number, not a tensor
+_SCALAR_METHODS = frozenset("item size dim numel tolist element_size nelement".split())
+_SCALAR_BUILTINS = frozenset("int float len abs min max round sum pow".split())
+#: factories that make the default float dtype (fp32) unless given ``dtype=``
+_FLOAT_FACTORIES = frozenset(
+    "zeros ones empty full rand randn linspace logspace eye normal FloatTensor hann_window "
+    "hamming_window blackman_window kaiser_window bartlett_window".split()
+)
+_LIKE_FACTORIES = frozenset("zeros_like ones_like empty_like full_like rand_like randn_like".split())
+_NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full new_tensor".split())
+_INT_FACTORIES = frozenset("randint randperm LongTensor IntTensor".split())
+#: forward parameters that hold data from the loader, not activations (fp32 unless O2 casts inputs)
+_DATA_PARAMETERS = frozenset("target targets tgt y_true gt labels label ref reference".split())
+_AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
+_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
+_CUSTOM_FWD = frozenset({"torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd"})
+_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.ParameterList",
+                        "torch.nn.ParameterDict"})
+#: einops functions: the result has their first argument's dtype
+_EINOPS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
+#: modules built and called inline (``nn.Softmax(dim=-1)(x)``) -> the function they run
+_MODULE_FUNCTIONS = {
+    "torch.nn.Softmax": "torch.nn.functional.softmax", "torch.nn.LogSoftmax": "torch.nn.functional.log_softmax",
+    "torch.nn.Softmin": "torch.nn.functional.softmin",
+}
+_DEVICES = {"cuda": ("cuda",), "cpu": ("cpu",), "any": ("cuda", "cpu")}
+_IN_PROGRESS = object()
+
+
+def _cached(table: dict, key, compute) -> "DtypeClass":
+    """``table[key]``, computing it once with ``compute()``; a key asked again while it is
+    being computed (a cycle: ``x = f(x)`` in a loop, mutually recursive helpers) is UNKNOWN."""
+    found = table.get(key)
+    if found is _IN_PROGRESS:
+        return DtypeClass.UNKNOWN
+    if found is not None:
+        return found
+    table[key] = _IN_PROGRESS
+    result = table[key] = compute()
+    return result
+
+
+def join(a: DtypeClass, b: DtypeClass) -> DtypeClass:
+    """The class of a value that is one of ``a`` / ``b`` (two branches)."""
+    if a is b:
+        return a
+    if {a, b} <= {DtypeClass.FP32, DtypeClass.FP64}:
+        return DtypeClass.FP32
+    return DtypeClass.UNKNOWN
+
+
+def promote(a: DtypeClass, b: DtypeClass, true_division: bool = False) -> DtypeClass:
+    """torch's type promotion of ``a op b`` (tensors of one or more dimensions; a
+    Python number never raises a float tensor's dtype)."""
+    S, I, B, U = DtypeClass.SCALAR, DtypeClass.INTEGER, DtypeClass.BOOL, DtypeClass.UNKNOWN
+    if a is S and b is S:
+        return S
+    if DtypeClass.INPUT in (a, b):
+        other = b if a is DtypeClass.INPUT else a
+        return DtypeClass.INPUT if other in (S, I, B, DtypeClass.INPUT) else other
+    if b is S:
+        a, b = b, a
+    if a is S:  # scalar op tensor: the tensor's float dtype; an integer tensor becomes fp32 by `/`
+        if b in (I, B):
+            return DtypeClass.FP32 if true_division else (U if b is B else I)
+        return b
+    if DtypeClass.FP64 in (a, b):
+        return DtypeClass.FP64
+    if DtypeClass.FP32 in (a, b):  # half (or unknown float) op fp32 -> fp32
+        return DtypeClass.FP32
+    if U in (a, b):
+        return U
+    if DtypeClass.HALF in (a, b):
+        return DtypeClass.HALF
+    if true_division:
+        return DtypeClass.FP32
+    return I
+
+
+class DtypeFlow:
+    """A small abstract interpretation over one file: the :class:`DtypeClass` of an
+    expression under the file's settings (target, opt level, engine, device).  Lazy:
+    each expression is computed on first request and cached by node; names follow their
+    reaching assignment, ``self.x`` its assignment in the class (``__init__`` buffers and
+    parameters), calls to functions of the file their return statements, and a helper's
+    parameters the arguments of its calls in the file."""
+
+    def __init__(self, ctx, policy: bool = True):
+        self.ctx = ctx
+        #: False: ignore the policy's fp32 upcasts (fp32 only where the code asks for it;
+        #: its half casts of GEMMs still apply)
+        self.upcasts = policy
+        settings = ctx.settings
+        self.opt_level = settings.opt_level
+        self.engine = settings.engine
+        self.devices = _DEVICES.get(settings.device, ("cuda", "cpu"))
+        self.pure_half = self.opt_level in ("O2", "O3")
+        self._memo: dict[int, Any] = {}
+        self._returns: dict[int, Any] = {}
+        self._params: dict[tuple[int, str], Any] = {}
+        self._attrs: dict[tuple[int, str], Any] = {}
+        self._policy_cache: dict[str, Optional[str]] = {}
+        self._call_sites: Optional[dict[str, list[ast.Call]]] = None
+        self._alias_names: Optional[set] = None
+
+    # --- public ---------------------------------------------------------------------
+
+    def of(self, node: Optional[ast.AST]) -> DtypeClass:
+        if node is None:
+            return DtypeClass.UNKNOWN
+        return _cached(self._memo, id(node), lambda: self._expr_or_unknown(node))
+
+    def _expr_or_unknown(self, node: ast.AST) -> DtypeClass:
+        try:
+            return self._expr(node)
+        except RecursionError:
+            return DtypeClass.UNKNOWN
+
+    def literal(self, expr: Optional[ast.AST]) -> Optional[DtypeClass]:
+        """``torch.float32`` -> FP32; ``x.dtype`` -> the class of ``x``; None otherwise."""
+        if expr is None:
+            return None
+        name = dtype_literal(self.ctx, expr)
+        if name is not None:
+            return _CLASS_OF_DTYPE.get(name, DtypeClass.UNKNOWN)
+        if isinstance(expr, ast.Attribute) and expr.attr == "dtype":
+            return self.of(expr.value)
+        return None
+
+    # --- expressions ----------------------------------------------------------------
+
+    def _expr(self, node: ast.AST) -> DtypeClass:
+        kind = node.__class__
+        if kind is ast.Constant:
+            v = node.value
+            return DtypeClass.SCALAR if isinstance(v, (int, float, complex)) and v is not None else DtypeClass.UNKNOWN
+        if kind is ast.Name:
+            return self._name(node)
+        if kind is ast.Attribute:
+            return self._attribute(node)
+        if kind is ast.Call:
+            return self._call(node)
+        if kind is ast.BinOp:
+            left, right = self.of(node.left), self.of(node.right)
+            op = node.op.__class__
+            if op in (ast.BitAnd, ast.BitOr, ast.BitXor) and DtypeClass.BOOL in (left, right):
+                return DtypeClass.BOOL
+            if op in (ast.Mult, ast.Add, ast.Sub, ast.Pow) and {left, right} == {DtypeClass.INTEGER, DtypeClass.SCALAR}:
+                scalar = node.right if right is DtypeClass.SCALAR else node.left
+                if self._float_scalar(scalar):
+                    return DtypeClass.FP32  # arange(n) * -log(10000) / n: the default float
+            result = promote(left, right, op is ast.Div)
+            if (op is ast.MatMult and self.opt_level == "O1" and self._policy("torch.matmul") == "half"
+                    and not self._in_disabled_autocast(node)):
+                return DtypeClass.HALF
+            return result
+        if kind is ast.UnaryOp:
+            if node.op.__class__ is ast.Not:
+                return DtypeClass.BOOL
+            return self.of(node.operand)
+        if kind is ast.Compare:
+            return DtypeClass.BOOL
+        if kind is ast.Subscript:
+            base = self.of(node.value)
+            return base if base is not DtypeClass.SCALAR else DtypeClass.UNKNOWN
+        if kind is ast.IfExp:
+            return join(self.of(node.body), self.of(node.orelse))
+        if kind is ast.Starred:
+            return self.of(node.value)
+        return DtypeClass.UNKNOWN
+
+    def _float_scalar(self, expr: ast.AST, depth: int = 0) -> bool:
+        """Whether a Python-number expression is a float (``-math.log(1e4) / d``)."""
+        if depth > 6:
+            return False
+        if isinstance(expr, ast.Constant):
+            return isinstance(expr.value, float)
+        if isinstance(expr, ast.UnaryOp):
+            return self._float_scalar(expr.operand, depth + 1)
+        if isinstance(expr, ast.BinOp):
+            return isinstance(expr.op, ast.Div) or any(self._float_scalar(e, depth + 1) for e in (expr.left, expr.right))
+        if isinstance(expr, ast.Call):
+            qn = self.ctx.qualname(expr.func) or ""
+            return qn.startswith("math.") and qn not in ("math.floor", "math.ceil", "math.prod", "math.comb", "math.gcd") or qn == "float"
+        if isinstance(expr, ast.Name):
+            value = reaching_value(self.ctx, expr)
+            if value is not None:
+                return self._float_scalar(value, depth + 1)
+        found = self.ctx.evaluate(expr)
+        return found is not None and isinstance(getattr(found, "value", None), float)
+
+    def _name(self, node: ast.Name) -> DtypeClass:
+        ctx = self.ctx
+        for anc in ctx.ancestors(node):  # `[c.sum(-1) for c in t.chunk(n)]`, `[p for p in self.params]`
+            if isinstance(anc, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+                for gen in anc.generators:
+                    if isinstance(gen.target, ast.Name) and gen.target.id == node.id:
+                        source = gen.iter
+                        if (isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute)
+                                and source.func.attr in ("chunk", "split", "unbind", "tensor_split")):
+                            return self.of(source.func.value)
+                        found = self.of(source)
+                        return found if found is not DtypeClass.SCALAR else DtypeClass.UNKNOWN
+            elif isinstance(anc, (ast.stmt, ast.Lambda)):
+                break
+        func = ctx.enclosing_function(node)
+        if func is None:
+            return self._module_name(node.id)
+        entries = _assignments(func).get(node.id)
+        if entries:
+            found = self._reaching(node, func, entries)
+            if found is not None:
+                return found
+        args = func.args
+        params = args.posonlyargs + args.args + args.kwonlyargs
+        if any(p.arg == node.id for p in params):
+            return self._parameter(func, node.id)
+        if node.id in ctx.imports:
+            return DtypeClass.UNKNOWN
+        outer = ctx.enclosing_function(func)  # a closure variable
+        if outer is not None:
+            values = [v for *_, v in _assignments(outer).get(node.id, ())]
+            if len(values) == 1 and values[0] is not None:
+                return self.of(values[0])
+            if not values and any(p.arg == node.id for p in outer.args.args + outer.args.kwonlyargs):
+                return self._parameter(outer, node.id)
+            return DtypeClass.UNKNOWN
+        return self._module_name(node.id)
+
+    def _reaching(self, node, func, entries) -> Optional[DtypeClass]:
+        """The class of the assignments to ``node`` that may reach it (the last one before
+        it, joined with earlier ones while the last sits in a block that may not run)."""
+        ctx = self.ctx
+        stmt = ctx.enclosing_statement(node)
+        pos = (stmt.lineno, stmt.col_offset) if stmt is not None else (node.lineno, node.col_offset)
+        before = [e for e in entries if (e[0], e[1]) < pos]
+        if not before:
+            return None
+        result: Optional[DtypeClass] = None
+        for line, col, value, target_stmt in reversed(before):
+            if value is None:
+                cls = self._rebound(target_stmt, node.id)
+            else:
+                cls = self.of(value)
+            result = cls if result is None else join(result, cls)
+            if result is DtypeClass.UNKNOWN or _dominates(ctx, target_stmt, stmt):
+                break
+        return result
+
+    def _rebound(self, stmt: ast.AST, name: str) -> DtypeClass:
+        """A name bound other than by ``name = value``: ``x += y`` keeps x's dtype (an
+        in-place op); loop variables and unpacking are unknown."""
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            target = stmt.target
+            prior = _assignments(self.ctx.enclosing_function(stmt)).get(name, ())
+            earlier = [e for e in prior if (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
+            if earlier:
+                return self._reaching(target, self.ctx.enclosing_function(stmt), earlier) or DtypeClass.UNKNOWN
+        return DtypeClass.UNKNOWN
+
+    def _module_name(self, name: str) -> DtypeClass:
+        if name in self.ctx.imports:
+            return DtypeClass.UNKNOWN
+        assigned = self.ctx.module_assignments(name)
+        if len(assigned) == 1 and isinstance(assigned[0], ast.Assign):
+            value = assigned[0].value
+            if isinstance(value, ast.Constant) or isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant):
+                return self.of(value)
+        return DtypeClass.UNKNOWN
+
+    def _parameter(self, func: ast.AST, name: str) -> DtypeClass:
+        return _cached(self._params, (id(func), name), lambda: self._parameter_class(func, name))
+
+    def _parameter_class(self, func, name: str) -> DtypeClass:
+        ctx = self.ctx
+        if name in ("self", "cls"):
+            return DtypeClass.UNKNOWN
+        for dec in func.decorator_list:  # custom_fwd(cast_inputs=torch.float32) under autocast
+            if isinstance(dec, ast.Call) and (ctx.qualname(dec.func) or "") in _CUSTOM_FWD and self.engine == "torch":
+                cast = next((k.value for k in dec.keywords if k.arg == "cast_inputs"), None)
+                found = self.literal(cast)
+                if found is not None:
+                    return found
+        args = func.args
+        positional = args.posonlyargs + args.args
+        defaults = dict(zip([p.arg for p in positional[len(positional) - len(args.defaults):]], args.defaults))
+        defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        is_method = parent_of(func).__class__ is ast.ClassDef
+        if is_method and func.name == "__init__":
+            return DtypeClass.SCALAR  # constructor arguments are sizes and settings
+        if is_method and func.name in ("forward", "__call__"):
+            if name in _DATA_PARAMETERS and not self.pure_half:
+                return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
+            return DtypeClass.UNKNOWN
+        # a helper: what the file's calls pass it (all of them must agree)
+        sites = self._sites(func)
+        index = next((i for i, p in enumerate(positional) if p.arg == name), None)
+        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
+        if is_method and index is not None and not static:
+            index -= 1  # self
+        result: Optional[DtypeClass] = None
+        for call in sites:
+            arg = _argument_at(call, name, index)
+            if arg is None:
+                arg = defaults.get(name)
+                if arg is None:
+                    return DtypeClass.UNKNOWN
+            got = self.of(arg)
+            result = got if result is None else join(result, got)
+            if result is DtypeClass.UNKNOWN:
+                return result
+        if result is None and name in defaults:
+            return self.of(defaults[name])
+        return result or DtypeClass.UNKNOWN
+
+    def _sites(self, func) -> list[ast.Call]:
+        if self._call_sites is None:
+            sites: dict[str, list[ast.Call]] = {}
+            for call in self.ctx.calls:
+                f = call.func
+                if f.__class__ is ast.Name:
+                    sites.setdefault(f.id, []).append(call)
+                elif f.__class__ is ast.Attribute and f.value.__class__ is ast.Name and f.value.id in ("self", "cls"):
+                    sites.setdefault("." + f.attr, []).append(call)
+            self._call_sites = sites
+        if parent_of(func).__class__ is ast.ClassDef:
+            return self._call_sites.get("." + func.name, [])
+        if self.ctx.functions.get(func.name) is func:
+            return self._call_sites.get(func.name, [])
+        return []
+
+    def _attribute(self, node: ast.Attribute) -> DtypeClass:
+        ctx = self.ctx
+        if node.attr in ("shape", "ndim", "device", "dtype", "is_cuda", "requires_grad", "training"):
+            return DtypeClass.SCALAR if node.attr in ("ndim",) else DtypeClass.UNKNOWN
+        if node.attr in ("T", "mT", "H", "data", "real"):
+            return self.of(node.value)
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            cls = ctx.enclosing_class(node)
+            if cls is not None:
+                return self._self_attribute(cls, node.attr)
+        if ctx.qualname(node) is not None:
+            value = ctx.evaluate(node)
+            return DtypeClass.SCALAR if value is not None else DtypeClass.UNKNOWN
+        return DtypeClass.UNKNOWN
+
+    def _self_attribute(self, cls: ast.ClassDef, attr: str) -> DtypeClass:
+        return _cached(self._attrs, (id(cls), attr), lambda: self._self_attribute_class(cls, attr))
+
+    def _self_attribute_class(self, cls: ast.ClassDef, attr: str) -> DtypeClass:
+        """``self.attr`` from its assignments in the class: a parameter or a floating
+        buffer is fp32 under O0/O1 and autocast (weights stay fp32) and half under O2/O3;
+        a plain tensor attribute keeps the dtype it was built with."""
+        ctx = self.ctx
+        result: Optional[DtypeClass] = None
+        classes = [cls, *ctx.base_classes(cls)]
+        for klass in classes:
+            for stmt in klass.body:
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for assign in ctx.self_assignments(stmt).get(attr, ()):
+                    value = assign.value
+                    if value is None:
+                        continue
+                    got = self._stored(value, buffer=False)
+                    result = got if result is None else join(result, got)
+            if result is not None:
+                break
+        if result is None:  # self.register_buffer("attr", value)
+            for call in ctx.calls:
+                f = call.func
+                if (f.__class__ is ast.Attribute and f.attr == "register_buffer" and len(call.args) >= 2
+                        and isinstance(call.args[0], ast.Constant) and call.args[0].value == attr
+                        and ctx.enclosing_class(call) in classes):
+                    got = self._stored(call.args[1], buffer=True)
+                    result = got if result is None else join(result, got)
+        if result is None:
+            return DtypeClass.UNKNOWN
+        return result
+
+    def _parameter_value(self) -> DtypeClass:
+        """A weight: fp32 storage under O0/O1 and autocast, half under O2/O3.  Without the
+        policy's upcasts (``explicit``) it is unknown: a GEMM's registration casts it to
+        half, so it is not fp32 the code asked for."""
+        if self.pure_half:
+            return DtypeClass.HALF
+        return DtypeClass.FP32 if self.upcasts else DtypeClass.UNKNOWN
+
+    def _stored(self, value: ast.AST, buffer: bool) -> DtypeClass:
+        if isinstance(value, ast.Call) and (self.ctx.qualname(value.func) or "") in _PARAMETER:
+            return self._parameter_value()
+        if isinstance(value, ast.Name):  # self.dim = dim: a config value, almost always a number
+            func = self.ctx.enclosing_function(value)
+            if func is not None and func.name == "__init__" and not _assignments(func).get(value.id):
+                return DtypeClass.SCALAR
+        got = self.of(value)
+        if buffer and self.pure_half and got in _FLOATING:
+            return DtypeClass.HALF  # model.half() casts floating buffers
+        return got
+
+    # --- calls ----------------------------------------------------------------------
+
+    def _policy(self, qualname: str) -> Optional[str]:
+        """The cast the selected policy applies to ``qualname`` on every device the model
+        runs on (``"float"`` / ``"half"``), None when it differs or there is none."""
+        if qualname in self._policy_cache:
+            return self._policy_cache[qualname]
+        from .amp import policy
+
+        casts = {policy.cast_of(qualname, self.engine, d) for d in self.devices}
+        found = casts.pop() if len(casts) == 1 else None
+        self._policy_cache[qualname] = found
+        return found
+
+    def _policy_result(self, node: ast.AST, qualname: str, operand: DtypeClass) -> DtypeClass:
+        """Under O1 / autocast an op the policy casts returns fp32 or half."""
+        if self.opt_level != "O1" or self._in_disabled_autocast(node):
+            return operand
+        cast = self._policy(qualname)
+        if cast == "float" and self.upcasts and operand not in (DtypeClass.FP64, DtypeClass.INTEGER, DtypeClass.BOOL):
+            return DtypeClass.FP32
+        if cast == "half" and operand in (DtypeClass.FP32, DtypeClass.UNKNOWN, DtypeClass.HALF):
+            return DtypeClass.HALF
+        return operand
+
+    def _in_disabled_autocast(self, node: ast.AST) -> bool:
+        for anc in self.ctx.ancestors(node):
+            if isinstance(anc, (ast.With, ast.AsyncWith)):
+                for item in anc.items:
+                    expr = item.context_expr
+                    if (isinstance(expr, ast.Call) and (self.ctx.qualname(expr.func) or "") in _AUTOCAST
+                            and any(k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+                                    for k in expr.keywords)):
+                        return True
+            elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return False
+        return False
+
+    def _dtype_argument(self, call: ast.Call) -> Optional[DtypeClass]:
+        for kw in call.keywords:
+            if kw.arg == "dtype":
+                if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                    return None
+                return self.literal(kw.value) or DtypeClass.UNKNOWN
+        return None
+
+    def _call(self, node: ast.Call) -> DtypeClass:
+        ctx = self.ctx
+        func = node.func
+        explicit = self._dtype_argument(node)
+        qn = ctx.qualname(func)
+        if qn is not None:
+            if qn.startswith("torch."):
+                return self._torch_call(node, qn, explicit)
+            if qn.startswith("math.") or qn.startswith("numpy.") and not node.args:
+                return DtypeClass.SCALAR
+            if qn in _EINOPS and node.args:
+                return self.of(node.args[0])
+            return DtypeClass.UNKNOWN
+        if isinstance(func, ast.Name):
+            if func.id in _SCALAR_BUILTINS and func.id not in ctx.functions:
+                if func.id in ("min", "max", "abs", "sum", "pow") and node.args:
+                    return join(*(self.of(a) for a in node.args[:2])) if len(node.args) > 1 else self.of(node.args[0])
+                return DtypeClass.SCALAR
+            target = ctx.functions.get(func.id)
+            if target is not None:
+                return self._returned(target)
+            return self._aliased(node, explicit)
+        if not isinstance(func, ast.Attribute):
+            return self._aliased(node, explicit)
+        receiver = func.value
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            cls = ctx.enclosing_class(node)
+            method = ctx.method(cls, func.attr) if cls is not None else None
+            if method is not None and func.attr not in ("forward", "__call__") and not any(
+                    isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
+                return self._returned(method)
+            return self._aliased(node, explicit)  # a submodule, or an attribute holding a torch function
+        return self._method(node, func.attr, receiver, explicit)
+
+    def _aliased(self, node: ast.Call, explicit) -> DtypeClass:
+        """A call through an alias (``init_fn = uniform_init if ... else torch.zeros``,
+        ``self.loss_fn`` a property returning ``F.l1_loss``): the join over what it may
+        be -- torch functions and functions of this file."""
+        result: Optional[DtypeClass] = None
+        for target in self._alias_targets(node.func, 0):
+            if isinstance(target, str):
+                got = self._torch_call(node, target, explicit)
+            elif target is None:
+                return DtypeClass.UNKNOWN
+            else:
+                got = self._returned(target)
+            result = got if result is None else join(result, got)
+            if result is DtypeClass.UNKNOWN:
+                break
+        return result or DtypeClass.UNKNOWN
+
+    def _alias_targets(self, func: ast.AST, depth: int) -> list:
+        """torch qualnames (str) and function nodes a called expression may be; None: unknown."""
+        if isinstance(func, ast.Name) and func.id in self.ctx.functions:
+            return [self.ctx.functions[func.id]]
+        if isinstance(func, ast.IfExp) and depth < 4:
+            return self._alias_targets(func.body, depth + 1) + self._alias_targets(func.orelse, depth + 1)
+        if isinstance(func, ast.Name) and depth < 4 and self.ctx.enclosing_function(func) is not None:
+            value = reaching_value(self.ctx, func)
+            if value is not None and value is not func:
+                return self._alias_targets(value, depth + 1)
+        return self.callees(func, depth)
+
+    def _returned(self, func: ast.AST) -> DtypeClass:
+        return _cached(self._returns, id(func), lambda: self._returned_class(func))
+
+    def _returned_class(self, func: ast.AST) -> DtypeClass:
+        """The join of the classes of ``func``'s return values (nested defs left out)."""
+        result: Optional[DtypeClass] = None
+        stack = list(func.body)
+        while stack:
+            stmt = stack.pop()
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, ast.Return):
+                got = self.of(stmt.value) if stmt.value is not None else DtypeClass.UNKNOWN
+                result = got if result is None else join(result, got)
+                if result is DtypeClass.UNKNOWN:
+                    break
+            for field in _BLOCK_FIELDS:
+                block = getattr(stmt, field, None)
+                if block:
+                    stack.extend(block)
+        return result or DtypeClass.UNKNOWN
+
+    def _method(self, node: ast.Call, attr: str, receiver: ast.AST, explicit) -> DtypeClass:
+        if attr in _CAST_METHODS and not node.args and not node.keywords:
+            return _CAST_METHODS[attr]
+        if attr in ("to", "type"):
+            for arg in list(node.args) + [k.value for k in node.keywords if k.arg in ("dtype", "other", None)]:
+                if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "type"
+                        and not arg.args and not arg.keywords):
+                    return self.of(arg.func.value)  # t.type(self.inv_freq.type())
+                found = self.literal(arg)
+                if found is not None:
+                    return found
+                if isinstance(arg, (ast.Name, ast.Attribute)) and not _device_like(arg):
+                    other = self.of(arg)  # x.to(y): y's dtype when y is a tensor
+                    if other in _FLOATING or other in (DtypeClass.INTEGER, DtypeClass.BOOL):
+                        return other
+                    return DtypeClass.UNKNOWN
+            return self.of(receiver)
+        if attr == "type_as" and node.args:
+            return self.of(node.args[0])
+        if explicit is not None:
+            return explicit
+        if attr in _NEW_FACTORIES:
+            return self.of(receiver)
+        if attr in _SCALAR_METHODS:
+            return DtypeClass.SCALAR
+        if attr in _BOOL_METHODS:
+            return DtypeClass.BOOL
+        if attr in _INT_RESULT:
+            return DtypeClass.INTEGER
+        base = self.of(receiver)
+        if base is DtypeClass.SCALAR:
+            return DtypeClass.UNKNOWN
+        if attr in _FLOAT_MATH:
+            if base in (DtypeClass.INTEGER, DtypeClass.BOOL):
+                return DtypeClass.FP32
+            return self._policy_result(node, "torch.Tensor." + attr, base)
+        if attr in _SAME_DTYPE:
+            if attr in ("sum", "cumsum", "prod", "cumprod", "nansum") and base is DtypeClass.BOOL:
+                return DtypeClass.INTEGER
+            if attr in ("add", "sub", "mul", "where", "masked_scatter") and node.args:
+                base = promote(base, self.of(node.args[0]))
+            return self._policy_result(node, "torch.Tensor." + attr, base)
+        if attr in ("matmul", "mm", "bmm"):
+            return self._policy_result(node, "torch.Tensor." + attr, promote(base, self.of(node.args[0]) if node.args else base))
+        return DtypeClass.UNKNOWN
+
+    def _torch_call(self, node: ast.Call, qn: str, explicit) -> DtypeClass:
+        short = qn.rsplit(".", 1)[-1]
+        args = node.args
+        if qn in _PARAMETER:
+            return self._parameter_value()
+        if short == "arange" or short == "range":
+            if explicit is not None:
+                return explicit
+            numbers = list(args) + [k.value for k in node.keywords if k.arg in ("start", "end", "step")]
+            if any(isinstance(a, (ast.Constant, ast.UnaryOp)) and self._float_scalar(a) for a in numbers):
+                return DtypeClass.FP32
+            if any(self.of(a) in (DtypeClass.HALF, DtypeClass.FP32, DtypeClass.FP64) for a in numbers):
+                return DtypeClass.FP32
+            return DtypeClass.INTEGER
+        if short in _FLOAT_FACTORIES and qn.count(".") == 1:
+            return explicit or DtypeClass.FP32
+        if short in _INT_FACTORIES:
+            return explicit or DtypeClass.INTEGER
+        if short in _LIKE_FACTORIES:
+            return explicit or (self.of(args[0]) if args else DtypeClass.UNKNOWN)
+        if short in ("tensor", "as_tensor", "from_numpy") and qn.count(".") == 1:
+            if explicit is not None:
+                return explicit
+            first = args[0] if args else None
+            if isinstance(first, ast.Constant):
+                return DtypeClass.FP32 if isinstance(first.value, float) else DtypeClass.INTEGER
+            if isinstance(first, (ast.List, ast.Tuple)) and first.elts and all(isinstance(e, ast.Constant) for e in first.elts):
+                return DtypeClass.FP32 if any(isinstance(e.value, float) for e in first.elts) else DtypeClass.INTEGER
+            return DtypeClass.UNKNOWN
+        if qn.startswith("torch.linalg.") or qn.startswith("torch.fft."):
+            tensors = [a for a in args if not isinstance(a, (ast.Constant, ast.Starred))]
+            if not tensors:
+                return DtypeClass.UNKNOWN
+            result = self.of(tensors[0])
+            for t in tensors[1:]:
+                result = promote(result, self.of(t))
+            return DtypeClass.UNKNOWN if result is DtypeClass.SCALAR else result
+        if short in ("finfo", "iinfo"):
+            return DtypeClass.UNKNOWN
+        if explicit is not None:
+            return explicit
+        operands = [a for a in args if not isinstance(a, ast.Starred)]
+        if short in ("cat", "stack", "concat", "hstack", "vstack") and operands:
+            seq = operands[0]
+            if isinstance(seq, (ast.ListComp, ast.GeneratorExp)):
+                return self.of(seq.elt)
+            elts = seq.elts if isinstance(seq, (ast.List, ast.Tuple)) else None
+            if not elts:
+                return DtypeClass.UNKNOWN
+            result = self.of(elts[0])
+            for e in elts[1:]:
+                result = promote(result, self.of(e))
+            return result
+        if short == "where" and len(operands) == 3:
+            return promote(self.of(operands[1]), self.of(operands[2]))
+        if short in _BOOL_METHODS:
+            return DtypeClass.BOOL
+        if short in _INT_RESULT:
+            return DtypeClass.INTEGER
+        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm") and self.opt_level == "O1" \
+                and not self._in_disabled_autocast(node):
+            return DtypeClass.HALF  # autocast runs GEMMs in half; amplint's O1 does once registered (AMP401)
+        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm"):
+            tensors = [a for a in operands if not isinstance(a, ast.Constant)]
+            if len(tensors) == 1 and isinstance(tensors[0], (ast.Tuple, ast.List)):
+                tensors = tensors[0].elts
+            if not tensors:
+                return DtypeClass.UNKNOWN
+            result = self.of(tensors[0])
+            for t in tensors[1:]:
+                result = promote(result, self.of(t))
+            return self._policy_result(node, qn, result)
+        first = self.of(operands[0]) if operands else DtypeClass.UNKNOWN
+        if qn.startswith("torch.nn.functional."):
+            if short.endswith("_loss") or short in ("cross_entropy", "binary_cross_entropy_with_logits", "kl_div"):
+                return self._policy_result(node, qn, first)
+            if short in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d"):
+                return self._policy_result(node, qn, first)
+        if short in _FLOAT_MATH and first in (DtypeClass.INTEGER, DtypeClass.BOOL):
+            return DtypeClass.FP32
+        if short in _FLOAT_MATH or short in _SAME_DTYPE or qn.startswith("torch.nn.functional."):
+            if short in ("add", "sub", "mul", "div", "true_divide", "pow", "atan2", "maximum", "minimum") and len(operands) > 1:
+                first = promote(first, self.of(operands[1]), short in ("div", "true_divide"))
+            if first is DtypeClass.SCALAR:
+                return DtypeClass.UNKNOWN
+            return self._policy_result(node, qn, first)
+        return DtypeClass.UNKNOWN
+
+    # --- what a called expression is ----------------------------------------------------
+
+    def alias_names(self) -> set:
+        """Names and ``self`` attributes assigned something that may be a callable alias
+        (a name, an attribute, a conditional choice, ``partial(...)``), once per file: a
+        cheap filter before :meth:`callees`."""
+        if self._alias_names is None:
+            found = set()
+            for node in self.ctx._binding_nodes:
+                if node.__class__ is ast.Assign or node.__class__ is ast.AnnAssign:
+                    value = node.value
+                    if value is None or value.__class__ not in (ast.Name, ast.Attribute, ast.IfExp, ast.Call):
+                        continue
+                    if value.__class__ is ast.Call and not (isinstance(value.func, (ast.Name, ast.Attribute)) and
+                                                             (getattr(value.func, "id", None) or value.func.attr) == "partial"):
+                        continue
+                    for t in (node.targets if node.__class__ is ast.Assign else (node.target,)):
+                        if t.__class__ is ast.Name:
+                            found.add(t.id)
+                        elif t.__class__ is ast.Attribute:
+                            found.add("." + t.attr)
+            for cls in self.ctx.classes.values():  # properties returning a function
+                for stmt in cls.body:
+                    if isinstance(stmt, ast.FunctionDef) and any(
+                            isinstance(d, ast.Name) and d.id == "property" for d in stmt.decorator_list):
+                        found.add("." + stmt.name)
+            self._alias_names = found
+        return self._alias_names
+
+    def callees(self, func: ast.AST, depth: int = 0, layers: bool = True) -> list[Optional[str]]:
+        """The torch functions a called expression may be: ``F.softmax`` ->
+        ``["torch.nn.functional.softmax"]``; a local or module alias
+        (``softmax = torch.softmax if fast else stable_softmax``), an attribute assigned
+        one (``self.attn_fn = F.softmax``), a ``@property`` returning one,
+        ``functools.partial(F.softmax, dim=-1)`` and a module built inline
+        (``nn.Softmax(dim=-1)``, as its functional form) are followed.  ``None`` stands
+        for a candidate that is not a torch function (a function of the file, unknown).
+        A layer kept on ``self`` (``self.softmax = nn.Softmax(-1)``) is not followed
+        (``layers=False``): it is a module, which O2's ``keep_fp32_modules`` can keep fp32."""
+        ctx = self.ctx
+        if depth > 4:
+            return [None]
+        qn = ctx.qualname(func)
+        if qn is not None:
+            return [qn] if qn.startswith("torch.") else [None]
+        if isinstance(func, ast.IfExp):
+            return self.callees(func.body, depth + 1, layers) + self.callees(func.orelse, depth + 1, layers)
+        if isinstance(func, ast.Call):
+            maker = ctx.qualname(func.func) or ""
+            if maker in ("functools.partial", "torch.nn.Module") or maker.endswith(".partial"):
+                return self.callees(func.args[0], depth + 1) if func.args else [None]
+            if maker in _MODULE_FUNCTIONS and layers:
+                return [_MODULE_FUNCTIONS[maker]]
+            return [None]
+        if isinstance(func, ast.Name):
+            value = reaching_value(ctx, func) if ctx.enclosing_function(func) is not None else None
+            if value is None:
+                assigned = ctx.module_assignments(func.id)
+                if len(assigned) == 1 and isinstance(assigned[0], ast.Assign):
+                    value = assigned[0].value
+            if value is None or value is func:
+                return [None]
+            return self.callees(value, depth + 1)
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id in ("self", "cls")):
+            cls = ctx.enclosing_class(func)
+            if cls is None:
+                return [None]
+            method = ctx.method(cls, func.attr)
+            if method is not None:
+                if not any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
+                    return [None]
+                found = [self.callees(r.value, depth + 1) for r in ast.walk(method)
+                         if isinstance(r, ast.Return) and r.value is not None]
+                return [q for group in found for q in group] or [None]
+            values = []
+            for klass in (cls, *ctx.base_classes(cls)):
+                for stmt in klass.body:
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        values += [a.value for a in ctx.self_assignments(stmt).get(func.attr, ()) if a.value is not None]
+            if not values:
+                return [None]
+            return [q for v in values for q in self.callees(v, depth + 1, layers=False)]
+        return [None]
+
+    # --- which code is the model's forward computation ---------------------------------
+
+    def in_model_forward(self, node: ast.AST) -> bool:
+        """Code that runs as part of the model's forward computation: reached from a
+        module's ``forward`` (:meth:`FileContext.in_forward`) and not under
+        ``torch.no_grad()`` / ``torch.inference_mode()`` (post-processing, EMA updates)."""
+        ctx = self.ctx
+        if not ctx.in_forward(node):
+            return False
+        for anc in ctx.ancestors(node):
+            if isinstance(anc, (ast.With, ast.AsyncWith)):
+                for item in anc.items:
+                    expr = item.context_expr
+                    target = expr.func if isinstance(expr, ast.Call) else expr
+                    if (ctx.qualname(target) or "") in _NO_GRAD:
+                        return False
+            elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for dec in anc.decorator_list:
+                    target = dec.func if isinstance(dec, ast.Call) else dec
+                    if (ctx.qualname(target) or "") in _NO_GRAD:
+                        return False
+                if anc.name == "__init__":
+                    return False
+        return True
+
+
+def _device_like(expr: ast.AST) -> bool:
+    name = expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else ""
+    return "device" in name or name in ("cuda", "cpu", "dev")
+
+
+def _argument_at(call: ast.Call, name: str, index: Optional[int]) -> Optional[ast.AST]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if index is not None and 0 <= index < len(call.args):
+        arg = call.args[index]
+        if not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+            return arg
+    return None
+
+
+def _dominates(ctx, earlier: ast.AST, stmt: Optional[ast.AST]) -> bool:
+    """Whether statement ``earlier`` always runs before ``stmt``: it sits in a block that
+    also holds ``stmt`` or one of its enclosing statements."""
+    if stmt is None:
+        return False
+    parent = parent_of(earlier)
+    for field in _BLOCK_FIELDS:
+        block = getattr(parent, field, None)
+        if block and any(s is earlier for s in block):
+            ids = {id(s) for s in block}
+            node = stmt
+            while node is not None and node is not parent:
+                if id(node) in ids:
+                    return True
+                node = parent_of(node)
+            return False
+    return False

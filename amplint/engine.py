@@ -9,23 +9,26 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
+import json
 import os
+import re
 import warnings
 from typing import Callable, Iterable, Optional, Sequence
 
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
-from .files import SourceError, SourceFile, discover, read_regular, read_source, write_atomic
+from .files import (FileChangedError, SourceError, SourceFile, _as_typed, check_writable, discover, read_regular,
+                    read_source, write_atomic)
 from . import engine_detect
-from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, summarize
-from .registry import all_rules, select_rules
-from .rule import Applicability, Edit, Finding, Fix, Related, Rule, Severity
+from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
+from .registry import UNUSED_SUPPRESSION, all_rules, select_rules
+from .baseline import assign_fingerprints
+from .rule import Applicability, Edit, Finding, Fix, Position, Related, Rule, Severity
 from .suppress import apply_suppressions
 
 MAX_FIX_ITERATIONS = 10
 #: below this many files to lint, a process pool costs more than it saves
 POOL_THRESHOLD = 8
-UNUSED_SUPPRESSION = "AMP900"
 
 
 @dataclasses.dataclass
@@ -33,11 +36,15 @@ class FileResult:
     path: str
     findings: list[Finding] = dataclasses.field(default_factory=list)
     errors: list[SourceError] = dataclasses.field(default_factory=list)
+    #: paths skipped for a harmless reason (a named non-Python file); they do not fail the run
+    warnings: list[SourceError] = dataclasses.field(default_factory=list)
     fixed: int = 0
     changed: bool = False
     diff: str = ""
     #: first source line of each finding, for the text reporter's frames
     frames: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: ``fix`` of source read from stdin: the fixed bytes, for stdout (nothing is written)
+    output: Optional[bytes] = None
 
 
 class _Rules:
@@ -79,7 +86,15 @@ def parse(path: str, text: str) -> ast.Module:
     except SyntaxError as exc:
         raise SourceError(path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        raise SourceError(path, f"cannot parse: {exc}") from None
+        raise SourceError(path, f"cannot parse: {exc or type(exc).__name__}") from None
+
+
+def check_syntax(path: str, text: str) -> None:
+    """Raise the SourceError :func:`parse` would, for a file the prefilter lets skip the
+    rules: a broken file must be reported whatever it mentions.  (No cheaper check
+    exists: ``symtable`` and ``compile`` run the same parser and cost as much or more;
+    the cost on a corpus of such files is in bench/RESULTS.md.)"""
+    parse(path, text)
 
 
 def lint_text(
@@ -279,16 +294,47 @@ class RunOptions:
     jobs: int = 0  # 0: one per core
     report_unused_suppressions: bool = False
     progress: Optional[Callable[[int, int], None]] = None  # (done, total)
+    #: the source of the one path given, read from stdin (``--stdin-filename``); the
+    #: file, if there is one, is neither read nor written
+    stdin: Optional[bytes] = None
+    respect_gitignore: bool = True  # skip what .gitignore / .ignore files ignore when walking folders
+    force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
 
 def _finding_from_dict(d: dict) -> Finding:
+    """A finding as it comes back from a worker or the cache.  Its fix's edits are in
+    report coordinates from here on: 0-based *character* columns (``Finding.to_dict``
+    without ``char_col``), no longer byte offsets -- they are shown, not applied."""
     fix = None
     if d["fix"] is not None:
-        fix = Fix((), d["fix"]["applicability"], d["fix"]["description"])
+        edits = [Edit(Position(e["line"], e["column"] - 1), Position(e["end_line"], e["end_column"] - 1), e["content"])
+                 for e in d["fix"]["edits"]]
+        fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"])
     return Finding(
         d["path"], d["line"], d["column"], d["end_line"], d["end_column"], d["code"], d["rule"],
-        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]],
+        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]], d["fingerprint"],
     )
+
+
+def _char_columns(text: str) -> Callable[[int, int], int]:
+    """``(line, utf-8 byte column) -> character column`` for ``text``."""
+    if text.isascii():
+        return lambda line, col: col
+    lines = FileContext.split_lines(text)
+
+    def char_col(line: int, col: int) -> int:
+        source = lines[line - 1] if 0 < line <= len(lines) else ""
+        return len(source.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "replace"))
+
+    return char_col
+
+
+def _outgoing(findings: list[Finding], text: str) -> list[dict]:
+    """Findings of one file as they leave the worker: fingerprinted, fix edits in
+    character columns, no ast node."""
+    assign_fingerprints(findings, text)
+    char_col = _char_columns(text)
+    return [f.to_dict(char_col) for f in findings]
 
 
 @dataclasses.dataclass
@@ -301,16 +347,24 @@ class WorkerState:
     rule_classes: dict[str, list[type[Rule]]] = dataclasses.field(default_factory=dict)
     #: settings fingerprint -> those rules instantiated, with their dispatch table
     rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
+    #: the large file whose pieces this worker is linting: (path, identity, lines)
+    large_file: Optional[tuple] = None
+    #: path -> the bytes to lint instead of the file's (``--stdin-filename``)
+    sources: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 # Set in each pool process by _init_worker (or in-process).
 _WORKER = WorkerState()
 
 
-def _init_worker(project_json: Optional[list]) -> None:
+def _init_worker(project_json: Optional[list], sources: Optional[dict] = None) -> None:
     global _WORKER
     project = ProjectIndex(FileSummary.from_json(s) for s in project_json) if project_json is not None else None
-    _WORKER = WorkerState(project)
+    _WORKER = WorkerState(project, sources=sources or {})
+
+
+def _read_source(path: str) -> SourceFile:
+    return read_source(path, _WORKER.sources.get(path))
 
 
 def _rules_for(settings: Settings) -> list[type[Rule]]:
@@ -343,11 +397,17 @@ def _check_task(args) -> dict:
     path, settings, unused = args
     entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
     try:
-        source = read_source(path)
+        source = _read_source(path)
         if not _worth_parsing(source.text, settings, unused):
+            check_syntax(path, source.text)
             entry["summary"] = FileSummary(path).to_json()
-            return entry  # cannot involve torch or any selected rule: not even parsed
+            return entry  # cannot involve torch or any selected rule: checked for syntax errors only
         given = _WORKER.project
+        if given is not None and len(source.text) > LARGE_FILE:  # (the first pass: _check_large_files)
+            pieces = _check_in_pieces(path, source.text, settings, unused, given)
+            if pieces is not None:
+                entry.update(pieces)
+                return entry
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
         if given is None:
@@ -356,19 +416,310 @@ def _check_task(args) -> dict:
     except SourceError as exc:
         entry["errors"].append(_error_dict(exc))
         return entry
-    for f in findings:
-        f.node = None  # ast nodes stay in the worker
-    entry["findings"] = [f.to_dict() for f in findings]
+    entry["findings"] = _outgoing(findings, source.text)
     entry["frames"] = _frames(findings, source.text)
     entry["errors"] = [_error_dict(e) for e in errors]
     return entry
+
+
+# --- very large files -------------------------------------------------------------------
+
+#: above this many bytes ``check`` lints a file in pieces of about PIECE characters:
+#: Python's AST costs ~200 bytes of memory per byte of source, so a 20 MB generated file
+#: parsed whole needs ~4 GB; in pieces memory stays bounded whatever the file's size, and
+#: the pieces are spread over the worker processes like files
+LARGE_FILE = 4 * 1024 * 1024
+PIECE = 1024 * 1024
+#: module-level statements (imports, constants, config classes) each piece is given from
+#: the pieces before it, so that aliases, constants and config defaults resolve; larger
+#: ones are left out.  What else a piece cannot see (a helper function in an earlier piece
+#: called from a ``forward``) is the price of bounded memory, only in files this large.
+PREAMBLE_STATEMENT = 4096
+PREAMBLE_TOTAL = 256 * 1024
+#: lines at column 0 where a top-level statement may start (not a clause of the one before)
+_TOP_LEVEL_START = re.compile(r"^(?!(?:else|elif|except|finally)\b)[A-Za-z_@]", re.M)
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class _Lines:
+    """A large text's line offsets (line numbers are 1-based) and its pieces."""
+
+    def __init__(self, text: str):
+        from array import array
+
+        self.text = text
+        self.starts = array("q", [0])
+        self.starts.extend(m.end() for m in _LINE_END.finditer(text))
+
+    def offset(self, line: int) -> int:
+        return self.starts[line - 1] if line <= len(self.starts) else len(self.text)
+
+    def span(self, first: int, end: int) -> str:
+        """Lines [first, end) with their line endings."""
+        return self.text[self.offset(first): self.offset(end)]
+
+    def line(self, number: int) -> str:
+        return _LINE_END.split(self.span(number, number + 1), 1)[0]
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """Line ranges [first, end) of about PIECE characters, cut only before a line that
+        starts a statement at column 0 (not right after a decorator).  A cut inside a
+        string or brackets makes the piece before it fail to parse, which sends the file
+        back to being linted whole."""
+        cuts, last, text = [1], 0, self.text
+        for m in _TOP_LEVEL_START.finditer(text):
+            if m.start() - last >= PIECE:
+                line = bisect.bisect_right(self.starts, m.start())
+                if self.starts[line - 1] == m.start() and not (line > 1 and text.startswith("@", self.starts[line - 2])):
+                    cuts.append(line)
+                    last = m.start()
+        cuts.append(len(self.starts) + 1)
+        return list(zip(cuts, cuts[1:]))
+
+    def piece_source(self, first: int, end: int, preamble: Sequence[tuple[int, int]] = ()) -> str:
+        """Lines [first, end) and the ``preamble`` ranges before them at their own line
+        numbers, every other line blank: positions in the piece are positions in the file."""
+        parts, line = [], 1
+        for a, b in [*(r for r in preamble if r[1] <= first), (first, end)]:
+            parts.append("\n" * (a - line))
+            body = self.span(a, b)
+            parts.append(body)
+            line = b
+            if not body.endswith(("\n", "\r")):
+                parts.append("\n")
+                line += 1
+        return "".join(parts)
+
+    def preamble_of(self, tree: ast.Module, first: int) -> list[tuple[int, int, int]]:
+        """(first line, end line, size) of the statements of ``tree`` from line ``first``
+        on that later pieces are given."""
+        from .evaluate import is_config_class
+
+        out = []
+        for node in tree.body:
+            if node.lineno < first:
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)) or (
+                    isinstance(node, ast.ClassDef) and is_config_class(node)):
+                size = self.offset(node.end_lineno + 1) - self.offset(node.lineno)
+                if size <= PREAMBLE_STATEMENT:
+                    out.append((node.lineno, node.end_lineno + 1, size))
+        return out
+
+
+def _preamble_before(found: Sequence[Sequence[tuple[int, int, int]]]) -> list[tuple[int, int]]:
+    """The preamble for the piece after the pieces whose candidates are ``found``."""
+    out, total = [], 0
+    for candidates in found:
+        for a, b, size in candidates:
+            if total + size <= PREAMBLE_TOTAL:
+                out.append((a, b))
+                total += size
+    return out
+
+
+def _merge_facts(into: dict, more: dict) -> None:
+    for key, value in more.items():
+        have = into.get(key)
+        if isinstance(have, dict) and isinstance(value, dict):
+            _merge_facts(have, value)
+        elif isinstance(have, list) and isinstance(value, list):
+            seen = {json.dumps(v, sort_keys=True, default=str) for v in have}
+            have.extend(v for v in value if json.dumps(v, sort_keys=True, default=str) not in seen)
+        else:
+            into[key] = value
+
+
+def _lint_piece(path: str, lines: _Lines, first: int, end: int, preamble, settings: Settings, unused: bool,
+                given: Optional[ProjectIndex]) -> dict:
+    """Lint one piece; its findings (as JSON, with frames), errors, summary and queries.
+    SourceError when it does not parse."""
+    project = given if given is not None else ProjectIndex()
+    piece = lines.piece_source(first, end, preamble)
+    found, ctx, errors = lint_text(path, piece, settings, _rules_for(settings), project, unused)
+    # as JSON right away: a Finding's node would keep the piece's whole tree alive; the
+    # piece keeps the file's line numbers, so fingerprints and columns are the file's
+    # (occurrence numbers are made file-wide by _join_pieces)
+    findings = _outgoing([f for f in found if first <= f.line < end], piece)
+    out = {
+        "findings": findings,
+        "frames": {f["line"]: lines.line(f["line"]) for f in findings},
+        "errors": [_error_dict(e) for e in errors if first <= e.line < end],
+        "summary": None,
+        "queries": [list(q) for q in dict.fromkeys(project.queries)],
+        "preamble": lines.preamble_of(ctx.tree, first),
+    }
+    if given is None:
+        summary = summarize(ctx, all_rules(settings.rule_paths))
+        summary.configs = [c for c in summary.configs if first <= c.line < end]
+        out["summary"] = summary.to_json()
+    return out
+
+
+def _join_pieces(path: str, parts: Sequence[dict]) -> dict:
+    """One file's entry from its pieces' (in order)."""
+    entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
+    summary = None
+    for part in parts:
+        entry["findings"].extend(part["findings"])
+        entry["frames"].update(part["frames"])
+        entry["errors"].extend(part["errors"])
+        entry["queries"].extend(q for q in part["queries"] if q not in entry["queries"])
+        if part["summary"] is not None:
+            if summary is None:
+                summary = {"path": path, "configs": [], "facts": {}}
+            summary["configs"].extend(part["summary"]["configs"])
+            _merge_facts(summary["facts"], part["summary"]["facts"])
+    entry["summary"] = summary
+    _renumber_fingerprints(entry["findings"])
+    return entry
+
+
+def _renumber_fingerprints(findings: list[dict]) -> None:
+    """Pieces number repeated fingerprints (``digest:n``) each from 0; number them over
+    the whole file, in the order :func:`amplint.baseline.assign_fingerprints` uses."""
+    seen: dict[str, int] = {}
+    for f in sorted(findings, key=lambda f: (f["path"], f["line"], f["column"], f["code"])):
+        digest = f["fingerprint"].split(":")[0]
+        f["fingerprint"] = f"{digest}:{seen.get(digest, 0)}"
+        seen[digest] = seen.get(digest, 0) + 1
+
+
+def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool, given: Optional[ProjectIndex]) -> Optional[dict]:
+    """Lint a very large file piece by piece, in this process (see :func:`_run_check` for
+    the pieces spread over the pool).  None when a piece does not parse: the file is then
+    linted whole, which also reports a real syntax error where it is."""
+    lines = _Lines(text)
+    parts, found = [], []
+    for first, end in lines.pieces():
+        try:
+            part = _lint_piece(path, lines, first, end, _preamble_before(found), settings, unused, given)
+        except SourceError:
+            return None
+        found.append(part.pop("preamble"))
+        parts.append(part)
+    return _join_pieces(path, parts)
+
+
+def _piece_task(args) -> tuple:
+    """Pool task for one piece of a large file: ``("preamble", ...)`` parses the piece
+    alone and returns what later pieces are given (None: it does not parse);
+    ``("lint", ...)`` lints it with its preamble.  The worker reads the file itself (a
+    piece is small, the file is not) and checks that it is what the parent read."""
+    kind, path, digest, first, end, preamble, settings, unused = args
+    try:
+        lines = _large_file_lines(path, digest)
+    except SourceError as exc:
+        return path, first, None, exc
+    try:
+        if kind == "preamble":
+            tree = parse(path, lines.piece_source(first, end))
+            return path, first, lines.preamble_of(tree, first), None
+        part = _lint_piece(path, lines, first, end, preamble, settings, unused, None)
+        part.pop("preamble")
+        return path, first, part, None
+    except SourceError:
+        return path, first, None, None
+
+
+def _large_file_lines(path: str, digest: str) -> _Lines:
+    """The lines of the large file the parent read (hash ``digest``).  A worker keeps the
+    last one: its pieces come one after another, and reading and decoding 20 MB for each
+    would cost as much as linting a piece.  A kept copy is used only while the file's
+    inode, size and modification time are unchanged."""
+    kept = _WORKER.large_file
+    if kept is not None and kept[0] == path and kept[1].sha256 == digest:
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        identity = kept[1]
+        if st is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
+                identity.device, identity.inode, identity.size, identity.mtime_ns):
+            return kept[2]
+    _WORKER.large_file = None
+    source = read_source(path)
+    if source.identity is None or source.identity.sha256 != digest:
+        raise SourceError(path, "changed while amplint was reading it")
+    lines = _Lines(source.text)
+    _WORKER.large_file = (path, source.identity, lines)
+    return lines
+
+
+def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int, progress) -> tuple[dict, list]:
+    """Check mode for files over LARGE_FILE: every piece of every such file is a pool task
+    (first parsed alone for the statements later pieces need, then linted).  Returns the
+    entries of the files done so, and the (path, settings) of the files to lint whole
+    (a piece that does not parse)."""
+    plans, whole = {}, []
+    for path, settings in large:
+        try:
+            source = read_source(path)
+        except SourceError:
+            whole.append((path, settings))  # the ordinary task reports it
+            continue
+        if not _worth_parsing(source.text, settings, unused):
+            whole.append((path, settings))
+            continue
+        plans[path] = (settings, source.identity.sha256, _Lines(source.text).pieces())
+        del source
+    tasks = [("preamble", path, digest, a, b, None, settings, unused)
+             for path, (settings, digest, pieces) in plans.items() for a, b in pieces]
+    jobs = worker_count(requested_jobs, len(tasks))
+    found: dict[str, dict[int, list]] = {}
+    failed: dict[str, Optional[SourceError]] = {}
+    for path, first, candidates, error in _map(_piece_task, tasks, jobs, (None,), None):
+        if candidates is None:
+            failed.setdefault(path, error)
+        else:
+            found.setdefault(path, {})[first] = candidates
+    entries = {}
+    for path, error in failed.items():
+        settings = plans.pop(path)[0]
+        if error is None:
+            whole.append((path, settings))  # a piece does not parse
+        else:
+            entries[path] = _error_entry(path, error)
+    tasks = []
+    for path, (settings, digest, pieces) in plans.items():
+        before = [found[path][a] for a, _ in pieces]
+        tasks.extend(("lint", path, digest, a, b, _preamble_before(before[:i]), settings, unused)
+                     for i, (a, b) in enumerate(pieces))
+    parts: dict[str, dict[int, dict]] = {}
+    failed = {}
+    for path, first, part, error in _map(_piece_task, tasks, jobs, (None,), progress):
+        if part is None:
+            failed.setdefault(path, error)
+        else:
+            parts.setdefault(path, {})[first] = part
+    for path, (settings, digest, pieces) in plans.items():
+        if path not in failed:
+            entries[path] = _join_pieces(path, [parts[path][a] for a, _ in pieces])
+        elif failed[path] is None:
+            whole.append((path, settings))
+        else:
+            entries[path] = _error_entry(path, failed[path])
+    return entries, whole
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _error_entry(path: str, error: SourceError) -> dict:
+    return {"path": path, "findings": [], "frames": {}, "errors": [_error_dict(error)], "summary": None, "queries": []}
 
 
 def _fix_task(args) -> FileResult:
     path, settings, options = args
     result = FileResult(path)
     try:
-        source = read_source(path)
+        source = _read_source(path)
+        if not options.diff and path not in _WORKER.sources:
+            check_writable(source)
     except SourceError as exc:
         result.errors.append(exc)
         return result
@@ -382,21 +733,25 @@ def _fix_task(args) -> FileResult:
             result.changed = True
             if options.diff:
                 result.diff = _unified_diff(path, source.text, new_text)
-            else:
-                write_atomic(path, source.encode(new_text))
+            elif path not in _WORKER.sources:
+                write_atomic(path, source.encode(new_text), expected=source)
             # the findings (written or, with --diff, that would be) left after the fixes
             source = SourceFile(path, new_text, source.encoding, b"")
+        if path in _WORKER.sources:
+            result.output = source.encode(new_text)
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:
         result.errors.append(exc)
         return result
+    except FileChangedError as exc:
+        result.errors.append(SourceError(path, exc.strerror))
+        result.fixed, result.changed = 0, False
+        return result
     except OSError as exc:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
         return result
-    for f in findings:
-        f.node = None  # ast nodes stay in the worker
-    result.findings = findings
+    result.findings = [_finding_from_dict(d) for d in _outgoing(findings, source.text)]
     result.frames = _frames(findings, source.text)
     return result
 
@@ -412,14 +767,15 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
     """Whether a selected rule or the project summary can find anything in ``text``."""
     if unused or _Rules.for_settings(settings).relevant(text):
         return True
-    return any(m in text for m in _summary_markers(settings))
+    return any(m in text for m in _summary_markers(settings)) or defines_constants(text)
 
 
 def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
     path, settings = args
     try:
-        source = read_source(path)
-        if not any(m in source.text for m in _summary_markers(settings)):
+        source = _read_source(path)
+        if not any(m in source.text for m in _summary_markers(settings)) and not defines_constants(source.text):
+            check_syntax(path, source.text)
             return path, FileSummary(path).to_json(), None
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)
@@ -465,7 +821,6 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
 def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:
     """Lint (or fix) every Python file under ``paths``.  Results are in path order;
     paths that cannot be read or parsed come back as results with errors."""
-    jobs = options.jobs or os.cpu_count() or 1
     results: dict[str, FileResult] = {}
     files: list[tuple[str, Settings]] = []
 
@@ -484,30 +839,48 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
         settings = settings_for(path)
         return settings is None or settings.is_excluded(path)
 
-    for path, error in discover(paths, excluded):
+    if options.stdin is not None:
+        path = _as_typed(paths[0])
+        settings = settings_for(path)
+        if settings is not None and not (options.force_exclude and settings.is_excluded(path)):
+            files.append((path, settings))
+            results.update((_run_fix if (options.fix or options.diff) else _run_check)(files, options, 1))
+        return [results[p] for p in sorted(results)]
+    for path, error in discover(paths, excluded, respect_gitignore=options.respect_gitignore,
+                                force_exclude=options.force_exclude):
         if error is not None:
-            results[path] = FileResult(path, errors=[error])
+            result = results.setdefault(path, FileResult(path))
+            (result.warnings if error.severity == "warning" else result.errors).append(error)
             continue
         settings = settings_for(path)
         if settings is not None:
             files.append((path, settings))
     if files:
+        jobs = worker_count(options.jobs, len(files))
         runner = _run_fix if (options.fix or options.diff) else _run_check
         results.update(runner(files, options, jobs))
     return [results[p] for p in sorted(results)]
+
+
+def worker_count(requested: int, files: int) -> int:
+    """Worker processes for ``files`` files: ``requested`` (0: one per core), never more
+    than the files or twice the cores (``-j 1000`` must not start 1000 processes)."""
+    cores = os.cpu_count() or 1
+    return max(1, min(requested or cores, files, 2 * cores))
 
 
 def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     """Fix mode: summaries of every file first (the project index), then fix each file
     against it.  No cache: fixing always starts from the bytes on disk."""
     summaries, out = [], {}
-    for path, summary, error in _map(_summarize_task, files, jobs, (None,), None):
+    sources = {files[0][0]: options.stdin} if options.stdin is not None else None
+    for path, summary, error in _map(_summarize_task, files, jobs, (None, sources), None):
         if summary is not None:
             summaries.append(summary)
         else:
             out[path] = FileResult(path, errors=[error])
     tasks = [(path, settings, options) for path, settings in files if path not in out]
-    for result in _map(_fix_task, tasks, jobs, (summaries,), options.progress):
+    for result in _map(_fix_task, tasks, jobs, (summaries, sources), options.progress):
         out[result.path] = result
     return out
 
@@ -520,7 +893,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     from .cache import Cache, entry_key, valid_entry
 
     cache = None
-    if options.use_cache:
+    sources = {files[0][0]: options.stdin} if options.stdin is not None else None
+    if options.use_cache and sources is None:
         cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
     unused = options.report_unused_suppressions
     settings_of = dict(files)
@@ -540,7 +914,15 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = hit
                 continue
         todo.append((path, settings, unused))
-    for entry in _map(_check_task, todo, jobs, (None,), options.progress):
+    large = [(path, settings) for path, settings, _ in todo if sources is None and _size(path) > LARGE_FILE]
+    if large:
+        done, whole = _check_large_files(large, unused, options.jobs, options.progress)
+        skip = {path for path, _ in large} - {path for path, _ in whole}
+        todo = [task for task in todo if task[0] not in skip]
+        first_pass = list(done.values())
+    else:
+        first_pass = []
+    for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress):
         entries[entry["path"]] = entry
         if cache is not None and not entry["errors"]:
             cache.put(keys[entry["path"]], entry)
@@ -559,7 +941,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                     entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
                     continue
             todo.append((path, settings_of[path], unused))
-        for entry in _map(_check_task, todo, jobs, (project_json,), None):
+        for entry in _map(_check_task, todo, jobs, (project_json, sources), None):
             entries[entry["path"]].update(findings=entry["findings"], frames=entry["frames"], errors=entry["errors"])
             if cache is not None and not entry["errors"]:
                 cache.put(keys[entry["path"]], entry)

@@ -15,8 +15,16 @@ What it follows:
   base classes of the same file;
 * ``config.attr`` / ``self.config.attr`` / ``cfg.attr``: the default of ``attr`` in a
   config class -- dataclass-style fields (``n_embd: int = 770``) or ``__init__`` keyword
-  defaults stored on ``self`` (``vocab_size=30522``) -- in this file or, through the
-  project index, in another linted file.
+  defaults stored on ``self`` (``vocab_size=30522``), also when ``__init__`` stores the
+  parameter under a branch (``elif isinstance(x, int): self.vocab_size = x``) -- in this
+  file or, through the project index, in another linted file;
+* a parameter without a default, and ``config.attr`` of one when no config class gives a
+  default: what every call of the function in this file passes -- a keyword, a
+  positional argument, an item of a ``**kwargs`` dict (``args["vocab_size"] = 50257``),
+  or an attribute set on the object before the call (``cfg.vocab_size = 65``); the calls
+  must agree;
+* a numeric module constant of another linted file (``constant.INFINITY_NUMBER``,
+  ``from .consts import NEG_INF``).
 """
 from __future__ import annotations
 
@@ -33,6 +41,10 @@ if TYPE_CHECKING:
     from .context import FileContext
 
 _MAX_DEPTH = 12
+#: the key of the project fact holding each file's numeric module constants (collected by
+#: :func:`amplint.project.module_constants`, read by :meth:`imported_constant`)
+CONSTANTS_FACT = "@constants"
+
 _NAMED_CONSTANTS = {
     "math.inf": math.inf, "math.pi": math.pi, "math.e": math.e, "math.nan": math.nan,
     "numpy.inf": math.inf, "numpy.pi": math.pi, "numpy.nan": math.nan, "numpy.NINF": -math.inf,
@@ -66,6 +78,12 @@ class Evaluator:
     def __init__(self, ctx: "FileContext"):
         self.ctx = ctx
         self._config_fields: Optional[dict[str, dict[str, tuple[ast.AST, ast.AST]]]] = None
+        self._call_index: Optional[dict[str, list[ast.Call]]] = None
+        self._store_tables: dict[int, dict] = {}
+        #: (function, parameter) pairs being followed to their call sites (cycles)
+        self._active: set = set()
+        self._call_site_memo: dict = {}
+        self._call_sites_memo: dict = {}
 
     def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
         return self.ctx.bindings(func)
@@ -150,7 +168,21 @@ class Evaluator:
         qn = ctx.qualname(name)
         if qn in _NAMED_CONSTANTS:
             return Value(_NAMED_CONSTANTS[qn], (), name)
+        origin = ctx.import_origin(name.id) if ctx.project is not None else None
+        if origin is not None:  # from .constants import NEG_INF
+            return self.imported_constant(origin[0], origin[1])
         return None
+
+    def imported_constant(self, module: str, name: str) -> Optional[Value]:
+        """A numeric module constant of another linted file: ``name`` in ``module``."""
+        project = self.ctx.project
+        if project is None or not module:
+            return None
+        found = project.named(CONSTANTS_FACT, name, module, exclude_path=self.ctx.path)
+        if len(found) != 1:
+            return None
+        path, (value, line, column) = found[0]
+        return Value(value, (Related(path, line, column, f"`{name}` is defined here"),))
 
     def _local_value(self, func: ast.AST, name: str, depth: int):
         """The value of ``name`` inside ``func``: one local assignment, or a parameter
@@ -168,7 +200,8 @@ class Evaluator:
         if param is None:
             return _MISSING
         if default is None:
-            return None
+            # no default: what the callers in this file pass (TransformerModel(cfg, vocab=vocab))
+            return self._from_call_sites(func, name, depth, _FieldOf(self, None))
         inner = self.evaluate(default, None, depth + 1)
         if inner is None:
             return None
@@ -190,8 +223,25 @@ class Evaluator:
                 if found is not None:
                     return found
             return None
-        if is_config_expr(base):
-            return self.config_default(attr.attr, annotation_class(ctx, base, attr))
+        config = is_config_expr(base)
+        if config:
+            # a config class's default (this file's, else another linted file's) is the
+            # design value: call sites in the same file are often examples building a tiny model
+            found = self.config_default(attr.attr, annotation_class(ctx, base, attr))
+            if found is not None:
+                return found
+        if isinstance(base, ast.Name) and base.id not in ("self", "cls"):
+            func = scope if scope is not None else ctx.enclosing_function(attr)
+            param, default = parameter(func, base.id) if func is not None else (None, None)
+            if param is not None and default is None and not self.bindings(func).get(base.id):
+                # `config.vocab_size` of a parameter: the objects the callers in this file pass
+                found = self._from_call_sites(func, base.id, depth, _FieldOf(self, attr.attr))
+                if found is not None:
+                    return found
+        if isinstance(base, ast.Name) and ctx.project is not None:
+            module = ctx.import_path(base.id)  # import a.constants as C; C.NEG_INF
+            if module is not None:
+                return self.imported_constant(module, attr.attr)
         return None
 
     def _class_attribute(self, cls: ast.ClassDef, name: str, depth: int) -> Optional[Value]:
@@ -213,6 +263,198 @@ class Evaluator:
             return results[0].via(ctx.related(stmt, f"`self.{name}` is set here"))
         return None
 
+    # --- call sites ------------------------------------------------------------------
+
+    def _calls_by_name(self) -> dict[str, list[ast.Call]]:
+        if self._call_index is None:
+            index: dict[str, list[ast.Call]] = {}
+            for call in self.ctx.calls:
+                f = call.func
+                key = f.id if f.__class__ is ast.Name else f.attr if f.__class__ is ast.Attribute else None
+                if key is not None:
+                    index.setdefault(key, []).append(call)
+            self._call_index = index
+        return self._call_index
+
+    def _call_sites(self, func: ast.AST) -> tuple[list[ast.Call], int]:
+        """The calls of ``func`` in this file and how many leading parameters the call
+        does not pass (``self``): ``Model(...)`` for ``Model.__init__``, ``f(...)`` for a
+        module-level function, ``self.m(...)`` for a method."""
+        cached = self._call_sites_memo.get(id(func))
+        if cached is None:
+            cached = self._call_sites_memo[id(func)] = self._find_call_sites(func)
+        return cached
+
+    def _find_call_sites(self, func: ast.AST) -> tuple[list[ast.Call], int]:
+        ctx = self.ctx
+        owner = ctx.parent(func)
+        if owner.__class__ is ast.ClassDef:
+            if func.name == "__init__":
+                name, offset = owner.name, 1
+                calls = [c for c in self._calls_by_name().get(name, ()) if c.func.__class__ is ast.Name or
+                         c.func.__class__ is ast.Attribute]
+            else:
+                calls = [c for c in self._calls_by_name().get(func.name, ())
+                         if c.func.__class__ is ast.Attribute and c.func.value.__class__ is ast.Name
+                         and c.func.value.id == "self" and ctx.enclosing_class(c) is owner]
+                offset = 1
+            return calls, offset
+        if owner.__class__ is ast.Module or ctx.functions.get(getattr(func, "name", None)) is func:
+            return [c for c in self._calls_by_name().get(func.name, ()) if c.func.__class__ is ast.Name], 0
+        return [], 0
+
+    def _from_call_sites(self, func: ast.AST, name: str, depth: int, value_of) -> Optional[Value]:
+        """The value every call of ``func`` in this file gives parameter ``name``
+        (``value_of(argument expression, depth)``); None when there is no call, one
+        passes something unknown, or the calls disagree."""
+        key = (id(func), name)
+        if key in self._active or depth > _MAX_DEPTH - 3 or isinstance(func, ast.Lambda):
+            return None
+        calls, offset = self._call_sites(func)
+        if not calls:
+            return None
+        memo_key = (id(func), name, getattr(value_of, "field", None))
+        if memo_key in self._call_site_memo:
+            return self._call_site_memo[memo_key]
+        found = self._from_calls(func, name, calls, offset, depth, value_of, key)
+        self._call_site_memo[memo_key] = found
+        return found
+
+    def _from_calls(self, func, name, calls, offset, depth, value_of, key) -> Optional[Value]:
+        args = func.args
+        positional = [a.arg for a in args.posonlyargs + args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        self._active.add(key)
+        try:
+            values = []
+            for call in calls[:8]:
+                arg = self._argument_at(call, name, position, depth)
+                value = value_of(arg, depth + 1) if arg is not None else None
+                if value is None:
+                    return None
+                # the call site goes last: the definition stays the first related location
+                values.append(Value(value.value, value.origin + (self.ctx.related(call, f"`{name}` is passed here"),), value.literal))
+        finally:
+            self._active.discard(key)
+        if len({v.value for v in values}) != 1:
+            return None
+        return values[0]
+
+    def _argument_at(self, call: ast.Call, name: str, position: Optional[int], depth: int) -> Optional[ast.AST]:
+        for kw in call.keywords:
+            if kw.arg == name:
+                return kw.value
+        if position is not None and position < len(call.args) and not any(
+            a.__class__ is ast.Starred for a in call.args[: position + 1]
+        ):
+            return call.args[position]
+        for kw in call.keywords:
+            if kw.arg is None:  # Model(**kwargs)
+                item = self.dict_item(kw.value, name, call, depth + 1)
+                if item is not None:
+                    return item
+        return None
+
+    def dict_item(self, expr: ast.AST, key: str, use: ast.AST, depth: int) -> Optional[ast.AST]:
+        """The expression stored under ``key`` in the dict ``expr`` names at ``use``:
+        the last ``d['key'] = value`` before it, else the ``{...}`` / ``dict(...)`` it
+        was built as."""
+        if depth > _MAX_DEPTH:
+            return None
+        if expr.__class__ is ast.Dict:
+            for k, v in zip(expr.keys, expr.values):
+                if k.__class__ is ast.Constant and k.value == key:
+                    return v
+            return None
+        if expr.__class__ is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "dict":
+            for kw in expr.keywords:
+                if kw.arg == key:
+                    return kw.value
+            return None
+        if expr.__class__ is not ast.Name:
+            return None
+        stores = self._stores_before(expr.id, use)
+        for target, value in reversed(stores):
+            if target.__class__ is ast.Subscript:
+                k = target.slice
+                if k.__class__ is ast.Constant and k.value == key:
+                    return value
+        for target, value in reversed(stores):
+            if target.__class__ is ast.Name:
+                return self.dict_item(value, key, use, depth + 1)
+        return None
+
+    def object_field(self, expr: ast.AST, field: str, depth: int) -> Optional[Value]:
+        """``field`` of the object ``expr`` evaluates to: ``Config(vocab_size=...)``,
+        ``Config(**args)``, a name assigned one of those, with ``config.field = ...``
+        assignments before the use winning; a local config class's default otherwise."""
+        if depth > _MAX_DEPTH:
+            return None
+        if expr.__class__ is ast.Call:
+            f = expr.func
+            cname = f.id if f.__class__ is ast.Name else f.attr if f.__class__ is ast.Attribute else None
+            cls = self.ctx.classes.get(cname) if cname else None
+            names = [field]
+            position = None
+            if cls is not None:
+                init = self.ctx.method(cls, "__init__")
+                if init is not None:
+                    stored = _stored_parameter_names(init)
+                    names = [stored.get(field, field)]
+                    params = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
+                    position = params.index(names[0]) if names[0] in params else None
+            arg = self._argument_at(expr, names[0], position, depth)
+            if arg is not None:
+                return self.evaluate(arg, None, depth + 1)
+            if cls is not None and is_config_class(cls):
+                entry = config_fields(cls).get(field)
+                if entry is not None:
+                    value = self.evaluate(entry[1], None, depth + 1)
+                    return None if value is None else value.via(self.ctx.related(entry[0], f"default of `{cls.name}.{field}`"))
+            return None
+        if expr.__class__ is ast.Name:
+            stores = self._stores_before(expr.id, expr)
+            for target, value in reversed(stores):
+                if target.__class__ is ast.Attribute and target.attr == field:
+                    found = self.evaluate(value, None, depth + 1)
+                    return None if found is None else found.via(self.ctx.related(value, f"`{expr.id}.{field}` is set here"))
+            for target, value in reversed(stores):
+                if target.__class__ is ast.Name:
+                    return self.object_field(value, field, depth + 1)
+            func = self.ctx.enclosing_function(expr)
+            if func is not None and parameter(func, expr.id)[0] is not None:
+                return self._from_call_sites(func, expr.id, depth, _FieldOf(self, field))
+        return None
+
+    def _stores_before(self, name: str, use: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+        """(target, value) of the assignments to ``name``, ``name[...]`` and
+        ``name.attr`` in the scope of ``use`` (its function, or the module), before it."""
+        scope = self.ctx.enclosing_function(use)
+        table = self._store_tables.get(id(scope))
+        if table is None:
+            table = {}
+            body = scope.body if scope is not None else self.ctx.tree.body
+            stack = list(body)
+            while stack:
+                stmt = stack.pop()
+                if stmt.__class__ is ast.Assign:
+                    for target in stmt.targets:
+                        base = target
+                        while base.__class__ in (ast.Subscript, ast.Attribute) and base.value.__class__ is not ast.Name:
+                            base = base.value
+                        root = base.value if base.__class__ in (ast.Subscript, ast.Attribute) else base
+                        if root.__class__ is ast.Name and base is target:
+                            table.setdefault(root.id, []).append((stmt.lineno, target, stmt.value))
+                elif stmt.__class__ in (ast.If, ast.For, ast.While, ast.With, ast.Try):
+                    for field in ("body", "orelse", "finalbody"):
+                        stack.extend(getattr(stmt, field, ()))
+                    for handler in getattr(stmt, "handlers", ()):
+                        stack.extend(handler.body)
+            for entries in table.values():
+                entries.sort(key=lambda e: e[0])
+            self._store_tables[id(scope)] = table
+        return [(t, v) for line, t, v in table.get(name, ()) if line < use.lineno]
+
     # --- config classes --------------------------------------------------------------
 
     def _local_config_fields(self) -> dict[str, dict[str, tuple[ast.AST, ast.AST]]]:
@@ -223,7 +465,7 @@ class Evaluator:
             }
         return self._config_fields
 
-    def config_default(self, field: str, class_name: Optional[str] = None) -> Optional[Value]:
+    def config_default(self, field: str, class_name: Optional[str] = None, use_project: bool = True) -> Optional[Value]:
         """The default of ``field`` in a config class: the named class if known, else
         the one value every config class that defines ``field`` agrees on."""
         candidates: list[Value] = []
@@ -237,7 +479,9 @@ class Evaluator:
                 if value is not None:
                     candidates.append(value.via(self.ctx.related(node, f"default of `{cname}.{field}`")))
         project = self.ctx.project
-        if project is not None and (not candidates or class_name and class_name not in local):
+        if not candidates and any(declares_field(self.ctx.classes[c], field) for c in names):
+            return None  # this file's config class has the field, without a default
+        if project is not None and use_project and (not candidates or class_name and class_name not in local):
             for fact in project.config_defaults(field, class_name, exclude_path=self.ctx.path):
                 candidates.append(
                     Value(fact.value, (Related(fact.path, fact.line, fact.column, f"default of `{fact.cls}.{field}`"),))
@@ -248,6 +492,21 @@ class Evaluator:
 
 
 # --- helpers -----------------------------------------------------------------------
+
+
+class _FieldOf:
+    """What a call site's argument gives: its value (``field`` None) or the value of
+    its ``field`` (a config object passed in); hashable by ``field`` for memoising."""
+
+    __slots__ = ("evaluator", "field")
+
+    def __init__(self, evaluator: "Evaluator", field: Optional[str]):
+        self.evaluator, self.field = evaluator, field
+
+    def __call__(self, arg: ast.AST, depth: int) -> Optional[Value]:
+        if self.field is None:
+            return self.evaluator.evaluate(arg, None, depth)
+        return self.evaluator.object_field(arg, self.field, depth)
 
 
 
@@ -350,4 +609,59 @@ def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
             for arg, default in pairs:
                 if default is not None and arg.arg != "self":
                     fields.setdefault(arg.arg, (default, default))
+            for name, value in _stored_parameters(stmt, dict((a.arg, d) for a, d in pairs)).items():
+                fields.setdefault(name, value)
     return fields
+
+
+def declares_field(cls: ast.ClassDef, field: str) -> bool:
+    """Whether a config class has ``field`` at all, with or without a default
+    (``vocab_size: int``, ``self.vocab_size = vocab_size``): then the field is this
+    file's, and another file's default of the same name is not it."""
+    if field in config_fields(cls):
+        return True
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == field:
+            return True
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
+            if field in _stored_parameter_names(stmt):
+                return True
+    return False
+
+
+def _stored_parameter_names(init: ast.AST) -> dict[str, str]:
+    """field -> the ``__init__`` parameter stored in it (``self.vocab_size = vocab``)."""
+    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs}
+    out = {}
+    for node in ast.walk(init):
+        if node.__class__ is ast.Assign and node.value.__class__ is ast.Name and node.value.id in params:
+            for target in node.targets:
+                if target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id == "self":
+                    out.setdefault(target.attr, node.value.id)
+    return out
+
+
+def _stored_parameters(init: ast.AST, defaults: dict) -> dict[str, tuple[ast.AST, ast.AST]]:
+    """``self.vocab_size = vocab_size_or_config_json_file`` anywhere in ``__init__``, also
+    under branches (``elif isinstance(x, int):``, pytorch-pretrained-bert's configs): field
+    -> (default, default) of the parameter stored.  The union of the values a field may
+    get is taken: a field stored from several different parameters (or assigned
+    anything else as well) has no single default and is left out."""
+    stored: dict[str, set] = {}
+    for node in ast.walk(init):
+        if node.__class__ is not ast.Assign:
+            continue
+        for target in node.targets:
+            if (target.__class__ is ast.Attribute and target.value.__class__ is ast.Name
+                    and target.value.id == "self"):
+                value = node.value
+                key = value.id if value.__class__ is ast.Name and defaults.get(value.id) is not None else None
+                stored.setdefault(target.attr, set()).add(key)
+    out = {}
+    for field, sources in stored.items():
+        if len(sources) == 1:
+            (param,) = sources
+            if param is not None:
+                default = defaults[param]
+                out[field] = (default, default)
+    return out

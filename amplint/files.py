@@ -7,8 +7,9 @@ the same encoding, BOM and LF/CRLF style.
 from __future__ import annotations
 
 import codecs
-import errno
 import dataclasses
+import errno
+import hashlib
 import io
 import os
 import stat
@@ -22,14 +23,30 @@ PY_SUFFIXES = (".py", ".pyi")
 
 
 class SourceError(Exception):
-    """A file that cannot be linted: ``path:line:col: reason``."""
+    """A file that cannot be linted: ``path:line:col: reason``.  ``severity`` "warning"
+    marks a path that was skipped for a harmless reason (it does not fail the run)."""
 
-    def __init__(self, path: str, reason: str, line: int = 1, col: int = 1):
-        self.path, self.reason, self.line, self.col = path, reason, line, col
+    def __init__(self, path: str, reason: str, line: int = 1, col: int = 1, severity: str = "error"):
+        self.path, self.reason, self.line, self.col, self.severity = path, reason, line, col, severity
         super().__init__(f"{path}:{line}:{col}: {reason}")
 
     def __reduce__(self):  # crosses process-pool boundaries: pickle the real arguments
-        return (SourceError, (self.path, self.reason, self.line, self.col))
+        return (SourceError, (self.path, self.reason, self.line, self.col, self.severity))
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIdentity:
+    """What a file was when it was read: ``fix`` writes only over that very file."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    @classmethod
+    def of(cls, st: os.stat_result, data: bytes) -> "FileIdentity":
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
 
 
 @dataclasses.dataclass
@@ -38,14 +55,58 @@ class SourceFile:
     text: str
     encoding: str  # codec name, e.g. "utf-8", "utf-8-sig" (BOM), "latin-1"
     raw: bytes
+    identity: Optional[FileIdentity] = None
+    #: owner and group of the file as read (a fix keeps them)
+    owner: Optional[tuple[int, int]] = None
 
     def encode(self, text: str) -> bytes:
-        return text.encode(self.encoding)
+        """``text`` in the file's encoding; SourceError when that encoding cannot keep
+        the bytes outside the edits as they are (see :func:`keeps_bytes`)."""
+        try:
+            data = text.encode(self.encoding)
+        except UnicodeError as exc:
+            raise SourceError(self.path, f"cannot write the fixed code in encoding {self.encoding!r}: {exc}") from None
+        if not keeps_bytes(self.encoding, text, data):
+            raise SourceError(self.path, f"cannot fix: the fixed code does not round-trip through encoding "
+                                         f"{self.encoding!r}; file left unchanged")
+        return data
 
 
-def read_source(path: str) -> SourceFile:
+#: encodings whose bytes for a character never depend on its neighbours (checked cheaply)
+_CONTEXT_FREE = {"utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1"}
+
+
+def keeps_bytes(encoding: str, text: str, data: bytes) -> bool:
+    """Whether ``data`` is ``text`` in ``encoding`` such that every character has the
+    bytes it would have alone: then an edit changes the bytes of the edited characters
+    only, and the rest of the file stays byte for byte.  Stateful codecs (utf-7, the
+    iso-2022 family), escaping codecs (unicode_escape) and bytes-to-bytes codecs (rot13,
+    base64) fail; so does a text that does not decode back to itself."""
     try:
-        raw = read_regular(path)
+        info = codecs.lookup(encoding)
+    except LookupError:
+        return False
+    if not getattr(info, "_is_text_encoding", True):
+        return False
+    try:
+        if data.decode(encoding) != text:
+            return False
+    except (UnicodeError, LookupError, ValueError):
+        return False
+    if info.name in _CONTEXT_FREE:
+        return True
+    # each distinct character encoded alone, then the text rebuilt from those pieces
+    try:
+        alone = {c: c.encode(encoding) for c in set(text)}
+    except (UnicodeError, LookupError, ValueError):
+        return False
+    return b"".join(map(alone.__getitem__, text)) == data
+
+
+def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
+    """The decoded source of ``path``, or of ``data`` (read from stdin) under that name."""
+    try:
+        raw, st = read_regular(path, with_stat=True) if data is None else (data, None)
     except IsADirectoryError:
         raise SourceError(path, "is a directory") from None
     except PermissionError:
@@ -59,9 +120,11 @@ def read_source(path: str) -> SourceFile:
     except SyntaxError as exc:
         raise SourceError(path, f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}") from None
     try:
-        codecs.lookup(encoding)
+        info = codecs.lookup(encoding)
     except LookupError:
         raise SourceError(path, f"unknown encoding {encoding!r}") from None
+    if not getattr(info, "_is_text_encoding", True):  # rot13, base64, hex: bytes-to-bytes transforms
+        raise SourceError(path, f"encoding {encoding!r} is not a text encoding")
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -69,42 +132,100 @@ def read_source(path: str) -> SourceFile:
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         hint = "" if encoding != "utf-8" else " (declare the encoding with a '# -*- coding: ...' line)"
         raise SourceError(path, f"not valid {encoding}: byte 0x{raw[exc.start]:02x}{hint}", line, col) from None
+    except (UnicodeError, LookupError, ValueError) as exc:  # punycode, idna...: codecs that fail their own way
+        raise SourceError(path, f"cannot decode as {encoding!r}: {exc or type(exc).__name__}") from None
     if encoding == "utf-8" and raw.startswith(codecs.BOM_UTF8):
         encoding = "utf-8-sig"
         text = text.lstrip("\ufeff")
-    return SourceFile(path, text, encoding, raw)
+    if st is None:  # from stdin: there is no file to compare with or to write
+        return SourceFile(path, text, encoding, raw)
+    return SourceFile(path, text, encoding, raw, FileIdentity.of(st, raw), (st.st_uid, st.st_gid))
 
 
-def read_regular(path: str) -> bytes:
-    """The bytes of ``path``; ``OSError`` unless it is a regular file (or a link to one).
-    A FIFO, socket or device is refused before it is opened: opening a FIFO for
-    reading blocks until a writer appears, which would hang the whole run."""
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-    if not stat.S_ISREG(st.st_mode):
-        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "device or special file"
-        raise OSError(errno.EINVAL, f"not a regular file ({kind})", path)
-    with open(path, "rb") as fh:
-        return fh.read()
+def check_writable(source: SourceFile) -> None:
+    """Refuse, before any work, to fix a file whose encoding cannot keep the bytes outside
+    the edits (``# coding: unicode_escape`` would come back on one physical line, utf-7
+    with other shift sequences)."""
+    if not keeps_bytes(source.encoding, source.text, source.raw):
+        raise SourceError(source.path, f"cannot fix: encoding {source.encoding!r} does not keep the bytes outside "
+                                       f"an edit (decoding and re-encoding changes the file); file left unchanged")
 
 
-def write_atomic(path: str, data: bytes) -> None:
+def _kind(mode: int) -> str:
+    return "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device or special file"
+
+
+def read_regular(path: str, with_stat: bool = False):
+    """The bytes of ``path`` (and with ``with_stat`` the ``fstat`` of what was read);
+    ``OSError`` unless it is a regular file (or a link to one).  Opened non-blocking and
+    checked on the open descriptor, not the path: a FIFO opened for reading would block
+    until a writer appears, and a path swapped between a check and the open must not
+    slip through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a UNIX socket cannot be opened
+            raise OSError(errno.EINVAL, "not a regular file (socket)", path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", path)
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            data = fh.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return (data, st) if with_stat else data
+
+
+class FileChangedError(OSError):
+    """The file is no longer what ``fix`` read: written meanwhile, replaced or deleted."""
+
+
+def unchanged_since(path: str, identity: FileIdentity) -> bool:
+    """Whether ``path`` is still the very file (same inode) with the very bytes that were
+    read: size, modification time and a hash of the content must all agree."""
+    try:
+        data, st = read_regular(path, with_stat=True)
+    except OSError:
+        return False
+    return FileIdentity.of(st, data) == identity
+
+
+def write_atomic(path: str, data: bytes, expected: Optional[SourceFile] = None) -> None:
     """Replace ``path`` with ``data``: write a temporary file beside it, fsync, keep the
-    permission bits, then rename over the original (readers see old or new, never half)."""
+    permission bits (and owner and group where permitted), then rename over the original
+    (readers see old or new, never half).
+
+    With ``expected`` (the file as it was read), the file is compared with it just
+    before the rename and left alone -- :class:`FileChangedError` -- when it was edited,
+    replaced or deleted meanwhile: an editor's save during a long ``fix`` is never lost,
+    and a deleted file is not re-created.  (What remains is the moment between that
+    comparison and the rename.)"""
     directory = os.path.dirname(os.path.abspath(path))
     real = os.path.realpath(path)  # write through symlinks, keep the link
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
+        st = os.stat(real)
+        mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
     except OSError:
-        mode = 0o644
+        mode, owner = 0o644, None
+    if expected is not None and expected.owner is not None:
+        owner = expected.owner
     fd, tmp = tempfile.mkstemp(prefix=".amplint-", suffix=".tmp", dir=os.path.dirname(real) or directory)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
+        if owner is not None:
+            _chown_where_permitted(tmp, *owner)
+        os.chmod(tmp, mode)  # after chown, which may clear setuid/setgid bits
+        if expected is not None and expected.identity is not None and not unchanged_since(real, expected.identity):
+            raise FileChangedError(errno.EAGAIN, "changed while amplint was fixing it; left unchanged", path)
         os.replace(tmp, real)
     except BaseException:
         try:
@@ -114,69 +235,155 @@ def write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def _chown_where_permitted(path: str, uid: int, gid: int) -> None:
+    """Give the new file the original's owner and group: root can; another user can
+    still keep the group when they belong to it; otherwise the file stays theirs."""
+    st = os.stat(path)
+    if (st.st_uid, st.st_gid) == (uid, gid):
+        return
+    for new_uid, new_gid in ((uid, gid), (-1, gid)):
+        try:
+            os.chown(path, new_uid, new_gid)
+            return
+        except PermissionError:
+            continue
+        except OSError:
+            return
+
+
 def _looks_like_python(path: str) -> bool:
     """An explicitly named file is linted when it has a Python suffix or a python shebang
     (hooks and shells pass whatever files they have; a README is not a parse error)."""
     if path.endswith(PY_SUFFIXES):
         return True
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return True  # a FIFO would block here: read_source refuses it with a reason
-        with open(path, "rb") as fh:
-            first = fh.readline(200)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return True  # let read_source report why it cannot be read
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True  # read_source refuses it with a reason
+        first = os.read(fd, 200).split(b"\n", 1)[0]
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
     return first.startswith(b"#!") and b"python" in first
 
 
-def discover(paths: list[str], is_excluded, extra_exclude=()) -> Iterator[tuple[str, Optional[SourceError]]]:
+def _lstat_error(path: str) -> Optional[SourceError]:
+    """Why a named path cannot be linted at all (None: it exists)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return SourceError(path, "no such file or directory")
+    except PermissionError:
+        return SourceError(path, "permission denied (a folder above it cannot be searched)")
+    except OSError as exc:
+        return SourceError(path, f"cannot read: {exc.strerror or exc}")
+    return None
+
+
+def _as_typed(path: str) -> str:
+    """``./src/model.py`` -> ``src/model.py``: paths are shown relative to the current
+    folder as given, without a ``./`` prefix."""
+    prefix = "." + os.sep
+    while path.startswith(prefix) or path.startswith("./"):
+        path = path[2:].lstrip("/" + os.sep) or "."
+    return path
+
+
+def discover(
+    paths: list[str],
+    is_excluded,
+    extra_exclude=(),
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+) -> Iterator[tuple[str, Optional[SourceError]]]:
     """Yield (file, None) for each file to lint and (path, error) for bad paths.
 
     Folders are walked without following symlinked folders (no loops), skipping
-    version-control, virtualenv, build and cache folders and the ``exclude`` patterns;
-    explicitly named files are linted whatever their suffix unless excluded.
+    version-control, virtualenv, build and cache folders, the ``exclude`` patterns and
+    (unless ``respect_gitignore`` is false) what ``.gitignore`` / ``.ignore`` files
+    ignore; a folder that cannot be listed is an error.  Explicitly named files are
+    linted when they look like Python (suffix or shebang), any other named file gets a
+    warning; the exclusions apply to named paths only with ``force_exclude`` (Ruff's
+    ``--force-exclude``, for pre-commit, which passes every changed file by name).
     """
+    from .ignorefiles import IgnoreFiles
+
+    ignore_files = IgnoreFiles() if respect_gitignore else None
     seen: set[str] = set()
     excluded_dirs = DEFAULT_EXCLUDE + tuple(extra_exclude)
+
+    def force_excluded(path: str, is_dir: bool) -> bool:
+        return force_exclude and (is_excluded(path) or (
+            ignore_files is not None and ignore_files.ignored(path, is_dir, os.path.dirname(os.path.abspath(path)))))
+
     for given in paths:
-        if not os.path.lexists(given):
-            yield given, SourceError(given, "no such file or directory")
+        given = _as_typed(given)
+        error = _lstat_error(given)
+        if error is not None:
+            yield given, error
             continue
         if os.path.isdir(given):
-            for root, dirs, files in os.walk(given, followlinks=False):
+            if force_excluded(given, True):
+                continue
+
+            def ignored(path: str, is_dir: bool) -> bool:
+                return ignore_files is not None and ignore_files.ignored(path, is_dir, given)
+
+            unlisted: list[OSError] = []
+            for root, dirs, files in os.walk(given, followlinks=False, onerror=unlisted.append):
+                yield from _folder_errors(unlisted)
                 dirs[:] = sorted(
                     d for d in dirs
                     if not any(_path_matches(d, p) for p in excluded_dirs)
-                    and not is_excluded(os.path.join(root, d))
+                    and not is_excluded(_as_typed(os.path.join(root, d)))
                     and not os.path.islink(os.path.join(root, d))
+                    and not ignored(os.path.join(root, d), True)
                 )
                 for name in sorted(files):
                     if not name.endswith(PY_SUFFIXES):
                         continue
-                    full = os.path.join(root, name)
+                    full = _as_typed(os.path.join(root, name))
                     if os.path.islink(full) and not os.path.exists(full):
                         # checked before is_excluded: resolving a symlink loop raises
                         try:
-                            excluded = is_excluded(full)
+                            excluded = is_excluded(full) or ignored(full, False)
                         except (OSError, RuntimeError):
                             excluded = False
                         if not excluded:
                             yield full, SourceError(full, "broken symbolic link (or a symlink loop)")
                         continue
-                    if is_excluded(full):
+                    if is_excluded(full) or ignored(full, False):
                         continue
                     key = os.path.realpath(full)
                     if key in seen:
                         continue
                     seen.add(key)
                     yield full, None
+            yield from _folder_errors(unlisted)
         else:
             if os.path.islink(given) and not os.path.exists(given):
                 yield given, SourceError(given, "broken symbolic link (or a symlink loop)")
                 continue
-            if is_excluded(given) or not _looks_like_python(given):
+            if force_excluded(given, False):
+                continue
+            if not _looks_like_python(given):
+                yield given, SourceError(given, "not linted: not a Python file (no .py/.pyi suffix or python shebang)",
+                                         severity="warning")
                 continue
             key = os.path.realpath(given)
             if key not in seen:
                 seen.add(key)
                 yield given, None
+
+
+def _folder_errors(unlisted: list) -> Iterator[tuple[str, SourceError]]:
+    """The folders ``os.walk`` could not list, as errors (and empty the list)."""
+    while unlisted:
+        exc = unlisted.pop(0)
+        where = _as_typed(exc.filename or ".")
+        reason = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
+        yield where, SourceError(where, f"cannot list folder: {reason}; nothing under it was linted")

@@ -12,6 +12,7 @@ import struct
 from typing import Optional
 
 from .analysis.calls import amp_alias, keyword, torch_alias
+from .analysis.constants import literal_text
 from .rule import Edit, Fix
 
 
@@ -197,6 +198,11 @@ def compute_in_fp32(ctx, func: ast.AST) -> Optional[list[Edit]]:
     return edits
 
 
+#: methods whose result need not have the receiver's dtype
+_DTYPE_CHANGING = frozenset(("half", "float", "double", "bfloat16", "to", "type", "type_as", "new_tensor", "new_zeros",
+                             "new_ones", "new_full", "new_empty"))
+
+
 def tensor_root(ctx, expr: ast.AST) -> Optional[str]:
     """The variable a tensor expression is computed from, when there is one obvious one:
     ``x`` for ``x``, ``x.norm(dim=-1)``, ``x.pow(2).mean(-1)``, ``1 - x``,
@@ -206,6 +212,8 @@ def tensor_root(ctx, expr: ast.AST) -> Optional[str]:
         if isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant) != isinstance(node.right, ast.Constant):
             node = node.right if isinstance(node.left, ast.Constant) else node.left  # 1 - p
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _DTYPE_CHANGING or any(k.arg == "dtype" for k in node.keywords):
+                return None  # x.half(): x's dtype is not the operand's
             head = node.func.value
             while isinstance(head, ast.Attribute):
                 head = head.value
@@ -261,11 +269,17 @@ def epsilon_fix(ctx, use, value, format_name: str, new: str, opt_default, operan
                                       "(`x = x.float()` ... `.to(input_dtype)`): fp32 output is unchanged, "
                                       "and neither eps nor the square can underflow or overflow")
     root = tensor_root(ctx, operand) if operand is not None else None
-    if use is not None and root is not None and format_name == "float16" and not root.startswith("self."):
-        edit = half_guarded(ctx, use, root, new)
-        if edit is not None:
-            return Fix([edit], "safe", f"Use {new} for float16 `{root}` only (`... if {root}.dtype != torch.float16 "
-                                       f"else {new}`): other dtypes keep the epsilon bit for bit")
+    if root is not None and format_name == "float16" and not root.startswith("self."):
+        described = (f"Use {new} for float16 `{root}` only (`... if {root}.dtype != torch.float16 else {new}`): "
+                     f"other dtypes keep the epsilon bit for bit")
+        if use is not None:
+            edit = half_guarded(ctx, use, root, new)
+            if edit is not None:
+                return Fix([edit], "safe", described)
+        elif opt_default is not None and torch_alias(ctx) is not None:
+            # F.normalize(x) with its default eps: pass that default for every dtype but fp16
+            guarded = f"({literal_text(value.value)} if {root}.dtype != {torch_alias(ctx)}.float16 else {new})"
+            return Fix([Edit.insert_after(opt_default, f", eps={guarded}")], "safe", described)
     old = value.value
     change = _fp32_change(old, float(new))
     lit = value.literal
@@ -287,3 +301,30 @@ def norm_forward(ctx, node, where: str) -> Optional[ast.AST]:
     if not ("sqrt" in where or "negative power" in where or "norm" in cls.name.lower()):
         return None
     return func
+
+
+def called_norm_forward(ctx, call: ast.Call, param: str) -> Optional[ast.AST]:
+    """AMP102: for ``MyLayerNorm(d, eps=1e-12)``, the ``forward`` of ``MyLayerNorm`` (a
+    module class of this file) when it adds ``param`` -- directly or stored as
+    ``self.attr`` in ``__init__`` -- under a root, a division or a negative power: fixed
+    there by computing the norm in fp32, which keeps the eps the caller chose."""
+    from .analysis.flow import stabilising
+
+    cls = ctx.classes.get(call.func.id) if isinstance(call.func, ast.Name) else None
+    if cls is None or not ctx.is_module_class(cls):
+        return None
+    init, forward = ctx.method(cls, "__init__"), ctx.method(cls, "forward")
+    if init is None or forward is None:
+        return None
+    stored = {attr for attr, stmts in ctx.self_assignments(init).items()
+              if len(stmts) == 1 and isinstance(stmts[0].value, ast.Name) and stmts[0].value.id == param}
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and stabilising(ctx, node)):
+            continue
+        for side in (node.left, node.right):
+            if (isinstance(side, ast.Attribute) and isinstance(side.value, ast.Name) and side.value.id == "self"
+                    and side.attr in stored):
+                # under a root (or log, reciprocal, negative power) rather than a plain divisor
+                rooted = not isinstance(ctx.parent(node), ast.BinOp) or isinstance(ctx.parent(node).op, ast.Pow)
+                return norm_forward(ctx, node, "sqrt" if rooted else "a denominator")
+    return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 #: a file needs one of these for the built-in config summary to be worth a parse
@@ -51,7 +52,7 @@ class FileSummary:
 def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
     from . import engine_detect
-    from .evaluate import config_fields, is_config_class
+    from .evaluate import CONSTANTS_FACT, config_fields, is_config_class
 
     ctx.ensure_walked()
     summary = FileSummary(ctx.path)
@@ -67,6 +68,9 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     engine = engine_detect.collect(ctx.tree, ctx.path, ctx.source)
     if engine is not None:
         summary.facts[engine_detect.FACT] = engine
+    constants = module_constants(ctx)
+    if constants:
+        summary.facts[CONSTANTS_FACT] = {"by_name": constants}
     for rule in rules:
         if not rule.collects():
             continue
@@ -77,6 +81,49 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
         if data is not None:
             summary.facts[rule.code] = data
     return summary
+
+
+#: a module-level ``UPPER_CASE = <number>``: a file worth summarising for its constants
+#: even when nothing else in it is (``seq2seq_constant.py`` imports no torch)
+_CONSTANT_LINE = re.compile(r"^[A-Z_][A-Z0-9_]*\s*(?::[^=\n]*)?=\s*[-+(]*\s*[0-9.]", re.M)
+
+
+def defines_constants(text: str) -> bool:
+    return _CONSTANT_LINE.search(text) is not None
+
+
+def module_constants(ctx) -> dict[str, list]:
+    """``NAME = <number>`` assigned once at module level: name -> [value, line, column]
+    (``INFINITY_NUMBER = 1e12`` in ``seq2seq_constant.py``, read by another file as
+    ``constant.INFINITY_NUMBER``)."""
+    out = {}
+    for stmt in ctx.tree.body:
+        if stmt.__class__.__name__ not in ("Assign", "AnnAssign") or stmt.value is None:
+            continue
+        targets = stmt.targets if hasattr(stmt, "targets") else [stmt.target]
+        if len(targets) != 1 or targets[0].__class__.__name__ != "Name":
+            continue
+        name = targets[0].id
+        if len(ctx.module_assignments(name)) != 1:
+            continue
+        value = ctx.evaluator.evaluate(stmt.value, None, 1)
+        if value is not None and isinstance(value.value, (int, float)) and not isinstance(value.value, bool):
+            out[name] = [value.value, stmt.lineno, ctx.char_col(stmt.lineno, stmt.col_offset) + 1]
+    return out
+
+
+def module_matches(path: str, module: str) -> int:
+    """How many trailing components of the dotted ``module`` the file ``path`` matches
+    (``a/b/seq2seq_constant.py`` and ``stanza.models.common.seq2seq_constant``: 1 or
+    more; 0: not that module).  A package's ``__init__.py`` stands for its folder."""
+    parts = path.replace("\\", "/").split("/")
+    stem = parts[-1].rsplit(".", 1)[0]
+    parts = parts[:-1] if stem == "__init__" else parts[:-1] + [stem]
+    wanted = [m for m in module.split(".") if m]
+    n = 0
+    while n < len(wanted) and n < len(parts) and wanted[-1 - n] == parts[-1 - n]:
+        n += 1
+    return n
 
 
 class ProjectIndex:
@@ -90,6 +137,13 @@ class ProjectIndex:
         self.queries: list[tuple] = []
         self.summaries: dict[str, FileSummary] = {s.path: s for s in summaries}
         self._by_field: dict[str, list[ConfigDefault]] = {}
+        #: (fact code, name) -> [(path, data)] for facts shaped {"by_name": {...}}
+        self._named: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        for summary in self.summaries.values():
+            for code, data in summary.facts.items():
+                if isinstance(data, dict) and isinstance(data.get("by_name"), dict):
+                    for name, value in data["by_name"].items():
+                        self._named.setdefault((code, name), []).append((summary.path, value))
         for summary in self.summaries.values():
             for default in summary.configs:
                 self._by_field.setdefault(default.field, []).append(default)
@@ -107,9 +161,30 @@ class ProjectIndex:
         self.queries.append(("facts", code))
         return [(s.path, s.facts[code]) for s in self.summaries.values() if code in s.facts]
 
+    def named(self, code: str, name: str, module: Optional[str] = None, exclude_path: Optional[str] = None) -> list[tuple[str, Any]]:
+        """(path, data) for the files whose ``code`` facts have ``{"by_name": {name:
+        data}}`` -- a function, class or constant of that name.  With ``module`` (the
+        dotted or relative module it is imported from), only the files that module can
+        be, best match first; a name defined in several files no module picks is left
+        unanswered."""
+        self.queries.append(("named", code, name))
+        found = [(module_matches(path, module) if module else 0, path, data)
+                 for path, data in self._named.get((code, name), ()) if path != exclude_path]
+        if module:
+            found = [f for f in found if f[0] > 0]
+        if not found:
+            return []
+        best = max(f[0] for f in found)
+        found = [f for f in found if f[0] == best]
+        return [(p, d) for _, p, d in found] if len(found) == 1 or not module else []
+
     def answers_any(self, queries: Iterable[Sequence], path: str) -> bool:
         """Whether another file than ``path`` answers one of ``queries``."""
         for query in queries:
+            if query[0] == "named":
+                if any(p != path for p, _ in self._named.get((query[1], query[2]), ())):
+                    return True
+                continue
             if query[0] == "config":
                 if any(d.path != path for d in self._by_field.get(query[1], ()) if query[2] is None or d.cls == query[2]):
                     return True

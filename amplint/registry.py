@@ -158,6 +158,12 @@ def select_rules(rules: Iterable[type[Rule]], settings) -> list[type[Rule]]:
     return [r for r in rules if is_selected(r, settings.select, settings.ignore, settings.extend_select)]
 
 
+#: the code of the engine's unused-suppression findings (``--report-unused-suppressions``);
+#: no Rule class makes them, but selecting or ignoring the code is valid
+UNUSED_SUPPRESSION = "AMP900"
+
+
 def unknown_codes(patterns: Iterable[str], rules: Iterable[type[Rule]]) -> list[str]:
-    codes = [r.code for r in rules]
+    """The patterns (codes or prefixes) that name none of ``rules`` nor AMP900."""
+    codes = [r.code for r in rules] + [UNUSED_SUPPRESSION]
     return [p for p in patterns if p != "ALL" and not any(c.startswith(p) for c in codes)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Iterable, Optional, Sequence, Union
 
 
 class Severity(str, enum.Enum):
@@ -117,6 +117,8 @@ class Finding:
     severity: Severity
     fix: Optional[Fix] = None
     related: list[Related] = dataclasses.field(default_factory=list)
+    #: identifies the finding across line shifts (amplint/baseline.py); set by the engine
+    fingerprint: str = dataclasses.field(default="", compare=False)
     #: the reported node, for suppression lookup in the file it came from; never
     #: serialised, compared or sent between processes (the engine drops it first)
     node: Optional[ast.AST] = dataclasses.field(default=None, compare=False, repr=False)
@@ -124,8 +126,17 @@ class Finding:
     def sort_key(self):
         return (self.path, self.line, self.column, self.code)
 
-    def to_dict(self) -> dict:
-        """The JSON shape documented in the README (``--format json``)."""
+    def to_dict(self, char_col: Optional[Callable[[int, int], int]] = None) -> dict:
+        """The JSON shape documented in the README (``--format json``).
+
+        A fix's edits are given like the finding: 1-based lines and 1-based character
+        columns.  ``char_col(line, byte_col)`` turns an edit's UTF-8 byte column into a
+        0-based character column; without it the edits' columns are taken as characters
+        already (findings rebuilt from this dict, in the main process)."""
+        def edit(e: Edit) -> dict:
+            col, end_col = (char_col(e.start.line, e.start.col), char_col(e.end.line, e.end.col)) if char_col else (e.start.col, e.end.col)
+            return {"line": e.start.line, "column": col + 1, "end_line": e.end.line, "end_column": end_col + 1, "content": e.text}
+
         return {
             "path": self.path,
             "line": self.line,
@@ -141,8 +152,10 @@ class Finding:
             else {
                 "applicability": self.fix.applicability.value,
                 "description": self.fix.description,
+                "edits": [edit(e) for e in self.fix.edits],
             },
             "related": [dataclasses.asdict(r) for r in self.related],
+            "fingerprint": self.fingerprint,
         }
 
 

@@ -7,6 +7,7 @@ config's own folder.  Otherwise the rules are left out with a one-line warning.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -26,26 +27,23 @@ def within(path: str, folder: str) -> bool:
 def repository_root(start: Optional[str] = None) -> str:
     """The git work tree containing ``start`` (default: the current folder), else
     ``start`` itself: configs above it are not the project's."""
+    from .ignorefiles import repository_root as git_work_tree
+
     start = os.path.realpath(start or os.getcwd())
-    folder = start
-    while True:
-        if os.path.exists(os.path.join(folder, ".git")):
-            return folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return start
-        folder = parent
+    return git_work_tree(start) or start
 
 
-def installed_plugins() -> list[str]:
-    """``name (distribution)`` of every ``amplint.rules`` entry point; reads metadata only."""
+@functools.lru_cache(maxsize=1)
+def installed_plugins() -> tuple[str, ...]:
+    """``name (distribution)`` of every ``amplint.rules`` entry point; reads metadata only
+    (once per process: the installed distributions do not change during a run)."""
     from importlib.metadata import entry_points
 
     out = []
     for ep in entry_points(group="amplint.rules"):
         dist = getattr(getattr(ep, "dist", None), "name", None)
         out.append(f"{ep.name} ({dist})" if dist else ep.name)
-    return sorted(set(out))
+    return tuple(sorted(set(out)))
 
 
 NOT_ALLOWED = "not allowed"

@@ -3,6 +3,8 @@
     python bench/amp_gpt2.py                    # GPU: GPT-2 small (12 layers, d=768, vocab 50304,
                                                 #      batch 8x1024, AdamW), then the overhead probe
     python bench/amp_gpt2.py --tiny --device cpu  # quick correctness run of the same code
+    python bench/amp_gpt2.py --compile --skip-probe  # torch.compile(model) for every mode
+    python bench/amp_gpt2.py --explain              # graph breaks / graphs / ops per mode
 
 Every mode builds the same model from the same seed in this one process, warms up, then times
 ``--steps`` optimizer steps (CUDA-synchronised wall time) and reads the peak allocated memory.
@@ -85,13 +87,21 @@ class MLP(nn.Module):
 # one training step per mode
 # ---------------------------------------------------------------------------------------------
 
+COMPILE = False  # --compile: every mode runs torch.compile(model) (after amp.initialize)
+
+
+def _compiled(model):
+    return torch.compile(model) if COMPILE else model
+
+
 def make_native(model, dev, dtype, scaler_on, tf32=False):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler(dev) if scaler_on else None
+    run = _compiled(model)
 
     def step(x, y, loss_fn):
         with torch.autocast(dev, dtype=dtype):
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(run(x), y)
         opt.zero_grad(set_to_none=True)
         if scaler is None:
             loss.backward()
@@ -106,9 +116,10 @@ def make_native(model, dev, dtype, scaler_on, tf32=False):
 
 def make_fp32(model, dev):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    run = _compiled(model)
 
     def step(x, y, loss_fn):
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(run(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -116,14 +127,15 @@ def make_fp32(model, dev):
     return step
 
 
-def make_amplint(model, dev, level, half_dtype=torch.float16):
+def make_amplint(model, dev, level, half_dtype=torch.float16, **extra):
     eps = 1e-4 if level == "O3" else 1e-8  # pure half: 1e-8 underflows in fp16 state
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=eps)
     kw = {"half_dtype": half_dtype} if half_dtype is not torch.float16 else {}
-    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw, **extra)
+    run = _compiled(model)
 
     def step(x, y, loss_fn):
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(run(x), y)
         opt.zero_grad(set_to_none=True)
         with amp.scale_loss(loss, opt) as scaled:
             scaled.backward()
@@ -139,6 +151,8 @@ MODES = {
     "native autocast bf16": lambda m, dev: make_native(m, dev, torch.bfloat16, False),
     "amplint O1 fp16": lambda m, dev: make_amplint(m, dev, "O1"),
     "amplint O1 bf16": lambda m, dev: make_amplint(m, dev, "O1", torch.bfloat16),
+    "amplint O1 bf16 fp32_log_probs=False": lambda m, dev: make_amplint(
+        m, dev, "O1", torch.bfloat16, fp32_log_probs=False),
     "amplint O2 fp16": lambda m, dev: make_amplint(m, dev, "O2"),
     "amplint O2 bf16": lambda m, dev: make_amplint(m, dev, "O2", torch.bfloat16),
     "amplint O3 fp16": lambda m, dev: make_amplint(m, dev, "O3"),
@@ -152,6 +166,7 @@ def sync(dev):
 
 def measure(mode, build, data, dev, warmup, steps):
     gc.collect()
+    torch._dynamo.reset()  # a fresh compile per mode (the recompile limit must never be hit)
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
     torch.backends.cudnn.allow_tf32 = mode == "tf32"
@@ -190,12 +205,46 @@ def run_suite(title, modes, build, data, dev, warmup, steps, rounds, baseline):
     print(f"\n### {title}\n")
     print("| mode | ms/step (median) | all rounds | vs baseline | peak GiB | final loss |")
     print("|---|---|---|---|---|---|")
-    med = {m: statistics.median(v) for m, v in results.items()}
+    med = _Medians({m: statistics.median(v) for m, v in results.items()})
+    med.rounds = results
     for m in modes:
         ratio = med[m] / med[baseline] if baseline in med else float("nan")
         rounds_s = ", ".join(f"{v:.2f}" for v in results[m])
         print(f"| {m} | {med[m]:.3f} | {rounds_s} | {ratio:.3f}x | {peaks[m]:.2f} | {losses[m]:.4f} |")
     return med
+
+
+class _Medians(dict):
+    rounds: dict
+
+
+def explain(modes, build, x, y, loss_fn, dev):
+    """Graph breaks of forward + loss (what torch.compile(model) traces) per mode."""
+    print("| mode | graphs | graph breaks | ops | graph outputs |\n|---|---|---|---|---|")
+    for mode in modes:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = build().to(dev)
+        ctx = None
+        if mode.startswith("native"):
+            ctx = lambda: torch.autocast(dev, dtype=torch.bfloat16 if "bf16" in mode else torch.float16)  # noqa: E731
+        elif mode.startswith("amplint"):
+            level, dtype = mode.split()[1], torch.bfloat16 if "bf16" in mode else torch.float16
+            kw = {"half_dtype": dtype} if level == "O1" else {"cast_model_type": dtype}
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-4)
+            model, _ = amp.initialize(model, opt, opt_level=level, verbosity=0, **kw)
+
+        def fwd(a, b):
+            if ctx is None:
+                return loss_fn(model(a), b)
+            with ctx():
+                return loss_fn(model(a), b)
+        e = torch._dynamo.explain(fwd)(x, y)
+        outs = next(n for n in e.graphs[0].graph.nodes if n.op == "output").args[0] if e.graphs else ()
+        print(f"| {mode} | {e.graph_count} | {e.graph_break_count} | {e.op_count} | {len(outs)} |")
+        for b in e.break_reasons:
+            print(f"|   break: {str(b.reason)[:200]} |")
+        amp.reset()
 
 
 def main():
@@ -207,7 +256,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-fp32", action="store_true")
     ap.add_argument("--skip-gpt", action="store_true")
+    ap.add_argument("--skip-probe", action="store_true", help="no tiny-MLP overhead probe")
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model) in every mode")
+    ap.add_argument("--modes", default="", help="comma-separated mode names (default: all)")
+    ap.add_argument("--explain", action="store_true",
+                    help="only print torch._dynamo.explain of forward+loss per mode")
     args = ap.parse_args()
+    global COMPILE
+    COMPILE = args.compile
     dev = args.device
     print(f"torch {torch.__version__}, device {dev}"
           + (f" ({torch.cuda.get_device_name()})" if dev == "cuda" else ""), flush=True)
@@ -227,11 +283,28 @@ def main():
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
         modes = [m for m in MODES if not (args.skip_fp32 and m in ("fp32", "tf32"))]
+        if args.modes:
+            modes = [m.strip() for m in args.modes.split(",")]
         if dev == "cpu":
             modes = [m for m in modes if m != "tf32"]
-        run_suite(f"GPT-2-small-like step ({cfg}, batch {batch}, AdamW)", modes,
-                  lambda: GPT(**cfg), (x, y, gpt_loss), dev, args.warmup, args.steps,
-                  args.rounds, "native autocast fp16 + GradScaler")
+        if args.explain:
+            explain(modes, lambda: GPT(**cfg), x, y, gpt_loss, dev)
+            return
+        med = run_suite(f"GPT-2-small-like step ({cfg}, batch {batch}, AdamW"
+                        + (", torch.compile(model)" if COMPILE else "") + ")", modes,
+                        lambda: GPT(**cfg), (x, y, gpt_loss), dev, args.warmup, args.steps,
+                        args.rounds, "native autocast fp16 + GradScaler")
+        print("\nPaired ratios per round (amplint / native of the same dtype):")
+        for m in modes:
+            if not m.startswith("amplint"):
+                continue
+            base = ("native autocast bf16" if "bf16" in m else "native autocast fp16 + GradScaler")
+            if base in med.rounds:
+                ratios = [a / b for a, b in zip(med.rounds[m], med.rounds[base])]
+                print(f"  {m:40s} vs {base}: " + ", ".join(f"{r:.3f}" for r in ratios)
+                      + f"  (median {statistics.median(ratios):.3f})")
+    if args.skip_probe:
+        return
 
     # CPU-side overhead: a tiny model where Python/launch overhead dominates.
     xs = torch.randn(32, 64, device=dev)

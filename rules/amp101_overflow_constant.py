@@ -16,6 +16,7 @@ from amplint.dtypes import dtype_literal
 from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.fixes import finfo_text
+from amplint.analysis import flow
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _FILL_METHODS = ("masked_fill", "masked_fill_", "fill_", "new_full", "full", "full_like", "where", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
@@ -39,6 +40,7 @@ class OverflowConstant(Rule):
     severity = Severity.ERROR
     fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
+    collect_markers = ("masked_fill", "mask")
     docs = """
 ## What it does
 Flags a number whose magnitude exceeds the largest finite value of the target dtype
@@ -54,8 +56,17 @@ Flags a number whose magnitude exceeds the largest finite value of the target dt
 The constant may be written at the use or reached through a name: a module constant
 (`NEG_INF = -1e9`), a default argument (`def attention(q, k, v, mask_value=-1e9)`),
 `self.attr` set in `__init__`, or a config-class default used as `config.attr` -- also
-when the config class lives in another linted file. The finding points at the use and
-its related locations name the definitions.
+when the config class lives in another linted file -- or a module constant of another
+linted file (`constant.INFINITY_NUMBER`), a value the callers in the file pass (a dict
+of keyword arguments, `config.attr = ...` set before the call). The finding points at
+the use and its related locations name the definitions.
+
+Calls into helpers are followed too: a function (of this file or another linted one)
+whose parameter reaches a `masked_fill` value or an additive mask gets the value a call
+passes checked (`masked_scores(s, m, -1e9)`), and a table of library helpers that fill
+with a default (allennlp 0.9 `util.masked_softmax(..., memory_efficient=True)`: -1e32,
+`util.masked_max`: -1e7, `util.replace_masked_values`) reports the call that leaves the
+default in place.
 
 Not flagged: values that fit (`-1e4`, `-65500`, `torch.finfo(x.dtype).min`), infinities
 (see AMP103), `torch.full` without a `dtype` (it makes fp32), anything at opt level O0
@@ -160,34 +171,6 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 return x.masked_fill(m, fill)
             """
         ),
-        Valid("""
-            import torch
-            def f(x, m):
-                v = -1e4 if x.dtype == torch.half else -1e9
-                return x
-            """),
-        Valid("""
-            import torch
-            def f(n):
-                return torch.full((n,), -1e9)
-            """),
-        Valid("""
-            import torch
-            def f(n):
-                return torch.full((n,), -1e9, dtype=torch.float32)
-            """),
-        Valid("""
-            import torch
-            best = 1e9
-            def f():
-                return 4 * 1e9
-            """),
-        Valid("""
-            import numpy as np
-            import torch
-            def f(m, x):
-                return np.where(m, x, -1e9)
-            """),
     ]
     INVALID = [
         Invalid("""
@@ -257,18 +240,6 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             line=7,
             expected_fix=None,
         ),
-        # not feeding a softmax: the fix is unsafe (an additive mask changes the sum)
-        Invalid("""
-            import torch
-            def f(x, m):
-                return x.masked_fill(m, -1e9).sum()
-            """,
-            expected_fix="""
-                import torch
-                def f(x, m):
-                    return x.masked_fill(m, torch.finfo(x.dtype).min).sum()
-                """,
-        ),
     ]
 
     def begin_file(self, ctx) -> Optional[Format]:
@@ -328,6 +299,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if name not in _FILL_METHODS:
+            if name is not None:
+                self._helper_call(node, ctx)
             return
         fmt_ = ctx.state(self)
         if fmt_ is None:
@@ -412,6 +385,34 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
                 if found is not None:
                     self._report(ctx, found, fmt_, f"`{name}` raises `RuntimeError` on a half tensor",
                                  tensor_name(target) if target is not None else None, safe=False, receiver=target)
+
+    # --- helpers that fill: masked_softmax(..., mask_fill_value=-1e32) ----------------
+
+    @classmethod
+    def collect(cls, ctx):
+        return flow.collect_facts(ctx, flow.FILL)
+
+    def _helper_call(self, node: ast.Call, ctx) -> None:
+        """A call to a function whose parameter reaches a fill or a mask addition (this
+        file's, another linted file's, or a library helper's): the value it passes, or
+        the default it leaves in place, overflows."""
+        fmt_ = ctx.state(self)
+        sinks = flow.sinks_of_call(ctx, node, flow.FILL, self.code) if fmt_ is not None else ()
+        if not sinks or not ctx.in_model_code(node):
+            return
+        callee = ctx.segment(node.func)
+        for sink in (s for s in sinks if flow.call_runs_sink(ctx, node, s)):
+            arg = flow._argument(node, sink.param, sink.position)
+            what = (f"`{callee}` uses its `{sink.param}` as a fill value or additive mask "
+                    f"({sink.source or f'{sink.path}:{sink.line}'}): half scores overflow")
+            found = self._overflow(ctx, arg, fmt_) if arg is not None else None
+            if found is not None:
+                self._report(ctx, found, fmt_, what, None, safe=False)
+            elif arg is None and sink.source and sink.default is not None and fmt_.overflows(sink.default) \
+                    and ctx.branch_runs_in_half(node) is not False:  # a linted helper's default is reported in it
+                ctx.report(self, node, f"`{callee}` leaves its default `{sink.param}={fmt(sink.default)}` in place, "
+                           f"beyond {fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}; pass "
+                           f"`{sink.param}=torch.finfo(<scores>.dtype).min`")
 
     # --- x[m] = -1e9 -------------------------------------------------------------------
 

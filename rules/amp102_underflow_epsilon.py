@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import ast
-import math
 from typing import Optional
 
 from amplint import fixes
-from amplint.analysis.constants import fp32_evidence
+from amplint.analysis import flow
+from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement  # noqa: F401
+from amplint.analysis.reductions import upcast_by_policy
+from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -24,58 +26,15 @@ _OPTIMIZERS = {
 }
 
 
-def _stabilises(func: ast.AST) -> bool:
-    """Whether a function divides, or takes a square root, reciprocal root or log."""
-    for n in ast.walk(func):
-        if n.__class__ is ast.BinOp and n.op.__class__ is ast.Div:
-            return True
-        if n.__class__ is ast.Call:
-            f = n.func
-            name = f.attr if f.__class__ is ast.Attribute else getattr(f, "id", "")
-            if name in _STAB_FUNCS or name in _STAB_METHODS:
-                return True
-    return False
+_IMPLICIT_EPS_ATTRS = frozenset(q.rsplit(".", 1)[1] for q in flow.EPS_FUNCTIONS)
 
 
-_FP32_DTYPES = ("torch.float32", "torch.float", "torch.float64", "torch.double")
-
-
-def _upcasts(func: ast.AST, ctx) -> bool:
-    """Whether a norm's ``forward`` computes in fp32 (``x.float()``, ``x.to(torch.float32)``,
-    as Qwen/Llama RMSNorm do), so its eps is added in fp32 whatever the model's dtype."""
-    for n in ast.walk(func):
-        if n.__class__ is not ast.Call or n.func.__class__ is not ast.Attribute:
-            continue
-        attr = n.func.attr
-        if attr in ("float", "double") and not n.args:
-            return True
-        if attr in ("to", "type"):
-            dtypes = list(n.args) + [kw.value for kw in n.keywords if kw.arg == "dtype"]
-            if any(ctx.qualname(d) in _FP32_DTYPES for d in dtypes):
-                return True
-    return False
+def _last_argument(call: ast.Call) -> Optional[ast.AST]:
+    return max(list(call.args) + [k.value for k in call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
 
 
 def _has_call(expr: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) for n in ast.walk(expr))
-
-
-def normal_replacement(smallest_normal: float) -> float:
-    """The smallest of 1, 2, 5 x 10^k that is a normal number of the format
-    (fp16: 1e-4; fp8 e4m3: 0.02)."""
-    exp = math.floor(math.log10(smallest_normal))
-    for k in (exp, exp + 1):
-        for m in (1, 2, 5):
-            v = float(f"{m}e{k}")
-            if v >= smallest_normal:
-                return v
-    return float(f"1e{exp + 2}")
-
-
-def _literal_text(v: float) -> str:
-    m, e = f"{v:e}".split("e")
-    m = m.rstrip("0").rstrip(".")
-    return f"{m}e{int(e)}"
 
 
 class UnderflowEpsilon(Rule):
@@ -85,6 +44,7 @@ class UnderflowEpsilon(Rule):
     severity = Severity.WARNING
     fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
+    collect_markers = ("eps", "clamp", "normalize", "cosine_similarity", "pairwise_distance", "sqrt", "log")
     docs = """
 ## What it does
 Flags a positive constant below the target dtype's smallest normal number (fp16:
@@ -95,8 +55,16 @@ Flags a positive constant below the target dtype's smallest normal number (fp16:
   `torch.sqrt(var + self.eps)` in hand-written norms, `(var + eps).rsqrt()`,
   `(var + eps) ** -0.5`;
 - a lower bound `x.clamp(min=1e-12)`, `clamp_min(1e-12)`;
-- the `eps` argument of a hand-written normalisation module of the same file
-  (`MyLayerNorm(d, eps=1e-12)`, where `MyLayerNorm.forward` divides or takes a root);
+- the `eps` argument of a hand-written normalisation module or helper function whose
+  parameter is added as an epsilon (`MyLayerNorm(d, eps=1e-12)`, `l2norm(t, 1e-12)`) --
+  defined in this file, in another linted file (`from .modeling import BertLayerNorm`),
+  or as the `except ImportError:` fallback of a fused import (which is what runs
+  without the fused package);
+- an epsilon recognised by its role whatever its name: `self.e` added to a variance
+  inside `sqrt`, `var.add(eps).sqrt_()`;
+- the implicit epsilon of `F.normalize` (1e-12), `F.cosine_similarity` (1e-8) and
+  `F.pairwise_distance` (1e-6), or one passed to them, when the operand is half and the
+  policy does not run them in fp32 (O2/O3; O1 upcasts them): a zero vector gives 0/0;
 - at opt level O3 (half optimizer state, no fp32 master weights): an optimizer's `eps`
   (`torch.optim.Adam(..., eps=1e-8)`, also the default).
 
@@ -107,7 +75,7 @@ The epsilon may be reached through names: a module constant, a default argument,
 a warning.
 
 Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
-`nn.BatchNorm*`, `F.normalize` and other library kernels (they add eps in fp32), optimizer
+`nn.BatchNorm*` and other library kernels (they add eps in fp32), `F.normalize` under O1, optimizer
 `eps` below O3, anything at O0 (fp32 training), operands computed explicitly in fp32 (`x.float()`,
 `.to(torch.float32)`, as in LLaMA's RMSNorm), code a dtype check keeps out of half, and
 numpy / math arithmetic.
@@ -306,7 +274,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
             return None  # O0 trains in fp32
         return FORMATS[target] if target in ("fp16", "bf16", "fp8") else None
 
-    def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True):
+    def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True, any_name=False):
         """The folded value of ``expr`` when it is a positive constant below the
         format's smallest normal number."""
         if isinstance(expr, ast.Constant):
@@ -315,7 +283,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
                 return None
         elif isinstance(expr, (ast.Name, ast.Attribute)):
             word = (expr.id if isinstance(expr, ast.Name) else expr.attr).lower()
-            if not by_name or not (any(w in word for w in _EPS_WORDS) or word.isupper()):
+            if not any_name and (not by_name or not (any(w in word for w in _EPS_WORDS) or word.isupper())):
                 return None
         elif not isinstance(expr, ast.BinOp):
             return None
@@ -349,7 +317,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
             cls = ctx.enclosing_class(node)
             if cls is not None and any("Optimizer" in ast.unparse(b) for b in cls.bases):
                 return False  # optimizer state is fp32 below O3
-        if operand is not None and fp32_evidence(ctx, operand, node):
+        if operand is not None and known_not_half(ctx, operand, node):
             return False
         return True
 
@@ -367,6 +335,9 @@ No fix when the constant lives in another file (fix the config there). `fix` the
             return
         for side, other in ((node.right, node.left), (node.left, node.right)):
             value = self._tiny(ctx, side, fmt_)
+            if value is None and side.__class__ in (ast.Name, ast.Attribute) and self._stabiliser(ctx, node) is not None:
+                # an epsilon by role, whatever its name (`self.e` of a hand-written LayerNorm)
+                value = self._tiny(ctx, side, fmt_, any_name=True)
             if value is None:
                 continue
             if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
@@ -417,30 +388,77 @@ No fix when the constant lives in another file (fix the config there). `fix` the
             self._clamp(node, name, ctx)
         elif name in _OPTIMIZERS and ctx.settings.opt_level == "O3":
             self._optimizer(node, name, ctx)
-        elif node.keywords and isinstance(func, ast.Name) and name in ctx.classes:
-            self._norm_argument(node, ctx.classes[name], ctx)
+        elif name in ("add", "add_") and isinstance(func, ast.Attribute) and len(node.args) == 1 and not node.keywords:
+            self._method_add(node, ctx)
+        elif name in _IMPLICIT_EPS_ATTRS and ctx.qualname(func) in flow.EPS_FUNCTIONS:
+            self._library_eps(node, ctx.qualname(func), ctx)
+        elif name is not None and (node.args or node.keywords):
+            self._helper_call(node, ctx)
 
-    def _norm_argument(self, node, cls, ctx):
-        """``MyLayerNorm(d, eps=1e-12)`` where ``MyLayerNorm`` is a hand-written norm of
-        this file: a module whose ``forward`` divides, takes a root or a log."""
+    @classmethod
+    def collect(cls, ctx):
+        return flow.collect_facts(ctx, flow.EPS)
+
+    def _method_add(self, node, ctx):
+        """``var.add(self.eps).sqrt_()``: the method spelling of ``x + eps`` (timm EvoNorm)."""
+        fmt_ = ctx.state(self)
+        if fmt_ is None or ctx.qualname(node.func) is not None:
+            return
+        value = self._tiny(ctx, node.args[0], fmt_)
+        if value is None:
+            return
+        receiver = node.func.value
+        if isinstance(receiver, ast.Constant) or ctx.evaluate(receiver) is not None:
+            return
+        where = self._stabiliser(ctx, node)
+        if where is None or not self._runs_in_half(ctx, node, receiver) or not ctx.in_model_code(node):
+            return
+        self._report(ctx, node.args[0], value, fmt_, where, operand=receiver, norm=fixes.norm_forward(ctx, node, where))
+
+    def _helper_call(self, node, ctx):
+        """``MyLayerNorm(d, eps=1e-12)`` / ``l2norm(t, eps=1e-12)``: a hand-written norm or
+        helper (of this file, of another linted file) whose parameter is added as an
+        epsilon in half precision.  Defaults left in place are reported where the
+        helper uses them."""
         fmt_ = ctx.state(self)
         if fmt_ is None:
             return
-        for kw in node.keywords:
-            if kw.arg is None or "eps" not in kw.arg.lower():
+        for sink, arg in flow.passed_arguments(ctx, node, flow.EPS, self.code):
+            value = ctx.evaluate(arg)
+            if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
                 continue
-            value = self._tiny(ctx, kw.value, fmt_)
-            if value is None or not ctx.is_module_class(cls):
+            if ctx.branch_runs_in_half(node) is False:
                 continue
-            init = ctx.method(cls, "__init__")
-            forward = ctx.method(cls, "forward")
-            if init is None or forward is None or kw.arg not in {a.arg for a in init.args.args + init.args.kwonlyargs}:
-                continue
-            if not _stabilises(forward) or _upcasts(forward, ctx):
-                continue
-            self._report(ctx, kw.value, value, fmt_,
-                         f"`{cls.name}` is a hand-written normalisation; its `forward` adds eps in half precision",
-                         norm=forward)
+            callee = ctx.segment(node.func)
+            where = "" if sink.path == ctx.path else f" ({sink.path}:{sink.line})"
+            self._report(ctx, arg, value, fmt_,
+                         f"`{callee}` adds its `{sink.param}` as a stabilising epsilon in half precision{where}",
+                         norm=fixes.called_norm_forward(ctx, node, sink.param) if sink.path == ctx.path else None)
+
+    def _library_eps(self, node, qualname, ctx):
+        """``F.normalize`` (eps 1e-12), ``F.cosine_similarity`` (1e-8),
+        ``F.pairwise_distance`` (1e-6) add their eps in the operand's dtype: in half,
+        when the policy does not run them in fp32."""
+        fmt_ = ctx.state(self)
+        if fmt_ is None or ctx.settings.opt_level == "O1" and upcast_by_policy(qualname, ctx.settings):
+            return
+        keyword, position, default = flow.EPS_FUNCTIONS[qualname]
+        operand = node.args[0] if node.args else None
+        if operand is None or not self._runs_in_half(ctx, node, operand) or not ctx.in_model_code(node):
+            return
+        arg = flow._argument(node, keyword, position)
+        if arg is not None:
+            value = ctx.evaluate(arg)
+            if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
+                return
+            self._report(ctx, arg, value, fmt_, f"`{ctx.segment(node.func)}` adds it to a norm computed in half "
+                                                f"(a zero vector gives 0/0 = NaN)", operand=operand)
+        elif default < fmt_.smallest_normal:
+            note = "; diffusers computes F.normalize in fp32 for this reason" if qualname.endswith(".normalize") else ""
+            self._report(ctx, None, Value(default), fmt_,
+                         f"`{ctx.segment(node.func)}` adds its default eps to a norm computed in half (a zero vector "
+                         f"gives 0/0 = NaN{note})",
+                         opt_default=_last_argument(node), at=node, operand=operand)
 
     def _clamp(self, node, name, ctx):
         fmt_ = ctx.state(self)
@@ -487,8 +505,6 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         default = _OPTIMIZERS[name]
         if default >= fmt_.smallest_normal or len(node.args) > 3:
             return  # positional eps (rare) not modelled
-        from amplint.evaluate import Value
-
         last = max(list(node.args) + [k.value for k in node.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
         if last is None:
             return

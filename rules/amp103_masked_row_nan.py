@@ -99,6 +99,13 @@ parameter default, the use is not rewritten (a caller may pass another value).
 """
 
     VALID = [
+        # one fixed column of every row (OpenNMT's copy generator masks the pad token)
+        Valid("""
+            import torch
+            def f(logits, pad_idx):
+                logits[:, pad_idx] = -float('inf')
+                return torch.softmax(logits, 1)
+            """),
         # nanoGPT: a registered causal buffer
         Valid("""
             import math
@@ -160,6 +167,21 @@ parameter default, the use is not rewritten (a caller may pass another value).
             """),
     ]
     INVALID = [
+        # an nn.Softmax layer built and called inline still consumes the -inf row
+        Invalid("""
+            import torch
+            import torch.nn as nn
+            def attend(scores, attention_mask):
+                scores.masked_fill_(attention_mask == 0, -float('inf'))
+                return nn.Softmax(dim=-1)(scores)
+            """, line=4, severity="warning",
+            expected_fix="""
+                import torch
+                import torch.nn as nn
+                def attend(scores, attention_mask):
+                    scores.masked_fill_(attention_mask == 0, torch.finfo(scores.dtype).min)
+                    return nn.Softmax(dim=-1)(scores)
+                """),
         Invalid("""
             import torch
             def attend(scores, key_padding_mask):
@@ -325,6 +347,22 @@ parameter default, the use is not rewritten (a caller may pass another value).
         if self._is_neg_inf(ctx, node.value) is None:
             return
         sub = node.targets[0]
+        if _fixed_column(sub.slice):
+            return  # logits[:, pad_idx] = -inf: one column of every row, the rest survives
         target = tensor_name(sub)
         produced = {target.id} if isinstance(target, ast.Name) else None
         self._check(ctx, node.value, node.value, sub.slice, sub, produced)
+
+
+def _fixed_column(index: ast.AST) -> bool:
+    """``[:, i]`` / ``[..., i]``: full slices, then one position (a name, attribute or
+    integer, not a mask) in the last dimension, the one a softmax normalises."""
+    if index.__class__ is not ast.Tuple or len(index.elts) < 2:
+        return False
+    *leading, last = index.elts
+    full = all((e.__class__ is ast.Slice and e.lower is None and e.upper is None and e.step is None)
+               or (e.__class__ is ast.Constant and e.value is Ellipsis) for e in leading)
+    scalar = (last.__class__ is ast.Constant and isinstance(last.value, int)) or (
+        last.__class__ in (ast.Name, ast.Attribute)
+        and not any(w in (last.id if last.__class__ is ast.Name else last.attr).lower() for w in ("mask", "remove", "pad_mask")))
+    return full and scalar

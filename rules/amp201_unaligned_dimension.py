@@ -182,8 +182,13 @@ It is `unsafe` because it changes the architecture: saved checkpoints no longer 
 - A padded **hidden width** changes the model: it must be trained (or retrained) at the
   new size.
 
-For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
-`model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=8)`.
+For a pretrained checkpoint (the size comes from a config default or field that a
+checkpoint fixes -- including a size stored from a constructor parameter under a branch,
+`elif isinstance(vocab_size_or_config_json_file, int): self.vocab_size = ...`), the
+finding is `info` with no edit: pad after loading instead -- pad the embedding to a
+multiple of 64 and ignore the extra logits, or with Hugging Face
+`model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)` (a GPT-2-small step:
+39.5 ms at 50257, 25.7 ms at 50304 on an H200).
 """
 
     VALID = [
@@ -418,8 +423,11 @@ For a pretrained checkpoint, pad after loading instead, e.g. with Hugging Face
         checkpoint = st.checkpoint and any(s.root is None or s.root.via_config for s in sizes)
         if checkpoint:
             message += (
-                "; bound to a pretrained checkpoint (this file loads one): padding here breaks loading, "
-                "pad after loading (e.g. `resize_token_embeddings(..., pad_to_multiple_of=8)`)"
+                "; bound to a pretrained checkpoint (this file loads one), so no edit is offered: padding the "
+                "definition breaks loading. To pad anyway, pad the embedding to a multiple of 64 after loading "
+                "and ignore the extra logits (`logits[..., :vocab_size]`), or for transformers models call "
+                "`model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)` (H200 fp16: a GPT-2-small "
+                "step takes 39.5 ms with vocab 50257, 25.7 ms with 50304)"
             )
             ctx.report(self, call, message, related=related, severity=Severity.INFO)
             return

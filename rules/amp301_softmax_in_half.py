@@ -18,47 +18,6 @@ _FUNCTIONS = {
 }
 
 
-def _find_super_init(ctx, init: ast.AST):
-    """The statement in ``__init__`` that initialises the base module: ``super().__init__()``,
-    ``super(Cls, self).__init__()``, ``nn.Module.__init__(self)``, ``Base.__init__(self, ...)``."""
-    for stmt in init.body:
-        if (
-            isinstance(stmt, ast.Expr)
-            and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Attribute)
-            and stmt.value.func.attr == "__init__"
-        ):
-            return stmt
-    return None
-
-
-def _self_assignments(cls: ast.ClassDef, self_names=("self",)) -> dict[str, list[ast.AST]]:
-    """attribute name -> values assigned to ``self.<name>`` anywhere in the class's methods."""
-    out: dict[str, list[ast.AST]] = {}
-    for node in ast.walk(cls):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
-                    out.setdefault(t.attr, []).append(node.value)
-        elif isinstance(node, ast.AugAssign):
-            t = node.target
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
-                out.setdefault(t.attr, []).append(None)
-    return out
-
-
-def _literal_int(node) -> str | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return repr(node.value)
-    if (
-        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant) and type(node.operand.value) is int
-    ):
-        return repr(-node.operand.value)
-    return None
-
-
 class SoftmaxInHalf(Rule):
     code = "AMP301"
     name = "softmax-in-half"
@@ -66,14 +25,15 @@ class SoftmaxInHalf(Rule):
     severity = Severity.WARNING
     fix_applicability = "safe"
     uses_engine = True
-    markers = ("softmax", "softmin")
+    markers = ("softmax", "softmin", "Softm")
     docs = """
 ## What it does
 Flags `F.softmax`, `F.log_softmax`, `torch.softmax`, `torch.log_softmax`, `x.softmax(...)`,
 `x.log_softmax(...)`, `F.softmin` and `F.gumbel_softmax` called in model code (an
 `nn.Module`'s `forward`, or a function or method `forward` calls in the same file) without
 `dtype=torch.float32` and on an operand that is not already fp32 (`.float()`,
-`.to(torch.float32)`, `.type(torch.float32)`).
+`.to(torch.float32)`, an fp32 weight under O1: the shared dtype flow). Also through an alias
+(`self.attn_fn = F.softmax if ...`, `functools.partial`) or `nn.Softmax(dim)(x)` built inline.
 
 Severity follows the settings: under `opt-level = "O1"` the finding is `info` when the
 selected op policy (`engine`, `device`) already runs the op in fp32 (CUDA autocast and the
@@ -213,6 +173,21 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                 def forward(self, x, dt):
                     return F.softmax(x, dim=-1, dtype=dt)
             """),
+        # the layer kept in __init__ (the module-style fix's own form); an alias of a
+        # function that is not a softmax; softmax of an nn.Parameter (fp32 under O1)
+        Valid("""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class A(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.softmax = nn.Softmax(dim=-1)
+                    self.act = F.gelu
+                    self.weights = nn.Parameter(torch.zeros(n))
+                def forward(self, x):
+                    return self.softmax(x) + self.act(x) + F.softmax(self.weights, 0)
+            """),
     ]
 
     INVALID = [
@@ -349,10 +324,29 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                         return self.softmax(s) @ x
                 """,
         ),
+        # built inline in forward (the layer is not kept in __init__): upcast, cast back
+        Invalid("""
+            import torch.nn as nn
+
+            class Attention(nn.Module):
+                def forward(self, scores):
+                    return nn.Softmax(dim=-1)(scores)
+            """,
+            line=5, message="is `F.softmax` here",
+            expected_fix="""
+                import torch.nn as nn
+
+                class Attention(nn.Module):
+                    def forward(self, scores):
+                        return nn.Softmax(dim=-1)(scores.float()).to(scores.dtype)
+                """,
+        ),
+        # a local alias of softmax or another normaliser (attributes, functools.partial:
+        # fixtures/dtypes/hazards.py)
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
-        call = reductions.half_call(ctx, node, _NAMES, _FUNCTIONS)
+        call = reductions.half_call(ctx, node, _NAMES, _FUNCTIONS) or reductions.aliased_call(ctx, node, _FUNCTIONS)
         if call is None:
             return
         attr, qualname, operand, is_method, shown = call.attr, call.qualname, call.operand, call.is_method, call.shown
@@ -372,6 +366,10 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
             why = "log-probabilities keep 11 significant bits (-30.123456 is stored as -30.125)"
         else:
             why = "probabilities below 6e-8 are stored as 0"
+        if call.aliased:
+            message = f"`{shown}` is `{qualname.replace('torch.nn.functional.', 'F.')}` here, in half inside `forward`: {why} ({note})"
+            ctx.report(self, node, message, fix=self._upcast_fix(ctx, node, attr, operand), severity=severity)
+            return
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         fix = None
         if operand is not None and not calls.has_double_star(node):
@@ -404,6 +402,15 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast back to `{ctx.segment(source)}.dtype`")
 
     @staticmethod
+    def _upcast_fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
+        """An alias may not take ``dtype=`` (``entmax15``): upcast the operand instead."""
+        source = reductions.dtype_source(ctx, operand)
+        if source is None or calls.has_double_star(node):
+            return None
+        edits = fixes.upcast(operand) + reductions.cast_back_edits(ctx, node, source)
+        return Fix(edits, "safe", f"Compute `{attr}` on an fp32 operand (`.float()`) and cast back to `{ctx.segment(source)}.dtype`")
+
+    @staticmethod
     def _module_fix(ctx, node: ast.Call, attr: str, operand: ast.AST, is_method: bool):
         """A Fix, ``None`` when the module style cannot be written here (use the
         functional fix), or ``False`` when no fix should be offered (a non-literal dim)."""
@@ -417,7 +424,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
         init = ctx.method(cls, "__init__")
         if init is None or not init.args.args:
             return None
-        anchor = _find_super_init(ctx, init)
+        anchor = reductions.find_super_init(ctx, init)
         if anchor is None or ctx.line_text(anchor.lineno)[: anchor.col_offset].strip():
             return None  # no base initialiser, or one sharing its line (`def __init__(self): super()...`)
         init_self = init.args.args[0].arg
@@ -433,13 +440,13 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                 dim_node = kw.value
             elif kw.arg not in ("input", "dim"):
                 return False
-        dim = _literal_int(dim_node)
+        dim = reductions.literal_int(dim_node)
         if dim is None:
             return False
         nn = calls.nn_alias(ctx)
         if nn is None:
             return None
-        assigned = _self_assignments(cls, (init_self, self_name))
+        assigned = reductions.class_self_assignments(cls, (init_self, self_name))
         taken = set(assigned) | {
             s.name for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         } | {
@@ -456,7 +463,7 @@ tensor name to take `.dtype` from) or the call passes `*args` / `**kwargs`.
                 existing = values[0]
                 existing_dim = existing.args[0] if existing.args else (
                     calls.keyword(existing, "dim").value if calls.keyword(existing, "dim") else None)
-                if _literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
+                if reductions.literal_int(existing_dim) == dim and len(existing.args) + len(existing.keywords) == 1:
                     name = candidate  # reuse the layer
                     break
             if candidate not in taken:

@@ -96,14 +96,14 @@ class ReductionInHalf(Rule):
     severity = Severity.WARNING
     fix_applicability = "safe"
     uses_engine = True
-    markers = ("sum", "prod", "norm", "var(", "exp", "pow", "mean")
+    markers = ("sum", "prod", "norm", "var(", "exp", "pow", "mean", "square")
     docs = """
 ## What it does
 Flags, in model code (an `nn.Module`'s `forward` and what it calls in the same file),
 range-growing operations on possibly-half tensors without fp32 accumulation:
 `sum`, `nansum`, `cumsum`, `cumprod`, `prod`, `norm` / `torch.linalg.vector_norm` /
 `torch.linalg.norm`, `var`, `exp`, and `pow` with a constant exponent above 1, as tensor
-methods or `torch.*` functions. Not flagged: an operand already fp32 (`.float()`,
+methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x`, `torch.square`). Not flagged: an operand already fp32 (`.float()`,
 `.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks and counts,
 `torch.logsumexp` and `exp(x - x.max(...))` (stable forms), and the exp / sum of a
 hand-written softmax (AMP303 reports those).
@@ -230,6 +230,14 @@ half matmul under `model.half()`.
             class P(torch.nn.Module):
                 def forward(self, x):
                     return torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+            """),
+        # squares of fp32 tensors, of loader data, and a square that is not reduced
+        Valid("""
+            import torch
+            class P(torch.nn.Module):
+                def forward(self, x, targets):
+                    h = x.float()
+                    return (h * h).mean(-1), torch.sum(targets ** 2, -1), x ** 2
             """),
     ]
 
@@ -386,9 +394,14 @@ half matmul under `model.half()`.
                         return ((x - x.mean(0)) / x.float().var(0).sqrt()).to(x.dtype)
                 """,
         ),
+        # the square of a hand-written variance: a warning (x * x stays half under O1);
+        # the fix computes the statistic in fp32 and casts back where it is bounded
     ]
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "square":
+            self._square(node, ctx)
+            return
         call = reductions.half_call(ctx, node, _NAMES, _QUALNAMES)
         if call is None or call.operand is None:
             return
@@ -431,22 +444,43 @@ half matmul under `model.half()`.
         message = f"`{shown}` in half inside `forward`: {why} ({note})"
         ctx.report(self, node, message, fix=self._fix(ctx, node, attr, operand), severity=severity)
 
+    def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        self._square(node, ctx)
+
+    def _square(self, node, ctx) -> None:
+        """``x ** 2`` / ``x * x`` / ``torch.square(x)`` summed or averaged in half: the
+        square of a hand-written norm or variance overflows for |x| above 255.9."""
+        operand = reductions.squared_operand(ctx, node)
+        if operand is None or not reductions.square_reduced(ctx, node) or not ctx.in_model_forward(node):
+            return
+        if ctx.dtype_of(operand).known_not_half or isinstance(operand, ast.Constant):
+            return
+        qualname = ("torch.Tensor.__pow__" if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)
+                    else "torch.Tensor.__mul__" if isinstance(node, ast.BinOp) else "torch.square")
+        severity = reductions.severity_for(ctx.settings, qualname)
+        if severity is None:
+            return
+        note = reductions.policy_note(ctx.settings, qualname, severity)
+        message = (f"`{ctx.segment(node)}` squares in half before a sum / mean (a hand-written norm or variance): "
+                   f"x ** 2 overflows fp16 for |x| above 255.9 ({note}); compute the statistic in fp32")
+        ctx.report(self, node, message, fix=self._fix(ctx, node, "square", operand), severity=severity)
+
     @staticmethod
-    def _fix(ctx, node: ast.Call, attr: str, operand: ast.AST):
-        if calls.has_double_star(node):
+    def _fix(ctx, node: ast.AST, attr: str, operand: ast.AST):
+        if isinstance(node, ast.Call) and calls.has_double_star(node):
             return None
-        point = reductions.bounding_point(ctx, node)
+        point = reductions.bounding_point_through_names(ctx, node)
         if point is None:
             return None
         source = reductions.dtype_source(ctx, operand)
         if source is None:
             return None
         torch = calls.torch_alias(ctx)
-        if attr in _DTYPE_OPS and torch is not None:
+        if attr in _DTYPE_OPS and torch is not None and isinstance(node, ast.Call):
             edits = [fixes.add_keyword(node, f"dtype={torch}.float32")]
             how = f"`dtype={torch}.float32`"
         else:
-            edits = fixes.upcast(operand)
+            edits = reductions.upcast_edits(ctx, operand)
             how = "`.float()` on the operand"
         edits += reductions.cast_back_edits(ctx, point, source)
         return Fix(edits, "safe", f"Compute `{attr}` in fp32 ({how}) and cast the bounded result back to `{ctx.segment(source)}.dtype`")

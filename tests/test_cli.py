@@ -91,8 +91,11 @@ def test_json_output_shape(project, amplint):
     proc = amplint("check", ".", "--format", "json", cwd=project)
     data = json.loads(proc.stdout)
     assert len(data) == 1
-    assert set(data[0]) == {"path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix", "related"}
-    assert data[0]["fix"] == {"applicability": "safe", "description": "Import `amp` from `amplint`"}
+    assert set(data[0]) == {"path", "line", "column", "end_line", "end_column", "code", "rule", "message", "severity", "fix",
+                            "related", "fingerprint"}
+    assert data[0]["fix"] == {"applicability": "safe", "description": "Import `amp` from `amplint`", "edits": [
+        {"line": 1, "column": 1, "end_line": 1, "end_column": 21, "content": "from amplint import amp"}]}
+    assert len(data[0]["fingerprint"].split(":")) == 2
     assert (data[0]["line"], data[0]["column"], data[0]["end_column"]) == (1, 1, 21)
 
 

@@ -3,9 +3,6 @@ where errors go, usage errors, summaries, and messages that quote the selected t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -27,11 +24,6 @@ class M(nn.Module):
 UNSAFE_ONLY = "import torch\nimport torch.nn as nn\n\nclass M(nn.Module):\n    def forward(self, x, n):\n        return x / (n * n + 1e-8)\n"
 
 
-def amplint(*args, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    return subprocess.run([sys.executable, "-m", "amplint", *args, "--no-cache"] if args and args[0] in ("check", "fix") else
-                          [sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True, env=env)
-
 
 @pytest.fixture
 def project(tmp_path):
@@ -39,7 +31,7 @@ def project(tmp_path):
     return tmp_path
 
 
-def test_fix_diff_prints_the_diff_only_and_says_would_fix(project):
+def test_fix_diff_prints_the_diff_only_and_says_would_fix(project, amplint):
     proc = amplint("fix", "model.py", "--diff", cwd=project)
     assert proc.returncode == 1
     assert proc.stdout.startswith("--- model.py\n+++ model.py\n@@ ")
@@ -59,7 +51,7 @@ def test_fix_diff_prints_the_diff_only_and_says_would_fix(project):
     assert amplint("fix", "model.py", "--diff", "-q", cwd=project).stderr == ""
 
 
-def test_statistics_show_the_true_fix_availability(project):
+def test_statistics_show_the_true_fix_availability(project, amplint):
     out = amplint("check", "model.py", "--statistics", cwd=project).stdout.splitlines()
     assert out[:4] == [
         "1  AMP102  [-] underflow-epsilon",
@@ -79,7 +71,7 @@ def test_statistics_show_the_true_fix_availability(project):
     assert bad.stderr == "amplint: error: --statistics works with --format text, concise or json, not sarif\n"
 
 
-def test_summary_counts_unsafe_fixes_without_saying_more(project):
+def test_summary_counts_unsafe_fixes_without_saying_more(project, amplint):
     (project / "model.py").write_text(UNSAFE_ONLY)
     out = amplint("check", "model.py", cwd=project).stdout
     assert out.splitlines()[-1] == "Found 1 finding (1 fixable with `amplint fix --unsafe-fixes`)."
@@ -88,7 +80,7 @@ def test_summary_counts_unsafe_fixes_without_saying_more(project):
     assert out.splitlines()[-1] == "Found 4 findings (2 fixable with `amplint fix`; 1 more fixable with `amplint fix --unsafe-fixes`)."
 
 
-def test_config_and_missing_path_errors_go_to_stderr(project):
+def test_config_and_missing_path_errors_go_to_stderr(project, amplint):
     for fmt in ("text", "concise", "json"):
         proc = amplint("check", "model.py", "missing.py", "--format", fmt, cwd=project)
         assert proc.returncode == 2
@@ -105,7 +97,7 @@ def test_config_and_missing_path_errors_go_to_stderr(project):
     assert "error" not in proc.stdout.replace("1 error (", "")
 
 
-def test_a_wrong_option_value_is_one_line_and_a_help_hint(project):
+def test_a_wrong_option_value_is_one_line_and_a_help_hint(project, amplint):
     proc = amplint("check", "--target", "fp12", cwd=project)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
@@ -116,7 +108,7 @@ def test_a_wrong_option_value_is_one_line_and_a_help_hint(project):
     assert amplint("frobnicate", cwd=project).stderr.count("\n") == 2
 
 
-def test_messages_quote_the_selected_targets_numbers(project):
+def test_messages_quote_the_selected_targets_numbers(project, amplint):
     bf16 = json.loads(amplint("check", "model.py", "--target", "bf16", "--format", "json", cwd=project).stdout)
     fp16 = json.loads(amplint("check", "model.py", "--format", "json", cwd=project).stdout)
     by_code = {f["code"]: f["message"] for f in bf16}
@@ -129,7 +121,7 @@ def test_messages_quote_the_selected_targets_numbers(project):
     assert "6e-8" in fp16_messages["AMP301"] and "65504" in fp16_messages["AMP302"] and "11.09" in fp16_messages["AMP303"]
 
 
-def test_rules_and_explain_show_mixed_fix_applicability(project):
+def test_rules_and_explain_show_mixed_fix_applicability(project, amplint):
     rules = {r["code"]: r["fix"] for r in json.loads(amplint("rules", "--format", "json", cwd=project).stdout)}
     assert rules["AMP101"] == "safe/unsafe" and rules["AMP401"] == "safe/unsafe" and rules["AMP102"] == "safe/unsafe"
     text = amplint("rules", cwd=project).stdout

@@ -33,6 +33,14 @@ Extensions beyond apex (keyword-only)
     torch.bfloat16`` does the same); with bf16 the default loss scale is a static 1.0.
     ``keep_fp32_modules=(nn.LayerNorm, nn.Softmax, nn.LogSoftmax)`` keeps more module classes
     in fp32 under O2/O3 (they run in fp32 and hand back the input's dtype). CPU models work.
+    ``fp32_log_probs=True`` (O1): ``cross_entropy`` keeps its log-probabilities in fp32; with
+    bf16 logits that costs an fp32 copy of the logits (no fused bf16->fp32 log_softmax kernel
+    exists), so ``False`` keeps them in the half dtype, as ``torch.autocast`` does, and sums
+    only the picked values in fp32 (``bench/RESULTS.md`` measures both).
+
+torch.compile
+    ``torch.compile(model)`` after ``initialize`` traces O1 and O2 models without graph
+    breaks (``tests/amp/test_compile.py``); ``scale_loss`` and the optimizer step stay eager.
 
 Limits apex lacks (``_scaler.py`` says why)
     The dynamic scale has a floor, ``min_loss_scale=None`` meaning 2**-14, with a warning the

@@ -9,7 +9,10 @@ Invariants
 * The weight-cast cache maps an fp32 leaf tensor to ``(version, cast)``; an entry is used only
   while the tensor's ``_version`` is unchanged (so an optimizer step or ``load_state_dict``
   invalidates it) and, under grad mode, only if the cast was recorded with grad.
-  It is emptied at every ``scale_loss`` exit, as apex did.
+  It is emptied at every ``scale_loss`` exit, as apex did. Code traced by ``torch.compile``
+  bypasses it: a cast stored in a Python dict would become an extra output of the graph
+  (every half weight materialised and kept alive until the exit), while the compiler already
+  shares repeated casts inside one graph.
 * User registrations live in ``CASTS.registry`` for the whole process and override the lists.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ _F16 = torch.float16
 _BF16 = torch.bfloat16
 _Tensor = torch.Tensor
 _INHERITED = object()
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 # fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
 # (what torch.autocast calls fp32_set_opt_dtype) instead of an fp32 copy of their input, which
@@ -64,6 +68,7 @@ class Casts:
         self.installed: dict[tuple, object] = {}
         self.registry: dict[tuple, str] = {}  # (owner, name) -> kind, from register_*_function
         self.cache: dict = {}
+        self.fp32_log_probs = True  # cross_entropy's log-probabilities (see _cross_entropy_wrapper)
 
     # -- casting helpers ---------------------------------------------------------------
     def to_half(self, x):
@@ -72,7 +77,7 @@ class Casts:
             half = self.half
             if dt is half or not (dt is _F32 or dt is _F16 or dt is _BF16):
                 return x
-            if dt is _F32 and x.is_leaf and x.requires_grad:
+            if dt is _F32 and x.is_leaf and x.requires_grad and not _compiling():
                 cache = self.cache
                 hit = cache.get(x)
                 grad = torch.is_grad_enabled()
@@ -202,6 +207,7 @@ class Casts:
         for key in list(self.installed)[::-1]:
             self._uninstall_one(key)
         self.active = False
+        self.fp32_log_probs = True
         self.cache.clear()
 
     @property
@@ -217,9 +223,13 @@ class Casts:
 
 
 def _cross_entropy_wrapper(state, orig):
-    """F.cross_entropy in fp32 without an fp32 copy of the logits: log_softmax(dtype=fp32) then
-    nll_loss, which is what cross_entropy computes for class-index targets (and what
-    torch.autocast does on CUDA). Other cases fall back to casting the input."""
+    """F.cross_entropy in fp32 without an fp32 copy of the logits where the kernels allow it:
+    log_softmax(dtype=fp32) then nll_loss, which is what cross_entropy computes for
+    class-index targets. On CUDA fp16 logits take a fused half->float log_softmax; bf16 has no
+    such kernel, so there log_softmax(dtype=fp32) copies the logits to fp32 first. With
+    ``CASTS.fp32_log_probs`` off (``initialize(..., fp32_log_probs=False)``) the
+    log-probabilities stay in the half dtype (as under torch.autocast) and only the picked
+    values are summed in fp32. Other cases fall back to casting the input."""
     log_softmax = getattr(torch._C._VariableFunctions, "log_softmax", None)
     nll_loss_nd = getattr(torch._C._nn, "nll_loss_nd", None)
     from torch.nn import _reduction
@@ -230,7 +240,17 @@ def _cross_entropy_wrapper(state, orig):
             if (nll_loss_nd is not None and type(input) is _Tensor and label_smoothing == 0.0
                     and size_average is None and reduce is None and isinstance(target, _Tensor)
                     and not target.is_floating_point() and input.dim() >= 1):
-                logp = log_softmax(input, 0 if input.dim() == 1 else 1, dtype=_F32)
+                dim = 0 if input.dim() == 1 else 1
+                if not state.fp32_log_probs:
+                    if input.dim() == 2 and weight is None and reduction in ("mean", "sum"):
+                        return _half_log_probs_nll(log_softmax(input, dim), target, ignore_index,
+                                                   reduction)
+                    logp = log_softmax(input, dim)
+                    if weight is not None:
+                        weight = weight.to(logp.dtype)
+                    return nll_loss_nd(logp, target, weight, _reduction.get_enum(reduction),
+                                       ignore_index).float()
+                logp = log_softmax(input, dim, dtype=_F32)
                 if weight is not None:
                     weight = weight.float()
                 return nll_loss_nd(logp, target, weight, _reduction.get_enum(reduction), ignore_index)
@@ -240,6 +260,15 @@ def _cross_entropy_wrapper(state, orig):
         return orig(input, target, weight, size_average, ignore_index, reduce, reduction,
                     label_smoothing)
     return wrapper
+
+
+def _half_log_probs_nll(logp, target, ignore_index, reduction):
+    """nll_loss of half log-probabilities (N, C) with the reduction in fp32: only the N picked
+    values are converted, so the loss is not rounded to the half type."""
+    keep = target != ignore_index
+    picked = logp.gather(1, torch.where(keep, target, 0).unsqueeze(1)).squeeze(1).float()
+    total = -(picked * keep).sum()
+    return total / keep.sum() if reduction == "mean" else total
 
 
 def _first_low(args, kwargs):

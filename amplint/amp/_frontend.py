@@ -333,6 +333,37 @@ def _check_models(models):
                         "it for you.")
 
 
+def _dtensor_type():
+    if not torch.distributed.is_available():
+        return None
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return None
+    return DTensor
+
+
+def _check_sharded(models, cast_model_type, opt_level):
+    """A model cast (O2/O3) on FSDP2-sharded (DTensor) parameters is refused: FSDP2 keeps its
+    own flat shards and all-gather buffers in the original dtype, so casting ``p.data`` leaves
+    them out of step (mixed-dtype matmuls), and fp32 master weights would need a copy kernel
+    across DTensors that torch does not shard (``aten._foreach_copy_``)."""
+    dtensor = _dtensor_type()
+    if cast_model_type not in _LOW or dtensor is None:
+        return
+    for model in models:
+        for name, p in model.named_parameters():
+            if isinstance(p, dtensor):
+                dtype = str(cast_model_type).replace("torch.", "")
+                raise RuntimeError(
+                    f"amp.initialize: opt_level {opt_level} casts the model to {dtype}"
+                    + (" with fp32 master weights" if opt_level == "O2" else "")
+                    + f", which does not work on FSDP2-sharded parameters ({name!r} is a DTensor). "
+                    f"Fix: use opt_level='O1' (half_dtype=torch.{dtype}) on the sharded model, or "
+                    f"let FSDP2 do it without amp: fully_shard(module, mp_policy="
+                    f"MixedPrecisionPolicy(param_dtype=torch.{dtype}, reduce_dtype=torch.float32)).")
+
+
 def _check_optimizers(optimizers, models):
     model_params = {id(p) for m in models for p in m.parameters()}
     for opt in optimizers:
@@ -357,14 +388,15 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
                patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
                loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
                min_loss_scale=None, max_loss_scale=DEFAULT_MAX_LOSS_SCALE, *, half_dtype=None,
-               keep_fp32_modules=None):
+               keep_fp32_modules=None, fp32_log_probs=True):
     """apex ``amp.initialize``; see :mod:`amplint.amp` for the extensions
     (``half_dtype``, ``keep_fp32_modules``, CPU models, bf16)."""
     try:
         return _initialize(models, optimizers, enabled, opt_level, cast_model_type,
                            patch_torch_functions, keep_batchnorm_fp32, master_weights,
                            loss_scale, cast_model_outputs, num_losses, verbosity,
-                           min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules)
+                           min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules,
+                           fp32_log_probs)
     except BaseException:
         _end_session(ENGINE)  # no half-initialised session: scale_loss then says "initialize first"
         raise
@@ -372,7 +404,8 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
 
 def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_torch_functions,
                 keep_batchnorm_fp32, master_weights, loss_scale, cast_model_outputs, num_losses,
-                verbosity, min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules):
+                verbosity, min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules,
+                fp32_log_probs):
     eng = ENGINE
     _end_session(eng)
     eng.verbosity = verbosity
@@ -389,6 +422,8 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     if half_dtype is not None and half_dtype not in _LOW:
         raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {half_dtype}")
     _check_num_losses(num_losses)
+    if not isinstance(fp32_log_probs, bool):
+        raise TypeError(f"amp.initialize: fp32_log_probs={fp32_log_probs!r} must be True or False.")
     min_loss_scale = check_scale("min_loss_scale", min_loss_scale, allow_none=True)
     max_loss_scale = check_scale("max_loss_scale", max_loss_scale, allow_none=True)
     if (min_loss_scale is not None and max_loss_scale is not None
@@ -424,6 +459,10 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     if keep_classes and cmt not in _LOW:
         raise RuntimeError("keep_fp32_modules only applies when the model is cast (O2/O3, or "
                            "cast_model_type=torch.float16/bfloat16).")
+    if not fp32_log_probs and not props.patch_torch_functions:
+        raise ValueError("amp.initialize: fp32_log_probs=False only applies under O1 (it picks "
+                         "the dtype of F.cross_entropy's log-probabilities); O2/O3 models hand "
+                         "fp32 outputs to the loss. Fix: drop the argument.")
     _print_props(eng, "After processing overrides, optimization options are:", props)
     if eng.half_dtype is torch.bfloat16:
         eng.log(f"{'half_dtype':22} : torch.bfloat16")
@@ -445,6 +484,7 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     else:
         raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
     _check_models(model_list)
+    _check_sharded(model_list, cmt, props.opt_level)
     _check_optimizers(opt_list, model_list)
 
     first = next((p for m in model_list for p in m.parameters()), None)
@@ -490,11 +530,13 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
 
     for state in eng.optimizer_states:
         state.after_model_cast()
+        state.bind(model_list)
 
     eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i)
                    for i in range(num_losses)]
     if props.patch_torch_functions:
         CASTS.install(eng.half_dtype)
+        CASTS.fp32_log_probs = fp32_log_probs
     _warn_half_divisors(opt_list, props.opt_level)
 
     model_ret = model_list if models_was_list else model_list[0]

@@ -71,6 +71,7 @@ class OptimizerState:
         self._hooks: list = []
         self._orig = {}
         self.has_masters = False
+        self.bindings: list = []  # (qualified name, module, attribute, parameter), see bind()
 
     # -- stage transitions (called by scale_loss) ------------------------------------------------
     def enter_block(self, delay_unscale: bool):
@@ -139,6 +140,38 @@ class OptimizerState:
         if olds:
             torch._foreach_add_(fresh_with_old, olds)
 
+    # -- the model must still hold the parameters this optimizer updates ----------------------
+    def model_side_params(self):
+        """The tensors the model holds that this optimizer's step writes."""
+        return self._params()
+
+    def bind(self, models):
+        """Record where each of :meth:`model_side_params` lives in ``models``."""
+        owners: dict = {}
+        for model in models:
+            for prefix, module in model.named_modules():
+                for attr, p in module._parameters.items():
+                    if p is not None:
+                        name = f"{prefix}.{attr}" if prefix else attr
+                        owners.setdefault(id(p), []).append((name, module, attr, p))
+        self.bindings = [b for p in self.model_side_params() for b in owners.get(id(p), ())]
+
+    def check_bindings(self):
+        """Refuse to step when the model no longer holds a parameter this optimizer updates
+        (FSDP2's fully_shard, ``load_state_dict(assign=True)`` or a re-assigned attribute after
+        ``initialize``): the step would update tensors the model no longer uses, silently."""
+        for name, module, attr, p in self.bindings:
+            if module._parameters.get(attr) is not p:
+                now = module._parameters.get(attr)
+                what = (f"a {type(now).__name__}" if now is not None else "gone")
+                raise RuntimeError(
+                    f"amplint.amp: model parameter {name!r} is no longer the tensor this "
+                    f"{type(self.optimizer).__name__} updates (it is now {what}: replaced after "
+                    "amp.initialize, e.g. by FSDP2's fully_shard or load_state_dict(assign=True)), "
+                    "so optimizer.step() would train nothing. Fix: shard or replace the "
+                    "parameters first, then build the optimizer from model.parameters(), then "
+                    "call amp.initialize.")
+
     # -- step hooks (overridden for masters) -------------------------------------------------
     def before_step(self):
         pass
@@ -206,6 +239,7 @@ class OptimizerState:
         self.session = None
 
     def _step(self, orig_step, closure):
+        self.check_bindings()
         if self.overflow is not None:
             loss_id, new_scale = self.overflow
             self.overflow = None
@@ -275,6 +309,9 @@ class MasterState(OptimizerState):
         self.synced = [0] * len(self.masters)  # model-param versions after our last write
         self.view_versions = [None] * len(self.masters)  # p.grad versions after our last write
         self._warned_lossy = False
+
+    def model_side_params(self):
+        return self.model_params + self.fp32_params
 
     def mark_synced(self):
         self.synced = [p._version for p in self.model_params]

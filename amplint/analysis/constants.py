@@ -21,6 +21,7 @@ Which branch of a dtype check runs in half is :mod:`amplint.dtypes`'s question
 from __future__ import annotations
 
 import ast
+import math
 from typing import Iterable, Optional
 
 from amplint.dtypes import FP32_DTYPES, dtype_literal, is_dtype_probe
@@ -42,7 +43,9 @@ def _func_name(call: ast.Call) -> str:
 
 
 def _is_consumer(call: ast.Call, consumers: tuple[str, ...]) -> bool:
-    name = _func_name(call).lower()
+    func = call.func
+    # nn.Softmax(dim=-1)(scores): a layer built and called inline
+    name = (_func_name(func) if func.__class__ is ast.Call else _func_name(call)).lower()
     return any(name == c or name.endswith(c) for c in consumers)
 
 
@@ -385,10 +388,41 @@ def fp32_evidence(ctx, expr: ast.AST, use: ast.AST, depth: int = 0) -> bool:
     return False
 
 
+def known_not_half(ctx, expr: ast.AST, use: ast.AST) -> bool:
+    """Whether the tensor ``expr`` (read at ``use``) is known to be computed in fp32 or
+    fp64 rather than half.  The one question the constant rules ask about dtypes: today
+    explicit fp32 evidence (:func:`fp32_evidence`); the shared dtype analysis
+    (:mod:`amplint.dtypes`) is meant to answer it in its place -- integer counts,
+    mask-promoted products, fp64 schedules built in ``__init__``, fp32 parameters under
+    O1 -- without the rules changing."""
+    return fp32_evidence(ctx, expr, use)
+
+
 def origin_has_default(value) -> bool:
     """The value came through a parameter or config default a caller can override."""
     return any("default of" in r.note for r in value.origin)
 
+
+
+# --- replacement epsilons --------------------------------------------------------------
+
+def normal_replacement(smallest_normal: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k that is a normal number of the format
+    (fp16: 1e-4; fp8 e4m3: 0.02)."""
+    exp = math.floor(math.log10(smallest_normal))
+    for k in (exp, exp + 1):
+        for m in (1, 2, 5):
+            v = float(f"{m}e{k}")
+            if v >= smallest_normal:
+                return v
+    return float(f"1e{exp + 2}")
+
+
+def literal_text(v: float) -> str:
+    """``1e-04`` -> ``1e-4``: how a fix writes a replacement epsilon."""
+    m, e = f"{v:e}".split("e")
+    m = m.rstrip("0").rstrip(".")
+    return f"{m}e{int(e)}"
 
 
 # --- cheap per-file gate -----------------------------------------------------------------

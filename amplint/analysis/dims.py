@@ -19,7 +19,7 @@ import math
 from typing import Optional
 
 from ..bindings import bound_names
-from ..evaluate import annotation_class, config_fields, is_config_class, is_config_expr, parameter
+from ..evaluate import annotation_class, config_fields, declares_field, is_config_class, is_config_expr, parameter
 
 _MAX_DEPTH = 12
 
@@ -251,8 +251,8 @@ def _attribute_root(ctx, attr: ast.Attribute, depth: int) -> Optional[Root]:
         if len(found) == 1:
             inner = find_root(ctx, found[0], depth + 1)
             return None if inner is None else inner.named(attr.attr, config=True)
-        if found:
-            return None
+        if found or any(declares_field(local[c], attr.attr) for c in names):
+            return None  # ambiguous, or this file's config has the field without a default
         return Root("config", 1, None, attr.attr, class_name, (attr.attr,), True)
     return None
 

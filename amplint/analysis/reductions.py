@@ -5,8 +5,9 @@ Everything here works on the ``ast`` the engine already parsed and on the shared
 
 * :func:`resolve_call` -- which torch op a call is (``F.softmax`` ->
   ``torch.nn.functional.softmax``; ``x.sum(1)`` -> ``torch.Tensor.sum``) and its operand;
-* :func:`is_fp32` -- whether an operand is already fp32 (``.float()``, ``.to(torch.float32)``,
-  ``.type(torch.float32)``, a name last assigned from one of those in the same function);
+* whether an operand is already fp32 / integer / bool comes from the shared dtype flow
+  (``ctx.dtype_of``, :class:`amplint.dtypes.DtypeFlow`); what runs in the model's forward
+  computation from ``ctx.in_model_forward``;
 * :func:`severity_for` -- opt-level awareness: ``info`` under O1 when the selected op
   policy (``amplint.amp.policy``, shared with the engine) already runs the op in fp32 on
   every device the model runs on, ``warning`` otherwise, ``None`` at O0 (pure fp32);
@@ -24,18 +25,11 @@ from typing import Iterable, Optional
 from amplint.amp import policy
 from amplint import fixes
 from amplint.analysis.calls import argument, keyword
+from amplint.dtypes import assignments_between, reaching_value  # noqa: F401 (re-exported)
 from amplint.rule import Edit, Severity
 
 FP32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
-
-#: methods that keep their receiver's dtype (an fp32 tensor stays fp32 through them)
-DTYPE_PRESERVING = frozenset(
-    "view reshape transpose permute contiguous unsqueeze squeeze flatten expand expand_as "
-    "masked_fill clamp clamp_min clamp_max narrow select chunk split t detach clone "
-    "__getitem__ abs neg pow exp log sqrt rsqrt square sum mean var std norm cumsum prod "
-    "softmax log_softmax tanh sigmoid relu add sub mul div".split()
-)
 
 #: calls the result of a range-growing reduction may pass through on its way to the
 #: expression that bounds it again (``x / x.norm(...).clamp(min=...)``)
@@ -113,6 +107,39 @@ class HalfCall:
     #: :func:`dtype_kind` of its ``dtype=`` argument: None (absent) or ``"low"``
     dtype: Optional[str]
     shown: str  # how a message names it: ``.sum()``, ``F.softmax``
+    #: reached through an alias, an attribute, ``functools.partial`` or a module built
+    #: inline (``nn.Softmax(dim=-1)(x)``): the call's own keywords are not the op's
+    aliased: bool = False
+
+
+def aliased_call(ctx, call: ast.Call, qualnames) -> Optional[HalfCall]:
+    """Like :func:`half_call`, for a call whose callee is not named as a torch function
+    but may be one of ``qualnames`` (``ctx.dtype_flow.callees``): ``self.attn_fn(dots,
+    dim=-1)`` with ``self.attn_fn = F.softmax if ... else entmax15``, a local
+    ``softmax = torch.softmax if ... else stable_softmax``, ``partial(F.softmax, ...)``,
+    ``nn.Softmax(dim=-1)(x)``."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        if func.id not in ctx.dtype_flow.alias_names():
+            return None
+    elif isinstance(func, ast.Attribute):
+        if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")) \
+                or "." + func.attr not in ctx.dtype_flow.alias_names():
+            return None
+    elif not isinstance(func, ast.Call) or not (ctx.qualname(func.func) or "").startswith("torch.nn."):
+        return None
+    if not call.args or isinstance(call.args[0], ast.Starred) or not ctx.in_model_forward(call):
+        return None
+    matched = [q for q in ctx.dtype_flow.callees(func) if q in qualnames]
+    if not matched:
+        return None
+    qualname = matched[0]
+    operand = call.args[0]
+    dtype = dtype_kind(ctx, argument(call, "dtype"))
+    if dtype in ("fp32", "unknown") or ctx.dtype_of(operand).known_not_half:
+        return None
+    attr = qualname.rsplit(".", 1)[-1]
+    return HalfCall(attr, qualname, operand, False, dtype, ctx.segment(func), aliased=True)
 
 
 def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[HalfCall]:
@@ -126,7 +153,7 @@ def half_call(ctx, call: ast.Call, names: frozenset, qualnames) -> Optional[Half
     if qualname not in qualnames:
         return None
     dtype = dtype_kind(ctx, argument(call, "dtype"))
-    if dtype in ("fp32", "unknown") or is_fp32(ctx, operand):
+    if dtype in ("fp32", "unknown") or operand is not None and ctx.dtype_of(operand).known_not_half:
         return None
     shown = f".{attr}()" if is_method else ctx.segment(call.func)
     return HalfCall(attr, qualname, operand, is_method, dtype, shown)
@@ -137,7 +164,7 @@ def forward_call(ctx, call: ast.Call, names: frozenset) -> Optional[tuple[str, s
     a module's ``forward`` (see :func:`resolve_call`); None otherwise."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    if name not in names or not ctx.in_forward(call):
+    if name not in names or not ctx.in_model_forward(call):
         return None
     resolved = resolve_call(ctx, call, names)
     return None if resolved is None else (name, *resolved)
@@ -194,111 +221,6 @@ def dtype_kind(ctx, expr: Optional[ast.AST]) -> Optional[str]:
     if isinstance(expr, ast.Name) and expr.id == "float":
         return "fp32"
     return "unknown"
-
-
-def is_fp32(ctx, expr: Optional[ast.AST], depth: int = 0) -> bool:
-    """Whether ``expr`` is certainly an fp32 (or fp64) tensor."""
-    if expr is None or depth > 8:
-        return False
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        attr = expr.func.attr
-        if attr in ("float", "double") and not expr.args and not expr.keywords:
-            return True
-        if attr in ("to", "type"):
-            values = list(expr.args) + [kw.value for kw in expr.keywords if kw.arg in ("dtype", None)]
-            if any(dtype_kind(ctx, v) == "fp32" for v in values):
-                return True
-            return False
-        kw = keyword(expr, "dtype")  # x.sum(dtype=torch.float32)
-        if kw is not None:
-            return dtype_kind(ctx, kw.value) == "fp32"
-        if attr in DTYPE_PRESERVING:
-            return is_fp32(ctx, expr.func.value, depth + 1)
-        return False
-    if isinstance(expr, ast.Call):
-        kw = keyword(expr, "dtype")
-        return kw is not None and dtype_kind(ctx, kw.value) == "fp32"
-    if isinstance(expr, ast.Subscript):
-        return is_fp32(ctx, expr.value, depth + 1)
-    if isinstance(expr, ast.BinOp):  # fp16 op fp32 -> fp32 (type promotion)
-        return is_fp32(ctx, expr.left, depth + 1) or is_fp32(ctx, expr.right, depth + 1)
-    if isinstance(expr, ast.UnaryOp):
-        return is_fp32(ctx, expr.operand, depth + 1)
-    if isinstance(expr, ast.Name):
-        value = reaching_value(ctx, expr)
-        return value is not None and is_fp32(ctx, value, depth + 1)
-    return False
-
-
-_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def _bind(out, target, stmt, value) -> None:
-    if isinstance(target, ast.Name):
-        out.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, value))
-    elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name):
-                out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None))
-
-
-def _assignments(func: ast.AST) -> dict[str, list[tuple[int, int, Optional[ast.AST]]]]:
-    """name -> [(line, col, assigned value or None when rebound otherwise)], cached on the
-    node.  Walks statements only (not expressions): cheap on long ``forward`` methods."""
-    cached = getattr(func, "amplint_reduction_assigns", None)
-    if cached is not None:
-        return cached
-    out: dict[str, list[tuple[int, int, Optional[ast.AST]]]] = {}
-    stack = list(func.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                _bind(out, target, node, node.value if isinstance(target, ast.Name) else None)
-        elif isinstance(node, ast.AnnAssign):
-            _bind(out, node.target, node, node.value)
-        elif isinstance(node, ast.AugAssign):
-            _bind(out, node.target, node, None)
-        elif isinstance(node, (ast.For, ast.AsyncFor)):
-            _bind(out, node.target, node, None)
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    _bind(out, ast.Tuple([item.optional_vars]), node, None)
-        for field in _BLOCK_FIELDS:
-            block = getattr(node, field, None)
-            if block:
-                stack.extend(block)
-    for entries in out.values():
-        entries.sort(key=lambda e: (e[0], e[1]))
-    func.amplint_reduction_assigns = out
-    return out
-
-
-def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
-    """The value of the last plain assignment to ``name`` before its use, in the same
-    function and at the same or an enclosing block level's line order (None when the
-    name is a parameter, rebound by a loop, or unknown)."""
-    func = ctx.enclosing_function(name)
-    if func is None:
-        return None
-    entries = _assignments(func).get(name.id)
-    if not entries:
-        return None
-    before = [e for e in entries if (e[0], e[1]) < (name.lineno, name.col_offset)]
-    stmt = ctx.enclosing_statement(name)
-    if stmt is not None:  # `x = x.float()` -- the use on the right sees the old value
-        before = [e for e in before if e[0] < stmt.lineno or (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
-    if not before:
-        return None
-    return before[-1][2]
-
-
-def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> bool:
-    """Whether ``name`` is (re)bound in ``func`` on lines strictly between start and end."""
-    return any(start < e[0] < end for e in _assignments(func).get(name, ()))
 
 
 # --- fix helpers ----------------------------------------------------------------------
@@ -374,6 +296,22 @@ def _not_a_tensor(ctx, expr: ast.AST) -> bool:
                 if param.arg == expr.id:
                     return isinstance(default, ast.Constant) and isinstance(default.value, (int, float))
     return ctx.evaluate(expr) is not None  # a constant: self.scale = d ** -0.5
+
+
+def upcast_edits(ctx, operand: ast.AST) -> list[Edit]:
+    """``.float()`` on ``operand`` (:func:`amplint.fixes.upcast`), after its own
+    parentheses when the source already has them: ``(x - u).float()``."""
+    line = ctx.line_text(operand.lineno)
+    end_line = ctx.line_text(operand.end_lineno)
+    before = line[: operand.col_offset].rstrip()
+    after = end_line[operand.end_col_offset:]
+    if before.endswith("(") and after.lstrip().startswith(")") and ctx._ascii:
+        close = operand.end_col_offset + after.index(")") + 1
+        opener = ctx.parent(operand)
+        # the parenthesis belongs to the operand, not to a call's argument list
+        if not (isinstance(opener, ast.Call) and operand in opener.args):
+            return [Edit.insert_at(operand.end_lineno, close, ".float()")]
+    return fixes.upcast(operand)
 
 
 def cast_back_edits(ctx, node: ast.AST, source: ast.AST) -> list[Edit]:
@@ -586,3 +524,137 @@ def max_subtracted(ctx, operand) -> bool:
             if isinstance(inner, ast.Attribute) and "max" in inner.attr:
                 return True
     return False
+
+
+# --- squares of hand-written norms and variances (AMP302) ----------------------------------
+
+_REDUCERS = frozenset({"sum", "mean", "nansum", "nanmean"})
+
+
+def squared_operand(ctx, node: ast.AST) -> Optional[ast.AST]:
+    """``x`` for a square: ``x ** 2``, ``x * x`` (the same simple expression twice),
+    ``torch.square(x)``; None otherwise (``x.pow(2)`` is AMP302's pow check)."""
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Pow):
+            value = ctx.evaluate(node.right)
+            if value is not None and value.value == 2:
+                return node.left
+        elif isinstance(node.op, ast.Mult) and is_simple(node.left) and _same(node.left, node.right):
+            return node.left
+        return None
+    if isinstance(node, ast.Call) and node.args and ctx.qualname(node.func) == "torch.square":
+        return node.args[0]
+    return None
+
+
+def _reduces(ctx, node: ast.AST) -> bool:
+    """``node.sum(...)`` / ``node.mean(...)`` / ``torch.sum(node, ...)``."""
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in _REDUCERS:
+        outer = ctx.parent(parent)
+        return isinstance(outer, ast.Call) and outer.func is parent and ctx.qualname(parent) is None
+    if isinstance(parent, ast.Call) and parent.args and parent.args[0] is node:
+        return (ctx.qualname(parent.func) or "").rsplit(".", 1)[-1] in _REDUCERS and \
+            (ctx.qualname(parent.func) or "").startswith("torch.")
+    return False
+
+
+def _next_use(ctx, stmt: ast.AST, name: str) -> Optional[ast.Name]:
+    """The first load of ``name`` after ``stmt`` in its function."""
+    func = ctx.enclosing_function(stmt)
+    if func is None:
+        return None
+    uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            and (n.lineno, n.col_offset) > (stmt.end_lineno, stmt.end_col_offset)]
+    return min(uses, key=lambda n: (n.lineno, n.col_offset), default=None)
+
+
+def square_reduced(ctx, node: ast.AST) -> bool:
+    """The square ``node`` is summed or averaged: directly (``(x ** 2).mean(-1)``,
+    ``torch.sum(x * x, 1)``) or through a name (``d = x ** 2; torch.sum(d, -1)``)."""
+    if _reduces(ctx, node):
+        return True
+    stmt = ctx.parent(node)
+    if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        use = _next_use(ctx, stmt, stmt.targets[0].id)
+        return use is not None and _reduces(ctx, use)
+    return False
+
+
+def bounding_point_through_names(ctx, node: ast.AST) -> Optional[ast.AST]:
+    """:func:`bounding_point`, also across one assignment: ``s = (x - u).pow(2).mean(-1)``
+    then ``(x - u) / torch.sqrt(s + eps)`` bounds ``s`` at the division."""
+    found = bounding_point(ctx, node)
+    if found is not None:
+        return found
+    top = node
+    for _ in range(8):
+        parent = ctx.parent(top)
+        if isinstance(parent, ast.Attribute) and parent.value is top and parent.attr in _PASS_THROUGH | _REDUCERS:
+            outer = ctx.parent(parent)
+            if isinstance(outer, ast.Call) and outer.func is parent:
+                top = outer
+                continue
+        if isinstance(parent, ast.Call) and parent.args and parent.args[0] is top and \
+                (ctx.qualname(parent.func) or "").rsplit(".", 1)[-1] in _REDUCERS:
+            top = parent
+            continue
+        break
+    stmt = ctx.parent(top)
+    if not (isinstance(stmt, ast.Assign) and stmt.value is top and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    name = stmt.targets[0].id
+    if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(top)):
+        return None  # `d = torch.sum(d, -1)`: the operand's name now holds the fp32 result
+    use = _next_use(ctx, stmt, name)
+    if use is None:
+        return None
+    point = bounding_point(ctx, use)
+    # only a statistic in the denominator is bounded there: `(x - u) / torch.sqrt(s + eps)`
+    if isinstance(point, ast.BinOp) and any(n is use for n in ast.walk(point.right)):
+        return point
+    return None
+
+
+# --- the module-style softmax fix (AMP301) --------------------------------------------------
+
+def find_super_init(ctx, init: ast.AST):
+    """The statement in ``__init__`` that initialises the base module: ``super().__init__()``,
+    ``super(Cls, self).__init__()``, ``nn.Module.__init__(self)``, ``Base.__init__(self, ...)``."""
+    for stmt in init.body:
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr == "__init__"
+        ):
+            return stmt
+    return None
+
+
+def class_self_assignments(cls: ast.ClassDef, self_names=("self",)) -> dict[str, list[ast.AST]]:
+    """attribute name -> values assigned to ``self.<name>`` anywhere in the class's methods."""
+    out: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
+                    out.setdefault(t.attr, []).append(node.value)
+        elif isinstance(node, ast.AugAssign):
+            t = node.target
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in self_names:
+                out.setdefault(t.attr, []).append(None)
+    return out
+
+
+def literal_int(node) -> Optional[str]:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return repr(node.value)
+    if (
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant) and type(node.operand.value) is int
+    ):
+        return repr(-node.operand.value)
+    return None

@@ -26,6 +26,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.analysis import ops
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
+from amplint.dtypes import DtypeClass
 from amplint.rule import Edit, Fix, Severity
 
 REGISTER = ops.REGISTER_FUNCTIONS
@@ -306,7 +307,7 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
         return None
     if _in_cast_region(ctx, node, fam, engine):
         return None
-    if fam != ops.GEMM and (_args_fp32(node) or _args_weights(ctx, node)):
+    if _operands_fp32(ctx, node, fam):
         return None
     short = qualname[len("torch."):] if qualname.startswith("torch.") else qualname
     shown = ctx.segment(func)
@@ -382,40 +383,42 @@ def _in_cast_region(ctx, node, fam, engine) -> bool:
     return False
 
 
-def _args_fp32(call: ast.Call) -> bool:
-    """Every positional argument is ``x.float()`` / ``x.double()`` / ``x.to(torch.float32)``."""
-    if not call.args:
-        return False
-    tensors = call.args[:1] if len(call.args) == 1 else call.args
-    for arg in tensors:
-        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):
-            if arg.func.attr in _FLOAT_CASTS and not arg.args:
-                continue
-            if arg.func.attr == "to" and any(
-                isinstance(a, ast.Attribute) and a.attr in ("float32", "float64", "float", "double")
-                for a in list(arg.args) + [k.value for k in arg.keywords]
-            ):
-                continue
-        if isinstance(arg, (ast.Constant, ast.List, ast.Tuple)) and tensors is not call.args[:1]:
-            continue
-        return False
-    return True
-
-
-def _args_weights(ctx, call: ast.Call) -> bool:
-    """Every tensor argument is ``self.<attr>`` (a parameter or buffer): fp32 under O0/O1
-    and autocast, whatever the policy (not under O2/O3, where the model is half)."""
-    if ctx.settings.opt_level not in ("O0", "O1"):
-        return False
+def _tensor_operands(call: ast.Call, fam) -> list[ast.AST]:
+    """The tensors a call works on: its receiver for a method, its positional arguments
+    (an einsum's equation dropped, its tuple form unpacked)."""
     func = call.func
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return []  # einsum(eq, *args): the operands are not visible
     args = list(call.args)
-    if isinstance(func, ast.Attribute) and ctx.qualname(func) is None:
-        args.insert(0, func.value)  # a method: the receiver is the tensor
-    return bool(args) and all(
-        isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self"
-        or isinstance(a, ast.Constant)
-        for a in args
-    )
+    if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
+        args = args[1:]  # einsum("ij,jk->ik", ...)
+    if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+        args = list(args[0].elts)
+    if isinstance(func, ast.Attribute) and not args and (ctx_free_method(func)):
+        args = [func.value]  # cov.inverse()
+    return [a for a in args if not isinstance(a, ast.Constant)]
+
+
+def ctx_free_method(func: ast.Attribute) -> bool:
+    """``cov.inverse()``: a tensor method (the receiver is not a module such as ``torch``)."""
+    base = func.value
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return not (isinstance(base, ast.Name) and base.id in ("torch", "np", "numpy", "F", "nn", "opt_einsum", "oe"))
+
+
+def _operands_fp32(ctx, call: ast.Call, fam) -> bool:
+    """Nothing to cover: a one-operand einsum (a permutation or a trace: no GEMM), or
+    operands the dtype flow knows are fp32 / fp64 (``x.float()``, a weight under O1, a
+    position table built from ``arange(..., dtype=torch.float)``)."""
+    tensors = _tensor_operands(call, fam)
+    if fam == ops.GEMM and len(tensors) == 1 and ctx.qualname(call.func) in ("torch.einsum", "opt_einsum.contract"):
+        return True
+    # a GEMM left in fp32 by an O1 upcast upstream still wants Tensor Cores: only fp32
+    # the code asked for itself (a position table) is left alone
+    classes = [ctx.dtype_of(t, explicit=fam == ops.GEMM) for t in tensors]
+    classes = [c for c in classes if c is not DtypeClass.SCALAR]  # fft(x, n): n is a size
+    return bool(classes) and all(c in (DtypeClass.FP32, DtypeClass.FP64) for c in classes)
 
 
 def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered: set) -> Optional[Pending]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import concise, github, json_format, sarif, text
+from . import concise, github, gitlab, json_format, junit, sarif, text
 
 REPORTERS: dict[str, Callable] = {
     "text": text.render,
@@ -16,5 +16,7 @@ REPORTERS: dict[str, Callable] = {
     "json": json_format.render,
     "sarif": sarif.render,
     "github": github.render,
+    "gitlab": gitlab.render,
+    "junit": junit.render,
 }
 FORMATS = tuple(REPORTERS)

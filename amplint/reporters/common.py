@@ -2,7 +2,22 @@
 table and the summary line."""
 from __future__ import annotations
 
+import hashlib
+import os
+
 from ..rule import Applicability
+
+#: characters a terminal would act on (escape sequences, carriage returns, newlines that
+#: forge extra output lines) or that reorder text (bidi controls): shown as escapes
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
+_UNPRINTABLE.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+_UNPRINTABLE.update({c: f"\\u{c:04x}" for c in [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+_UNPRINTABLE_KEEP_TABS = {c: e for c, e in _UNPRINTABLE.items() if c != ord("\t")}
+
+
+def printable(text: str, keep_tabs: bool = False) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\n``), for a terminal."""
+    return text.translate(_UNPRINTABLE_KEEP_TABS if keep_tabs else _UNPRINTABLE)
 
 
 def marker(finding) -> str:
@@ -13,9 +28,12 @@ def marker(finding) -> str:
 
 
 def render_errors(results, out) -> None:
+    """Errors, then warnings (paths skipped for a harmless reason), one line each."""
     for result in results:
         for e in result.errors:
-            out.write(f"{e.path}:{e.line}:{e.col}: error: {e.reason}\n")
+            out.write(f"{printable(e.path)}:{e.line}:{e.col}: error: {printable(e.reason)}\n")
+        for w in getattr(result, "warnings", ()):
+            out.write(f"{printable(w.path)}:{w.line}:{w.col}: warning: {printable(w.reason)}\n")
 
 
 def statistics(results) -> list[dict]:
@@ -48,6 +66,7 @@ def summary(results) -> str:
     findings = [f for r in results for f in r.findings]
     fixed = sum(r.fixed for r in results)
     errors = sum(len(r.errors) for r in results)
+    skipped = sum(len(getattr(r, "warnings", ())) for r in results)
     parts = []
     if fixed:
         parts.append(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}.")
@@ -61,10 +80,12 @@ def summary(results) -> str:
         if unsafe:
             extra.append(f"{unsafe} {'more ' if safe else ''}fixable with `amplint fix --unsafe-fixes`")
         parts.append(text + (f" ({'; '.join(extra)})" if extra else "") + ".")
-    elif not errors and not fixed:
+    elif not errors and not fixed and not (skipped and skipped == len(results)):  # not when nothing was linted
         parts.append("All checks passed.")
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked).")
+    if skipped:
+        parts.append(f"{skipped} path{'s' if skipped != 1 else ''} not linted (see the warning{'s' if skipped != 1 else ''} above).")
     return " ".join(parts)
 
 
@@ -80,3 +101,22 @@ def diff_summary(results) -> str:
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked)")
     return "; ".join(parts) + "."
+
+
+def location_fingerprint(finding, base: str) -> str:
+    """A finding's identity across commits for code-quality services: its path relative
+    to ``base``, its code and its fingerprint (which survives line shifts)."""
+    try:
+        rel = os.path.relpath(os.path.abspath(finding.path), base).replace(os.sep, "/")
+    except ValueError:
+        rel = os.path.abspath(finding.path)
+    return hashlib.sha256(f"{rel}\0{finding.code}\0{finding.fingerprint}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def source_root() -> str:
+    """What locations are relative to in SARIF and GitLab reports: the git work tree
+    the run starts in, else the current folder."""
+    from ..ignorefiles import repository_root
+
+    cwd = os.getcwd()
+    return repository_root(cwd) or cwd

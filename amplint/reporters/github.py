@@ -20,3 +20,5 @@ def render(results, out, *, statistics=False, color=False) -> None:
             out.write(f"::{_LEVEL[f.severity.value]} {props}::{_escape_data(f'{f.code} {f.message}')}\n")
         for e in result.errors:
             out.write(f"::error file={_escape_prop(e.path)},line={e.line},col={e.col},title=amplint::{_escape_data(e.reason)}\n")
+        for w in result.warnings:
+            out.write(f"::warning file={_escape_prop(w.path)},line={w.line},col={w.col},title=amplint::{_escape_data(w.reason)}\n")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import marker, render_errors, render_statistics, summary
+from .common import marker, printable, render_errors, render_statistics, summary
 
 __all__ = ["render", "render_errors", "render_statistics", "summary"]
 
@@ -14,11 +14,15 @@ _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
 def _frame(finding, source_line: str, color: bool) -> list[str]:
     number = str(finding.line)
     pad = " " * len(number)
-    expanded = source_line.expandtabs(4)
-    # caret position in the tab-expanded line
-    col = len(source_line[: finding.column - 1].expandtabs(4))
+
+    def shown(text: str) -> str:  # control characters escaped, tabs expanded
+        return printable(text, keep_tabs=True).expandtabs(4)
+
+    expanded = shown(source_line)
+    # caret position in the line as shown
+    col = len(shown(source_line[: finding.column - 1]))
     if finding.end_line == finding.line:
-        width = len(source_line[: finding.end_column - 1].expandtabs(4)) - col
+        width = len(shown(source_line[: finding.end_column - 1])) - col
     else:
         width = len(expanded) - col
     width = max(1, width)
@@ -34,17 +38,17 @@ def render(results, out, *, statistics=False, color=False) -> None:
     else:
         for result in results:
             for f in result.findings:
-                head = f"{f.path}:{f.line}:{f.column}: "
+                head = f"{printable(f.path)}:{f.line}:{f.column}: "
                 code = f"{f.code} {marker(f)}"
                 if color:
                     head = _BOLD + head + _RESET
                     code = _STYLE[f.severity.value] + code + _RESET
-                out.write(f"{head}{code}{f.message}\n")
+                out.write(f"{head}{code}{printable(f.message)}\n")
                 for line in _frame(f, result.frames.get(f.line, ""), color):
                     out.write(line.rstrip() + "\n")
                 pad = " " * len(str(f.line))
                 for r in f.related:
-                    out.write(f"{pad} = note: {r.note} ({r.path}:{r.line}:{r.column})\n")
+                    out.write(f"{pad} = note: {printable(r.note)} ({printable(r.path)}:{r.line}:{r.column})\n")
                 if f.fix is not None:
                     out.write(f"{pad} = fix ({f.fix.applicability.value}): {f.fix.description}\n")
                 out.write("\n")
@@ -53,3 +57,5 @@ def render(results, out, *, statistics=False, color=False) -> None:
     line = summary(results)
     if line:
         out.write((_BOLD + line + _RESET if color else line) + "\n")
+
+__all__ = ["render", "render_errors", "render_statistics", "summary"]

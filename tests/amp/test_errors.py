@@ -189,3 +189,25 @@ def test_the_o3_eps_warning_is_right_about_fp16():
                 s.backward()
             opt.step()
         assert all(torch.isfinite(p).all() for p in model.parameters()) is finite
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
+def test_step_refused_when_the_model_no_longer_holds_the_optimizers_parameters(level):
+    """Replacing a parameter after initialize (what fully_shard and load_state_dict(assign=True)
+    do): the optimizer would keep updating the old tensor and train nothing, silently."""
+    from amplint import amp
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0)
+    loss = model(torch.randn(3, 4)).float().sum()
+    with amp.scale_loss(loss, opt) as scaled:
+        scaled.backward()
+    opt.step()                                          # bound: fine
+    model[0].weight = nn.Parameter(model[0].weight.detach().clone())
+    loss = model(torch.randn(3, 4)).float().sum()
+    with amp.scale_loss(loss, opt) as scaled:
+        scaled.backward()
+    with pytest.raises(RuntimeError, match=r"model parameter '0\.weight' is no longer the tensor "
+                                           r"this SGD updates .* Fix: shard or replace"):
+        opt.step()

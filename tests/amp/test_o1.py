@@ -172,3 +172,32 @@ def test_optimizer_step_runs_without_casts():
     opt.step()
     assert seen == [torch.float32]
     assert torch.mm(torch.randn(2, 2), torch.randn(2, 2)).dtype == torch.float16
+
+
+@pytest.mark.parametrize("fp32_log_probs", [True, False])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_log_probs_option_matches_fp32_reference(fp32_log_probs, reduction):
+    """bf16 logits: fp32 log-probabilities (default) or half ones (fp32_log_probs=False, the
+    torch.autocast way, no fp32 copy of the logits) give the fp32 loss and gradient within the
+    half type's rounding; the loss is fp32 either way and ignore_index is honoured."""
+    _init_o1(half_dtype=torch.bfloat16, fp32_log_probs=fp32_log_probs)
+    g = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(64, 50, generator=g)).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 50, (64,), generator=g)
+    target[::7] = -100
+    loss = F.cross_entropy(logits, target, reduction=reduction)
+    assert loss.dtype == torch.float32
+    loss.sum().backward()
+    ref_logits = logits.detach().float().requires_grad_()
+    ref = torch.nn.functional.cross_entropy.__wrapped__(ref_logits, target, reduction=reduction)
+    ref.sum().backward()
+    tol = 1e-5 if fp32_log_probs else 2e-2       # bf16 log-probabilities round to 2**-8 relative
+    assert torch.allclose(loss.detach(), ref.detach(), rtol=tol, atol=tol)
+    assert torch.allclose(logits.grad.float(), ref_logits.grad, rtol=2e-2, atol=2e-2 * ref_logits.grad.abs().max())
+
+
+def test_fp32_log_probs_is_only_for_o1():
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="only applies under O1"):
+        amp.initialize(model, opt, opt_level="O2", verbosity=0, fp32_log_probs=False)

@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (a dev dependency: a broken torch must fail, not skip)
 
 from amplint.config import Settings  # noqa: E402
 from amplint.engine import lint_text  # noqa: E402

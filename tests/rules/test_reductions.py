@@ -136,7 +136,7 @@ def test_fix_idempotent_on_crlf_and_module_style(tmp_path, amplint):
 
 # --- the fixed models at run time ---------------------------------------------------------
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (a dev dependency: a broken torch must fail, not skip)
 
 
 def _load(text: str, name: str):

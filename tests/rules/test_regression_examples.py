@@ -10,6 +10,7 @@ from amplint.rules.amp101_overflow_constant import OverflowConstant
 from amplint.rules.amp102_underflow_epsilon import UnderflowEpsilon
 from amplint.rules.amp201_unaligned_dimension import UnalignedDimension
 from amplint.rules.amp301_softmax_in_half import SoftmaxInHalf
+from amplint.rules.amp302_reduction_in_half import ReductionInHalf
 from amplint.rules.amp401_uncovered_op import UncoveredOp
 
 EXAMPLES = {
@@ -76,6 +77,34 @@ EXAMPLES = {
                     return x_mask.masked_fill(~(masks.bool()), 1e8).flatten(1).min(-1)[0]
                 """
             ),
+            Valid("""
+                import torch
+                def f(x, m):
+                    v = -1e4 if x.dtype == torch.half else -1e9
+                    return x
+                """),
+            Valid("""
+                import torch
+                def f(n):
+                    return torch.full((n,), -1e9)
+                """),
+            Valid("""
+                import torch
+                def f(n):
+                    return torch.full((n,), -1e9, dtype=torch.float32)
+                """),
+            Valid("""
+                import torch
+                best = 1e9
+                def f():
+                    return 4 * 1e9
+                """),
+            Valid("""
+                import numpy as np
+                import torch
+                def f(m, x):
+                    return np.where(m, x, -1e9)
+                """),
         ],
         [
             # a config-class default used as config.attr
@@ -337,7 +366,7 @@ EXAMPLES = {
                     import torch.nn.functional as F
                     def f(logits):
                         p = F.softmax(logits.float(), -1).type_as(logits)
-                        return torch.log(p + 1e-4)
+                        return torch.log(p + (1e-8 if p.dtype != torch.float16 else 1e-4))
                     """,
             ),
             Invalid("""
@@ -349,9 +378,9 @@ EXAMPLES = {
                 line=4,
                 expected_fix="""
                     import torch
-                    EPS = 1e-4
+                    EPS = 1e-12
                     def f(v):
-                        return (v + EPS).rsqrt()
+                        return (v + (EPS if v.dtype != torch.float16 else 1e-4)).rsqrt()
                     """,
             ),
             Invalid("""
@@ -364,7 +393,7 @@ EXAMPLES = {
                     import torch
                     class N(torch.nn.Module):
                         def forward(self, v):
-                            return 1 / (v + 1e-4) ** 0.5
+                            return 1 / (v + (1e-9 if v.dtype != torch.float16 else 1e-4)) ** 0.5
                     """,
             ),
             Invalid("""
@@ -375,7 +404,7 @@ EXAMPLES = {
                 expected_fix="""
                     import torch
                     def f(p):
-                        return torch.log(p.clamp(min=1e-4))
+                        return torch.log(p.clamp(min=(1e-12 if p.dtype != torch.float16 else 1e-4)))
                     """,
             ),
             Invalid("""
@@ -386,7 +415,7 @@ EXAMPLES = {
                 expected_fix="""
                     import torch
                     def f(p):
-                        return torch.clamp(p, 1e-4, 1.0)
+                        return torch.clamp(p, (1e-12 if p.dtype != torch.float16 else 1e-4), 1.0)
                     """,
             ),
             Invalid("""
@@ -444,11 +473,13 @@ EXAMPLES = {
                             super().__init__()
                             self.eps = eps
                         def forward(self, x):
-                            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-                    norm = RMSNorm(64, eps=1e-4)
+                            input_dtype = x.dtype
+                            x = x.float()
+                            return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(input_dtype)
+                    norm = RMSNorm(64, eps=1e-12)
                     """,
             ),
-            # a config default in this file: the finding names it, no fix at the use
+            # a config default in this file: the finding names it; the fix guards the use by dtype
             Invalid("""
                 import torch
                 from dataclasses import dataclass
@@ -464,9 +495,53 @@ EXAMPLES = {
                     from dataclasses import dataclass
                     @dataclass
                     class NormConfig:
-                        eps: float = 1e-4
+                        eps: float = 1e-12
                     def f(x, config: NormConfig):
-                        return x / (x.std(-1) + config.eps)
+                        return x / (x.std(-1) + (config.eps if x.dtype != torch.float16 else 1e-4))
+                    """,
+            ),
+            # under O2 nothing upcasts F.normalize: its default eps 1e-12 is added in half
+            Invalid("""
+                import torch.nn as nn
+                import torch.nn.functional as F
+                class Head(nn.Module):
+                    def forward(self, x):
+                        return F.normalize(x, dim=-1)
+                """,
+                line=5, severity="error", message="default eps=1e-12", settings={"opt_level": "O2"},
+                expected_fix="""
+                    import torch.nn as nn
+                    import torch.nn.functional as F
+                    class Head(nn.Module):
+                        def forward(self, x):
+                            return F.normalize(x, dim=-1, eps=1e-4)
+                    """,
+            ),
+            # an epsilon by role: a hand-written LayerNorm whose eps is called `e`
+            Invalid("""
+                import torch
+                import torch.nn as nn
+                class LayerNorm(nn.Module):
+                    def __init__(self, n, e=1e-5):
+                        super().__init__()
+                        self.e = e
+                    def forward(self, x):
+                        s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+                        return x / torch.sqrt(s + self.e)
+                """,
+                line=9, message="subnormal",
+                expected_fix="""
+                    import torch
+                    import torch.nn as nn
+                    class LayerNorm(nn.Module):
+                        def __init__(self, n, e=1e-5):
+                            super().__init__()
+                            self.e = e
+                        def forward(self, x):
+                            input_dtype = x.dtype
+                            x = x.float()
+                            s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+                            return (x / torch.sqrt(s + self.e)).to(input_dtype)
                     """,
             ),
         ],
@@ -659,6 +734,28 @@ EXAMPLES = {
                             return F.softmax(x, dim=-1, dtype=torch.float32).to(x.dtype)
                     """,
             ),
+            Invalid("""
+                import torch.nn.functional as F
+                from entmax import entmax15
+                from torch import nn
+
+                class Attention(nn.Module):
+                    def forward(self, dots, sparse):
+                        softmax = F.softmax if not sparse else entmax15
+                        return softmax(dots, dim=-1)
+                """,
+                line=8,
+                expected_fix="""
+                    import torch.nn.functional as F
+                    from entmax import entmax15
+                    from torch import nn
+
+                    class Attention(nn.Module):
+                        def forward(self, dots, sparse):
+                            softmax = F.softmax if not sparse else entmax15
+                            return softmax(dots.float(), dim=-1).to(dots.dtype)
+                    """,
+            ),
         ],
     ),
     UncoveredOp: (
@@ -750,11 +847,9 @@ EXAMPLES = {
                     import torch
                     from torch import nn
                     from torch.autograd import Function
-                    from amplint import amp
                     class Scale(Function):
                         @staticmethod
                         @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
-                        @amp.float_function
                         def forward(ctx, x):
                             return x * 2
                         @staticmethod
@@ -776,6 +871,29 @@ EXAMPLES = {
                         return torch.ops.mylib.gelu_fast(y)
                 """,
                 line=5, count=2, message="compiled extension", expected_fix=None,
+            ),
+        ],
+    ),
+    ReductionInHalf: (
+        [],
+        [
+            Invalid("""
+                import torch
+                class LayerNorm(torch.nn.Module):
+                    def forward(self, x):
+                        d = x - x.mean(-1, keepdim=True, dtype=torch.float32).to(x.dtype)
+                        s = (d * d).mean(-1, keepdim=True, dtype=torch.float32)
+                        return d / torch.sqrt(s + 1e-5)
+                """,
+                line=5, count=1, severity="warning", message="255.9",
+                expected_fix="""
+                    import torch
+                    class LayerNorm(torch.nn.Module):
+                        def forward(self, x):
+                            d = x - x.mean(-1, keepdim=True, dtype=torch.float32).to(x.dtype)
+                            s = (d.float() * d).mean(-1, keepdim=True, dtype=torch.float32)
+                            return (d / torch.sqrt(s + 1e-5)).to(d.dtype)
+                    """,
             ),
         ],
     ),

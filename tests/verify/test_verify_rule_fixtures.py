@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
-pytest.importorskip("torch")
+import torch  # noqa: E402,F401  (a dev dependency: a broken torch must fail, not skip)
 
 from amplint.verify import verify  # noqa: E402
 

@@ -1,0 +1,371 @@
+"""Function summaries for the constant rules: which parameters of a function (or of a
+hand-written module's ``__init__``) reach a fill value, a mask addition or a
+stabilising epsilon, so that a call passing ``-1e9`` or ``1e-12`` into them -- in this
+file, in another linted file, or into a well-known library helper -- is found.
+
+* :func:`summaries` -- this file's functions and classes with such parameters
+  (computed once per file, transitively through calls between them);
+* :func:`collect_facts` -- the JSON-able part, for the project index
+  (``Rule.collect``), keyed by name;
+* :func:`sinks_of_call` -- what a call's callee does with its parameters: from this
+  file, another linted file (through ``ctx.project``), or :data:`LIBRARY_SINKS`.
+
+Used by AMP101 (fills, mask additions) and AMP102 (epsilons).  Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+from typing import Optional
+
+from ..evaluate import parameter
+from .constants import known_not_half
+
+FILL = "fill"
+EPS = "eps"
+
+_FILL_METHODS = ("masked_fill", "masked_fill_")
+#: library functions that take an eps they add in the input's dtype (pure-Python
+#: kernels: ``F.normalize`` is ``x / x.norm(...).clamp_min(eps)``)
+EPS_FUNCTIONS = {
+    "torch.nn.functional.normalize": ("eps", 3, 1e-12),
+    "torch.nn.functional.cosine_similarity": ("eps", 3, 1e-8),
+    "torch.nn.functional.pairwise_distance": ("eps", 3, 1e-6),
+}
+#: top-level packages whose functions are neither summarised nor in the table
+_NOT_LINTED = frozenset(("torch", "numpy", "math", "einops", "typing", "collections", "functools", "os", "sys",
+                         "logging", "warnings", "itertools", "random", "copy", "json", "re", "time"))
+_STAB_CALLS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "log_", "sqrt_", "rsqrt_", "reciprocal_")
+_CLAMPS = ("clamp", "clamp_", "clamp_min", "clamp_min_", "clip", "clip_")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sink:
+    """Parameter ``param`` (call position ``position``, ``self`` not counted; None:
+    keyword-only) reaches a ``kind`` use; ``default`` is its default value when it
+    folds to a number.  ``when``: parameters that must be truthy (True) or falsy
+    (False) for the use to run (``if not memory_efficient: ... else: masked_fill``)."""
+
+    kind: str
+    param: str
+    position: Optional[int]
+    default: Optional[float] = None
+    path: str = ""
+    line: int = 0
+    column: int = 0
+    when: tuple = ()
+    #: where a library entry was read (name==version and file)
+    source: str = ""
+
+    def to_json(self) -> list:
+        return [self.kind, self.param, self.position, self.default, self.line, self.column, [list(w) for w in self.when]]
+
+    @classmethod
+    def from_json(cls, path: str, data: list) -> "Sink":
+        kind, param, position, default, line, column, when = data
+        return cls(kind, param, position, default, path, line, column, tuple(tuple(w) for w in when))
+
+
+#: well-known library helpers that take a fill value or an eps, read from the
+#: distributions cached by bench/realcode/fetch.py
+LIBRARY_SINKS: dict[str, tuple[Sink, ...]] = {
+    "allennlp.nn.util.masked_softmax": (
+        Sink(FILL, "mask_fill_value", 4, -1e32, when=(("memory_efficient", True),),
+             source="allennlp==0.9.0 allennlp/nn/util.py:273"),
+    ),
+    "allennlp.nn.util.masked_max": (
+        Sink(FILL, "min_val", 4, -1e7, source="allennlp==0.9.0 allennlp/nn/util.py:338"),
+    ),
+    "allennlp.nn.util.replace_masked_values": (
+        Sink(FILL, "replace_with", 2, None, source="allennlp==0.9.0 allennlp/nn/util.py:780"),
+    ),
+}
+
+
+def _positions(func: ast.AST, method: bool) -> dict[str, Optional[int]]:
+    args = func.args
+    positional = [a.arg for a in args.posonlyargs + args.args]
+    if method and positional:
+        positional = positional[1:]
+    out = {name: i for i, name in enumerate(positional)}
+    out.update({a.arg: None for a in args.kwonlyargs})
+    return out
+
+
+def _guards(ctx, node: ast.AST, func: ast.AST, params) -> Optional[tuple]:
+    """The parameter truth values the branches around ``node`` require; None when a
+    branch depends on something else too (still runs for some calls: kept, unguarded)."""
+    when = []
+    child = node
+    for anc in ctx.ancestors(node):
+        if anc is func:
+            break
+        if isinstance(anc, ast.If) and child is not anc.test:
+            test, truth = anc.test, child in anc.body
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, truth = test.operand, not truth
+            if isinstance(test, ast.Name) and test.id in params:
+                when.append((test.id, truth))
+        child = anc
+    return tuple(when)
+
+
+def _is_param(expr: ast.AST, params) -> Optional[str]:
+    if isinstance(expr, ast.Name) and expr.id in params:
+        return expr.id
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        return _is_param(expr.operand, params)
+    return None
+
+
+def stabilising(ctx, add: ast.BinOp) -> bool:
+    """Whether ``add`` (``x + eps``) is a denominator, or the argument of a root,
+    reciprocal or log (directly or through ``** -0.5``)."""
+    child, parent = add, ctx.parent(add)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
+        child, parent = parent, ctx.parent(parent)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Div, ast.FloorDiv)) and parent.right is child:
+        return True
+    if isinstance(parent, ast.Call) and child in parent.args:
+        f = parent.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        return name in _STAB_CALLS
+    if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in _STAB_CALLS:
+        return True
+    return False
+
+
+def _candidate_uses(ctx):
+    """(kind, the expression that may be a parameter, use node) over the calls and
+    binary operations the engine's walk already collected: no extra walk of the file."""
+    eps_attrs = {q.rsplit(".", 1)[1] for q in EPS_FUNCTIONS}
+    for node in ctx.nodes("Call"):
+        f = node.func
+        name = f.attr if f.__class__ is ast.Attribute else getattr(f, "id", "")
+        if name in _FILL_METHODS:
+            value = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "value"), None)
+            if value is not None:
+                yield FILL, value, node
+        elif name in _CLAMPS:
+            bound = next((k.value for k in node.keywords if k.arg == "min"), None)
+            if bound is None and f.__class__ is ast.Attribute and node.args and ctx.qualname(f) is None:
+                bound = node.args[0]
+            if bound is not None:
+                yield EPS, bound, node
+        elif name in eps_attrs:
+            qn = ctx.qualname(f)
+            if qn in EPS_FUNCTIONS:
+                kw, pos, _ = EPS_FUNCTIONS[qn]
+                value = next((k.value for k in node.keywords if k.arg == kw), None)
+                if value is None and len(node.args) > pos:
+                    value = node.args[pos]
+                if value is not None:
+                    yield EPS, value, node
+    for node in ctx.nodes("BinOp"):
+        op = node.op.__class__
+        if op is ast.Add:
+            for side in (node.left, node.right):
+                if side.__class__ in (ast.Name, ast.Attribute) and stabilising(ctx, node):
+                    yield EPS, side, node
+        elif op is ast.Mult:  # scores + (1 - mask) * mask_value
+            parent = ctx.parent(node)
+            if parent.__class__ is ast.BinOp and parent.op.__class__ in (ast.Add, ast.Sub):
+                for side in (node.left, node.right):
+                    if side.__class__ in (ast.Name, ast.Attribute, ast.UnaryOp):
+                        yield FILL, side, node
+
+
+class _Summaries:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        #: name -> sinks, for module-level functions and hand-written module classes
+        self.by_name: dict[str, list[Sink]] = {}
+
+    def build(self) -> "_Summaries":
+        ctx = self.ctx
+        units = {}  # id(function analysed) -> (name, positions, self attrs, default owner)
+        for name, func in ctx.functions.items():
+            units[id(func)] = (name, func, _positions(func, False), {}, func)
+        for name, cls in ctx.classes.items():
+            init = ctx.method(cls, "__init__")
+            forward = ctx.method(cls, "forward")
+            if init is None or forward is None or not ctx.is_module_class(cls):
+                continue
+            positions = _positions(init, True)
+            stored = {}
+            for attr, stmts in ctx.self_assignments(init).items():
+                if len(stmts) == 1 and isinstance(stmts[0].value, ast.Name) and stmts[0].value.id in positions:
+                    stored[attr] = stmts[0].value.id
+            if stored:
+                units[id(forward)] = (name, forward, positions, stored, init)
+        if not units:
+            return self
+        for kind, expr, use in _candidate_uses(ctx):
+            func = ctx.enclosing_function(use)
+            unit = units.get(id(func)) if func is not None else None
+            if unit is None:
+                continue
+            name, func, positions, stored, owner = unit
+            param = _is_param(expr, positions)
+            if param is None and (expr.__class__ is ast.Attribute and expr.value.__class__ is ast.Name
+                                  and expr.value.id == "self"):
+                param = stored.get(expr.attr)
+            if param is not None and kind == EPS and use.__class__ is ast.BinOp:
+                other = use.left if expr is use.right else use.right
+                if known_not_half(ctx, other, use):
+                    continue  # h = x.float(); h * rsqrt(h.pow(2).mean(-1) + self.eps)
+            if param is not None:
+                self.by_name.setdefault(name, []).append(self._sink(kind, param, use, positions, owner, func))
+        # helpers calling helpers of this file: def l1norm(t, eps=1e-8): return normalize(t, eps)
+        for name, func, positions, stored, owner in units.values():
+            if stored:
+                continue
+            extra = []
+            for call in ctx.nodes("Call"):
+                if call.func.__class__ is not ast.Name or call.func.id not in self.by_name or call.func.id == name:
+                    continue
+                if ctx.enclosing_function(call) is not func:
+                    continue
+                for sink in self.by_name[call.func.id]:
+                    arg = _argument(call, sink.param, sink.position)
+                    p = _is_param(arg, positions) if arg is not None else None
+                    if p:
+                        extra.append(self._sink(sink.kind, p, call, positions, owner, func))
+            if extra:
+                self.by_name[name] = self.by_name.get(name, []) + extra
+        self.by_name = {k: _unique(v) for k, v in self.by_name.items()}
+        return self
+
+    def _sink(self, kind, param, use, positions, owner, func) -> Sink:
+        ctx = self.ctx
+        _, default = parameter(owner, param)
+        value = ctx.evaluate(default) if default is not None else None
+        folded = value.value if value is not None and isinstance(value.value, (int, float)) else None
+        where = default if default is not None else use
+        return Sink(kind, param, positions.get(param), folded, ctx.path, where.lineno,
+                    ctx.char_col(where.lineno, where.col_offset) + 1, _guards(ctx, use, func, positions))
+
+
+def _unique(sinks: list[Sink]) -> list[Sink]:
+    seen, out = set(), []
+    for s in sinks:
+        key = (s.kind, s.param, s.when)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+def _argument(call: ast.Call, name: str, position: Optional[int]) -> Optional[ast.AST]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if position is not None and position < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: position + 1]
+    ):
+        return call.args[position]
+    return None
+
+
+def summaries(ctx) -> dict[str, list[Sink]]:
+    """This file's functions and hand-written module classes whose parameters reach a
+    fill, a mask addition or an eps (computed once per file)."""
+    cached = getattr(ctx, "_flow_summaries", None)
+    if cached is None:
+        cached = ctx._flow_summaries = _Summaries(ctx).build().by_name
+    return cached
+
+
+def collect_facts(ctx, kind: str) -> Optional[dict]:
+    """The ``kind`` sinks of this file's functions, JSON-able, for the project index."""
+    found = {name: [s.to_json() for s in sinks if s.kind == kind] for name, sinks in summaries(ctx).items()}
+    found = {k: v for k, v in found.items() if v}
+    return {"by_name": found} if found else None
+
+
+def _callable_names(ctx) -> tuple[frozenset, frozenset]:
+    """(plain names, module aliases) a call may go through to reach a summarised
+    function: this file's functions and classes and names imported from outside torch
+    and the standard library.  Computed once per file: most calls fail this test."""
+    cached = getattr(ctx, "_flow_callables", None)
+    if cached is None:
+        imported = set()
+        for local in set(ctx.imports) | set(ctx._relative_imports):
+            path = ctx.import_path(local)
+            if path and path.partition(".")[0] not in _NOT_LINTED:
+                imported.add(local)
+        names = frozenset(imported | set(ctx.functions) | set(ctx.classes))
+        cached = ctx._flow_callables = (names, frozenset(imported))
+    return cached
+
+
+def sinks_of_call(ctx, call: ast.Call, kind: str, code: str) -> list[Sink]:
+    """The ``kind`` sinks of the function or class ``call`` calls: one of this file, of
+    another linted file (the facts rule ``code`` collected), or a library helper."""
+    func = call.func
+    names, modules = _callable_names(ctx)
+    if func.__class__ is ast.Name:
+        if func.id not in names:
+            return []
+    elif func.__class__ is ast.Attribute:
+        if func.value.__class__ is not ast.Name or func.value.id not in modules:
+            return []
+    else:
+        return []
+    if isinstance(func, ast.Name):
+        local = func.id
+        if local in ctx.functions or local in ctx.classes:
+            found = summaries(ctx).get(local, ())
+            if found or ctx.import_origin(local) is None:
+                return [s for s in found if s.kind == kind]
+        origin = ctx.import_origin(local)
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        base = ctx.import_path(func.value.id)  # util.masked_softmax
+        origin = (base, func.attr) if base else None
+    else:
+        return []
+    if origin is None:
+        return []
+    module, name = origin
+    if module.partition(".")[0] in _NOT_LINTED:
+        return []
+    library = LIBRARY_SINKS.get(f"{module}.{name}")
+    if library:
+        return [s for s in library if s.kind == kind]
+    if ctx.project is None or not module:
+        return []
+    found = ctx.project.named(code, name, module, exclude_path=ctx.path)
+    if len(found) != 1:
+        return []
+    path, data = found[0]
+    return [Sink.from_json(path, d) for d in data if d[0] == kind]
+
+
+def call_runs_sink(ctx, call: ast.Call, sink: Sink) -> bool:
+    """Whether the branch conditions of ``sink`` hold for ``call`` (known from its
+    arguments or the library defaults); an unknown condition counts as not holding."""
+    for param, truth in sink.when:
+        arg = _argument(call, param, None)
+        if arg is None:
+            return False  # the library default (False for memory_efficient) does not run it
+        value = arg.value if isinstance(arg, ast.Constant) else None
+        if value is None or bool(value) != truth:
+            return False
+    return True
+
+
+def passed_arguments(ctx, call: ast.Call, kind: str, code: str) -> list[tuple[Sink, ast.AST]]:
+    """(sink, the expression ``call`` passes for it) for the ``kind`` sinks of its callee
+    that ``call`` gives a value of its own: not a ``*args`` entry, and not a parameter
+    of the calling function handed on (that function is then a sink itself, and its
+    callers are the ones checked)."""
+    out = []
+    enclosing = ctx.enclosing_function(call)
+    for sink in sinks_of_call(ctx, call, kind, code):
+        arg = _argument(call, sink.param, sink.position)
+        if arg is None or arg.__class__ is ast.Starred:
+            continue
+        if arg.__class__ is ast.Name and enclosing is not None and parameter(enclosing, arg.id)[0] is not None:
+            continue
+        out.append((sink, arg))
+    return out

@@ -1,0 +1,123 @@
+"""Where AMP602 looks: outer products of positions and frequencies, the sin/cos that
+consume them, and whether autocast or a cast already puts them in half.  Kept apart from
+the rule file, which holds the docs, examples and the fix."""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Optional
+
+from amplint.amp import policy
+from amplint.analysis import precision
+
+#: ``i,j->ij`` (also ``..., f -> ... f``): an outer product, no index summed
+OUTER_SPEC = re.compile(r"^\s*(\.\.\.)?\s*([a-z])?\s*,\s*([a-z])\s*->\s*(\.\.\.)?\s*([a-z])?\s*([a-z])\s*$")
+TRIG = frozenset({"sin", "cos"})
+CASTS = frozenset({"to", "type", "type_as", "half", "bfloat16", "float"})
+
+
+def outer_operands(ctx, node: ast.AST) -> Optional[tuple[str, ast.AST, ast.AST]]:
+    """(kind, positions-or-first, second) for a product of two tensors."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.MatMult)):
+        return ("matmul" if isinstance(node.op, ast.MatMult) else "mul"), node.left, node.right
+    if isinstance(node, ast.Call):
+        qn = ctx.qualname(node.func) or ""
+        if qn in ("torch.outer", "torch.ger") and len(node.args) == 2:
+            return "outer", node.args[0], node.args[1]
+        if qn == "torch.einsum" and len(node.args) == 3 and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and OUTER_SPEC.match(node.args[0].value):
+            return "einsum", node.args[1], node.args[2]
+        if qn == "torch.matmul" and len(node.args) == 2:
+            return "matmul", node.args[0], node.args[1]
+    return None
+
+
+def in_table_code(ctx, node: ast.AST) -> bool:
+    """Inside a class or function named for position encodings, or a function computing
+    both ``sin`` and ``cos``."""
+    if precision.in_table_scope(ctx, node):
+        return True
+    func = ctx.enclosing_function(node)
+    if func is None:
+        return False
+    seen = set()
+    for n in ast.walk(func):
+        if isinstance(n, ast.Call):
+            name = n.func.attr if isinstance(n.func, ast.Attribute) else None
+            if name in TRIG:
+                seen.add(name)
+    return seen == TRIG
+
+
+def autocast_half(ctx, node: ast.AST, kind: str) -> bool:
+    """Whether the selected policy runs this product in half under O1 even on fp32 operands."""
+    if ctx.settings.opt_level != "O1" or precision.autocast_disabled(ctx, node):
+        return False
+    qualname = {"einsum": "torch.einsum", "matmul": "torch.matmul", "outer": "torch.outer"}.get(kind)
+    if qualname is None:
+        return False
+    devices = ("cuda", "cpu") if ctx.settings.device == "any" else (ctx.settings.device,)
+    return any(policy.cast_of(qualname, ctx.settings.engine, d) == policy.HALF for d in devices)
+
+
+def derived_names(ctx, func: ast.AST, stmt: ast.stmt) -> set:
+    """Names assigned from the product's statement and, transitively, from them."""
+    names = set()
+    if isinstance(stmt, ast.Assign):
+        names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    if not names:
+        return names
+    changed = True
+    while changed:
+        changed = False
+        for n in ast.walk(func):
+            if isinstance(n, ast.Assign) and n.lineno > stmt.lineno:
+                used = {m.id for m in ast.walk(n.value) if isinstance(m, ast.Name)}
+                if used & names:
+                    new = {t.id for t in n.targets if isinstance(t, ast.Name)} - names
+                    if new:
+                        names |= new
+                        changed = True
+    return names
+
+
+def trig_consumers(ctx, node: ast.AST) -> list[ast.Call]:
+    """The ``sin`` / ``cos`` calls of the same function that read the product."""
+    func = ctx.enclosing_function(node)
+    if func is None:
+        return []
+    stmt = ctx.enclosing_statement(node)
+    names = derived_names(ctx, func, stmt)
+    out = []
+    for n in ast.walk(func):
+        if not isinstance(n, ast.Call):
+            continue
+        if isinstance(n.func, ast.Attribute) and n.func.attr in TRIG and not n.args:
+            arg = n.func.value
+        elif (ctx.qualname(n.func) or "") in ("torch.sin", "torch.cos") and n.args:
+            arg = n.args[0]
+        else:
+            continue
+        inside = any(m is node for m in ast.walk(arg))
+        reads = any(isinstance(m, ast.Name) and m.id in names for m in ast.walk(arg))
+        if inside or (reads and n.lineno >= stmt.lineno):
+            out.append(n)
+    return out
+
+
+def cast_follows(ctx, call: ast.Call) -> bool:
+    """Whether the sin/cos result is cast already: ``emb.cos()[None, :].to(dtype)``."""
+    node = call
+    while True:
+        parent = ctx.parent(node)
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            node = parent
+        elif isinstance(parent, ast.Attribute) and parent.value is node:
+            grand = ctx.parent(parent)
+            if not isinstance(grand, ast.Call):
+                return False
+            if parent.attr in CASTS:
+                return True
+            node = grand
+        else:
+            return False

@@ -1,0 +1,91 @@
+"""``.gitignore`` and ``.ignore`` files, as git (and ripgrep) read them.
+
+Every folder may hold a ``.gitignore`` and an ``.ignore`` (same syntax; ``.ignore``
+wins over ``.gitignore`` in the same folder); the repository root's
+``.git/info/exclude`` comes first.  A pattern is relative to the folder of its file;
+the deepest file that has a matching pattern decides, and within a file the last
+matching pattern (``!pattern`` re-includes).  The files are read from the repository
+root (the nearest folder above with a ``.git``) down; outside a repository, from the
+folder being walked down.  Pattern matching -- anchoring, ``**``, dir-only ``name/``,
+negation, escapes -- is ``pathspec``'s ``GitIgnoreSpec``, which follows git's rules.
+
+A folder that is ignored is not entered, so a file in it cannot be re-included (as in
+git).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+IGNORE_FILES = (".gitignore", ".ignore")  # later wins
+
+
+def repository_root(folder: str) -> Optional[str]:
+    """The nearest folder at or above ``folder`` holding a ``.git`` (None: not in a
+    repository).  ``folder`` is taken as given (made absolute, links not resolved)."""
+    folder = os.path.abspath(folder)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            return fh.read().splitlines()
+    except OSError:
+        return []
+
+
+class IgnoreFiles:
+    """Answers "is this path ignored?" for paths under the folders it was asked about."""
+
+    def __init__(self):
+        self._specs: dict[str, object] = {}  # folder -> GitIgnoreSpec or None
+        #: walk root -> (where its ignore files start, the repository root or None)
+        self._roots: dict[str, tuple[str, Optional[str]]] = {}
+        self._chains: dict[str, list] = {}  # folder -> the specs that apply in it, deepest first
+
+    def _spec(self, folder: str, repository: Optional[str]):
+        if folder not in self._specs:
+            lines: list[str] = []
+            if folder == repository:
+                lines += _read_lines(os.path.join(folder, ".git", "info", "exclude"))
+            for name in IGNORE_FILES:
+                lines += _read_lines(os.path.join(folder, name))
+            spec = None
+            if any(line.strip() and not line.startswith("#") for line in lines):
+                import pathspec  # only when there is something to match
+
+                spec = pathspec.GitIgnoreSpec.from_lines(lines)
+            self._specs[folder] = spec
+        return self._specs[folder]
+
+    def _chain(self, folder: str, top: str, repository: Optional[str]) -> list:
+        """The (folder, spec) pairs that apply to files in ``folder``, deepest first."""
+        chain = self._chains.get(folder)
+        if chain is None:
+            above = [] if folder == top or os.path.dirname(folder) == folder else self._chain(os.path.dirname(folder), top, repository)
+            spec = self._spec(folder, repository)
+            chain = self._chains[folder] = ([(folder, spec)] if spec is not None else []) + above
+        return chain
+
+    def ignored(self, path: str, is_dir: bool, walk_root: str) -> bool:
+        """Whether ``path`` (found while walking ``walk_root``) is ignored."""
+        path = os.path.abspath(path)
+        found = self._roots.get(walk_root)
+        if found is None:
+            repository = repository_root(walk_root)
+            found = self._roots[walk_root] = (repository or os.path.abspath(walk_root), repository)
+        top, repository = found
+        for folder, spec in self._chain(os.path.dirname(path), top, repository):
+            # the deepest file with a matching pattern decides
+            rel = path[len(folder):].lstrip(os.sep).replace(os.sep, "/") + ("/" if is_dir else "")
+            decision = spec.check_file(rel).include
+            if decision is not None:
+                return decision
+        return False

@@ -1,0 +1,270 @@
+"""AMP604 unscaled-attention-logits: q @ k^T in fp16 before the 1/sqrt(d) scaling."""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Optional
+
+from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+_SCALE_NAME = re.compile(r"scale|sqrt|norm_factor|temperature|inv_scale", re.I)
+_TRANSPOSES = frozenset({"transpose", "permute", "mT", "T", "t"})
+
+
+def _is_key_transpose(expr: ast.AST) -> bool:
+    """``k.transpose(-2, -1)``, ``k.permute(0, 1, 3, 2)``, ``k.mT``, ``k.T``, ``k.t()``."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr in _TRANSPOSES
+    return isinstance(expr, ast.Attribute) and expr.attr in ("mT", "T")
+
+
+def _qk_product(ctx, expr: ast.AST) -> Optional[tuple[ast.AST, ast.AST]]:
+    """(q, k-transposed) when ``expr`` is ``q @ k.transpose(...)`` / ``torch.matmul`` /
+    ``torch.bmm`` of that shape."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult) and _is_key_transpose(expr.right):
+        return expr.left, expr.right
+    if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") in ("torch.matmul", "torch.bmm") \
+            and len(expr.args) == 2 and not expr.keywords and _is_key_transpose(expr.args[1]):
+        return expr.args[0], expr.args[1]
+    if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") == "torch.einsum" and len(expr.args) == 3 \
+            and _is_logits_spec(expr.args[0]):
+        return expr.args[1], expr.args[2]
+    return None
+
+
+def _is_logits_spec(spec: ast.AST) -> bool:
+    """``'b h i d, b h j d -> b h i j'`` (also f-strings ending in the same shape): two
+    operands that share a contracted index and each keep one of their own -- the
+    ``q k^T`` of attention, not a weight product."""
+    if isinstance(spec, ast.JoinedStr):
+        parts = [v.value for v in spec.values if isinstance(v, ast.Constant)]
+        text = "".join(parts)
+        if "->" not in text:
+            return False
+        lhs, _, out = text.partition("->")
+        first = lhs.split(",")[0]
+        return bool(set(first.split()) - set(out.split())) and len(out.split()) >= 3
+    if not (isinstance(spec, ast.Constant) and isinstance(spec.value, str)) or "->" not in spec.value:
+        return False
+    lhs, _, out = spec.value.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != 2:
+        return False
+    tokens = [set(part.split()) if " " in part.strip() else set(part.strip()) for part in inputs]
+    out_tokens = set(out.split()) if " " in out.strip() else set(out.strip())
+    contracted = (tokens[0] & tokens[1]) - out_tokens
+    own = (tokens[0] - tokens[1]) & out_tokens, (tokens[1] - tokens[0]) & out_tokens
+    batch = tokens[0] & tokens[1] & out_tokens  # heads / batch: q and k share them, a weight does not
+    return bool(contracted) and all(own) and bool(batch)
+
+
+def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
+    """``math.sqrt(d)`` / ``d ** 0.5`` / ``self.scale`` after a division; ``d ** -0.5`` /
+    ``self.scale`` after a multiplication."""
+    if isinstance(expr, ast.Call):
+        qn = ctx.qualname(expr.func) or ""
+        name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", "")
+        return isinstance(op, ast.Div) and (name == "sqrt" or qn.endswith(".sqrt"))
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Pow) and isinstance(expr.right, (ast.Constant, ast.UnaryOp)):
+        value = ctx.evaluate(expr.right)
+        return value is not None and value.value == (0.5 if isinstance(op, ast.Div) else -0.5)
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        name = expr.id if isinstance(expr, ast.Name) else expr.attr
+        return bool(_SCALE_NAME.search(name))
+    return False
+
+
+class UnscaledAttentionLogits(Rule):
+    code = "AMP604"
+    name = "unscaled-attention-logits"
+    summary = "attention logits `q @ k^T` computed in fp16 before the `1/sqrt(d)` scaling"
+    severity = Severity.WARNING
+    fix_applicability = "unsafe"
+    #: every hand-written attention has this shape; whether it overflows depends on the
+    #: activations, so the rule is opt-in (`select = ["AMP604"]`)
+    enabled_by_default = False
+    markers = ("transpose", ".mT", ".T", "permute", "einsum")
+    docs = """
+## What it does
+Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a transposed key, or
+`einsum("b h i d, b h j d -> b h i j", q, k)`) in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
+`d ** -0.5` / `self.scale`) only *after* the product, when the target is fp16 and the
+matmul runs in half (O1 and above: `matmul` is on every autocast half list). bf16 (fp32's
+range) is never reported. Off by default -- every hand-written attention has this shape,
+and whether it overflows depends on the activations -- turn it on with
+`select = ["AMP604"]` (or `extend-select`).
+
+## Why is this bad?
+The dot product sums `d` products before anything scales it: with head dim 128 and `q`,
+`k` elements of magnitude 23, `q @ k^T` is 67712 > 65504, so the logit is `inf` and the
+softmax row NaN, although the scaled logit (5985) fits easily (`bench/bf16_facts.py`).
+Large models grow such activations (unnormalised q/k, outlier features); Megatron's
+query-key layer scaling and transformers' GPT-2 `reorder_and_upcast_attn` exist for this.
+Scaling `q` first keeps the product `sqrt(d)` times smaller.
+
+## Example
+```python
+import math
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        return scores.softmax(-1) @ v
+```
+
+## Use instead
+```python
+import math
+from torch import nn
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        scores = (q / math.sqrt(q.size(-1))) @ k.transpose(-2, -1)
+        return scores.softmax(-1) @ v
+```
+or `torch.nn.functional.scaled_dot_product_attention(q, k, v)`, which scales inside.
+
+## Fix safety
+The fix is `unsafe`: scaling before the product rounds differently, so even fp32 logits
+change in the last bits. It is offered when the scaling applies directly to the product
+(`(q @ k.transpose(-2, -1)) / s`), not when the product is stored in a variable first.
+"""
+
+    VALID = [
+        Valid("""
+            import math
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    return (q / math.sqrt(64)) @ k.transpose(-2, -1)
+            """),
+        Valid("""
+            import math
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    return q @ k.transpose(-2, -1) / math.sqrt(64)
+            """,
+            settings={"target": "bf16", "select": ["AMP604"]},
+        ),
+        # a weight product, not q k^T
+        Valid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, x, w):
+                    return torch.einsum("b n d, d e -> b n e", x, w) * self.scale
+            """),
+        # not attention: no transposed key
+        Valid("""
+            import math
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, x, w):
+                    return x @ w / math.sqrt(64)
+            """),
+    ]
+    INVALID = [
+        Invalid("""
+            import math
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k, v):
+                    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                    return scores.softmax(-1) @ v
+            """,
+            line=5,
+            message="65504",
+            expected_fix="""
+                import math
+                from torch import nn
+                class A(nn.Module):
+                    def forward(self, q, k, v):
+                        scores = (q / math.sqrt(q.size(-1))) @ k.transpose(-2, -1)
+                        return scores.softmax(-1) @ v
+                """,
+        ),
+        Invalid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    return (torch.matmul(q, k.transpose(-1, -2)) * self.scale).softmax(-1)
+            """,
+            expected_fix="""
+                import torch
+                from torch import nn
+                class A(nn.Module):
+                    def forward(self, q, k):
+                        return (torch.matmul(q * self.scale, k.transpose(-1, -2))).softmax(-1)
+                """,
+        ),
+        Invalid("""
+            from torch import nn, einsum
+            class A(nn.Module):
+                def forward(self, q, k):
+                    return einsum('b h i d, b h j d -> b h i j', q, k) * self.scale
+            """,
+            expected_fix="""
+                from torch import nn, einsum
+                class A(nn.Module):
+                    def forward(self, q, k):
+                        return einsum('b h i d, b h j d -> b h i j', q * self.scale, k)
+                """,
+        ),
+        # through a variable: reported, no fix
+        Invalid("""
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    w = q @ k.transpose(-2, -1)
+                    w = w / self.head_dim ** 0.5
+                    return w
+            """,
+            line=5,
+            expected_fix=None,
+        ),
+    ]
+
+    def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
+        if not isinstance(node.op, (ast.Div, ast.Mult)):
+            return
+        if ctx.settings.target != "fp16" or ctx.settings.opt_level == "O0":
+            return
+        left, right = node.left, node.right
+        if not _is_scale(ctx, right, node.op):
+            return
+        product = _qk_product(ctx, left)
+        direct = product is not None
+        if product is None and isinstance(left, ast.Name):
+            from amplint.analysis.reductions import reaching_value
+
+            value = reaching_value(ctx, left)
+            product = _qk_product(ctx, value) if value is not None else None
+        if product is None or not ctx.in_forward(node):
+            return
+        q, kt = product
+        message = ("attention logits `q @ k^T` computed in fp16 before the scaling: a head-dim-128 dot product of "
+                   "elements of magnitude 23 is 67712 > 65504 (inf, then a NaN softmax row); scale `q` first or use "
+                   "`scaled_dot_product_attention`")
+        fix = None
+        if direct:
+            op = "/" if isinstance(node.op, ast.Div) else "*"
+            q_text = ctx.segment(q)
+            if not isinstance(q, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+                q_text = f"({q_text})"
+            scaled = f"{q_text} {op} {ctx.segment(right)}"
+            if isinstance(left, ast.Call) and len(left.args) == 3:
+                text = f"{ctx.segment(left.func)}({ctx.segment(left.args[0])}, {scaled}, {ctx.segment(kt)})"
+            elif isinstance(left, ast.Call):
+                text = f"{ctx.segment(left.func)}({scaled}, {ctx.segment(kt)})"
+            else:
+                text = f"({scaled}) @ {ctx.segment(kt)}"
+            parent = ctx.parent(node)
+            if isinstance(parent, (ast.UnaryOp,)) or isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow):
+                text = f"({text})"
+            fix = Fix([Edit.replace(node, text)], "unsafe", "Scale `q` before the product")
+        ctx.report(self, node, message, fix=fix)
