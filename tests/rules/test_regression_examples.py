@@ -297,6 +297,63 @@ EXAMPLES = {
     ),
     UnderflowEpsilon: (
         [
+            # moved from the rule's own examples (rule files stay short)
+            Valid("""
+                import torch
+                import torch.nn as nn
+                ln = nn.LayerNorm(8, eps=1e-12)
+                """),
+            Valid("""
+                import torch
+                import torch.nn as nn
+                class Block(nn.Module):
+                    def __init__(self, d, eps=1e-4):
+                        super().__init__()
+                        self.norm = nn.LayerNorm(d, eps=eps)
+                    def forward(self, x):
+                        return self.norm(x)
+                b = Block(8, eps=1e-12)
+                """),
+            Valid("""
+                import torch
+                import torch.nn.functional as F
+                def f(x):
+                    return F.normalize(x, eps=1e-12)
+                """),
+            Valid("""
+                import torch
+                def f(x):
+                    return x / (x.norm() + 1e-4)
+                """),
+            Valid("""
+                import torch
+                def f(x):
+                    return torch.log(x + 1e-8)
+                """, settings={"target": "bf16"}),
+            Valid("""
+                import torch
+                def f(x):
+                    return torch.log(x.exp() + 1e-8)
+                """, settings={"opt_level": "O0"}),
+            # the shared dtype analysis: a Python number plus eps is Python arithmetic
+            Valid("""
+                import torch
+                import torch.nn as nn
+                class Loss(nn.Module):
+                    def forward(self, t, mask):
+                        n = mask.size(0)
+                        return t.sum() / (n + 1e-16)
+                """),
+            # a module's __init__ runs before any cast to half: an fp64 schedule clamped there
+            Valid("""
+                import torch
+                import torch.nn as nn
+                class Diffusion(nn.Module):
+                    def __init__(self, betas):
+                        super().__init__()
+                        alphas = torch.cumprod(1. - betas, dim=0)
+                        self.register_buffer("log_var", torch.log(alphas.clamp(min=1e-20)))
+                """),
             Valid("""
                 import numpy as np
                 import torch
