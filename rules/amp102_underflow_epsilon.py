@@ -77,9 +77,12 @@ a warning.
 
 Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
 `nn.BatchNorm*` and other library kernels (they add eps in fp32), `F.normalize` under O1, optimizer
-`eps` below O3, anything at O0 (fp32 training), operands computed explicitly in fp32 (`x.float()`,
-`.to(torch.float32)`, as in LLaMA's RMSNorm), code a dtype check keeps out of half, and
-numpy / math arithmetic.
+`eps` below O3, anything at O0 (fp32 training), operands the shared dtype analysis
+(`amplint/dtypes.py`, explicit casts only: a hand-written norm is still flagged under O1,
+whose upcasts O2/O3 drop) knows are not half -- computed in fp32 (`x.float()`,
+`.to(torch.float32)`, as in LLaMA's RMSNorm), integer, Python numbers (`n + 1e-16` with
+`n = mask.size(0)`) -- tensors built in a module's `__init__` (before any cast to half),
+code a dtype check keeps out of half, and numpy / math arithmetic.
 
 ## Why is this bad?
 Measured (`docs/fp16-facts.md`): in fp16, `1e-8` and `1e-12` round to 0 and `1e-6` becomes the
@@ -138,6 +141,7 @@ are `safe`:
    curing the eps underflow and the square's overflow together (tested at run time).
 2. **Any other epsilon** added to, or clamping, a tensor `x`: the half-safe value for
    fp16 only, `(1e-8 if x.dtype != torch.float16 else 1e-4)`; other dtypes keep it.
+   `F.normalize(x)` with its default eps gets `eps=(1e-12 if x.dtype != torch.float16 else 1e-4)`.
 3. Only where neither can be written (no tensor to test, an O3 optimizer default): the
    plain raise to the smallest "round" normal number (fp16: `1e-4`, fp8 e4m3: `0.02`), or
    `eps=1e-4`. It is `unsafe`: its description states the fp32 change.

@@ -1,7 +1,4 @@
 """The hand-written-norm fix (AMP102): fp32 output bit-identical, no inf/NaN in fp16."""
-import subprocess
-import sys
-
 import torch
 
 NORMS = '''
@@ -39,11 +36,10 @@ def _load(text):
     return space
 
 
-def test_norm_fix_keeps_fp32_and_cures_fp16(tmp_path):
+def test_norm_fix_keeps_fp32_and_cures_fp16(tmp_path, amplint):
     path = tmp_path / "norms.py"
     path.write_text(NORMS)
-    proc = subprocess.run([sys.executable, "-m", "amplint", "fix", "--no-cache", "--select", "AMP102", str(path)],
-                          capture_output=True, text=True)
+    proc = amplint("fix", "--no-cache", "--select", "AMP102", str(path))
     fixed = path.read_text()
     assert "x = x.float()" in fixed and "1e-4" not in fixed, proc.stdout + fixed
     before, after = _load(NORMS), _load(fixed)
