@@ -7,7 +7,7 @@ Reads ``corpus/*.jsonl`` (which file of which pinned distribution) and ``labels/
 
 once over every cached file (``fetch.py`` downloads them), so that value flow across the
 files of one project can work as it would for a user linting the whole tree, with the
-default settings (target fp16, opt-level O1, engine amplint, device cuda: a ``--config``
+default settings (target fp16, opt-level O1, engine auto, device cuda: a ``--config``
 with a ``[tool.amplint]`` table holding only ``extend-select = EXTRA_SELECT`` (the off-by-default
 rules the benchmark scores, AMP604) keeps this repository's settings out).
 
