@@ -65,6 +65,10 @@ class FileContext:
         settings: "Settings",
         project: Optional["ProjectIndex"] = None,
     ):
+        if settings.engine == "auto":  # built outside lint_text (tests, tools): resolve as it does
+            from .engine_detect import resolve
+
+            settings = resolve(settings, path, source, tree, project)
         self.path = path
         self.source = source
         self.tree = tree

@@ -104,8 +104,10 @@ def registration_fix(ctx, wanted: list, self_module: str, after_registrations) -
     sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.settings.root, ctx.tree)
     # a name imported with `from torch import einsum` can only be registered on the module
     # that imported it: in a project on that engine, the file itself
-    self_only = all(reg.text == self_module for reg in wanted)
-    here = module is not None and (bool(sites) and sites[0][0] == ctx.path or self_only)
+    # a registration on this module itself (`from torch import einsum`) belongs there too:
+    # the training script registers on the imported module (`amp.register_half_function(
+    # model_module, "einsum")`), so a model file never gains an engine import
+    here = module is not None and bool(sites) and sites[0][0] == ctx.path
     seen, lines = set(), []
     need_sys = False
     amp_name, import_line = amp_alias(ctx) if here else ("amp", "")
@@ -116,8 +118,13 @@ def registration_fix(ctx, wanted: list, self_module: str, after_registrations) -
     if here and import_line and module == "apex":
         import_line = import_line.replace("from amplint import", "from apex import").replace("amplint_amp", "apex_amp")
         amp_name = amp_name.replace("amplint_amp", "apex_amp")
+    from .imports import module_names
+
+    own_name = min(module_names(ctx.path, ctx.settings.root) or {"this_module"}, key=lambda n: (n.count("."), n))
     for reg in wanted:
         text, name, kind = reg.text, reg.name, reg.kind
+        if text == self_module and not here:
+            text = own_name  # shown for the training script, which imports this module
         if (reg.module, name) in seen:
             continue
         seen.add((reg.module, name))
@@ -128,8 +135,8 @@ def registration_fix(ctx, wanted: list, self_module: str, after_registrations) -
         return None
     names = ", ".join(f"`{n}`" for _, n in sorted(seen, key=lambda k: k[1]))
     if not here:
-        shown = "; ".join(line.strip() for line in
-                          [f"from {module or 'amplint'} import amp"] + (["import sys"] if need_sys else []) + lines)
+        own_import = [f"import {own_name}"] if any(r.text == self_module for r in wanted) else []
+        shown = "; ".join(line.strip() for line in [f"from {module or 'amplint'} import amp"] + own_import + lines)
         if module is None:
             where = ("nothing to add under torch.autocast (it casts these ops itself); with an apex-style O1 engine, "
                      "before `amp.initialize` in the training script" if ctx.settings.engine == "torch"
@@ -182,6 +189,8 @@ def compute_in_fp32(ctx, func: ast.AST) -> Optional[list[Edit]]:
                         and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)) else body[0]
     if first.lineno <= func.lineno or first.col_offset == 0:
         return None
+    if any(isinstance(stmt, ast.Assign) and ast.unparse(stmt) == f"{x} = {x}.float()" for stmt in body[:3]):
+        return None  # already computed in fp32 (this fix ran): what is left is not x's statistics
     returns = _own_returns(func)
     if not returns or any(r.value is None or isinstance(r.value, ast.Tuple) for r in returns):
         return None
