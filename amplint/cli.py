@@ -50,7 +50,7 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     tgt.add_argument("--opt-level", choices=OPT_LEVELS, help="apex-style opt level you will train at (default O1: autocast-style casting; O2/O3: half model)")
     tgt.add_argument("--device", choices=DEVICES, help="where autocast runs (default cuda; CPU autocast keeps softmax and sum in half)")
     tgt.add_argument("--alignment", type=int, metavar="N", help="Tensor Core alignment for layer sizes (default 8; 16 for fp8/int8)")
-    tgt.add_argument("--engine", choices=ENGINES, help="which mixed-precision op policy decides coverage: the bundled engine's (amplint) or torch.autocast's")
+    tgt.add_argument("--engine", choices=ENGINES, help="the mixed-precision engine the project trains with (default auto: read from the linted files); decides the op policy (amplint and apex: O1 lists; torch: torch.autocast) and which amp module fixes may import")
     tgt.add_argument("--fix-style", choices=FIX_STYLES, help="how softmax fixes are written: functional (dtype=torch.float32) or module (nn.Softmax in __init__)")
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")

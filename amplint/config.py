@@ -25,7 +25,7 @@ from .amp.policy import OPT_LEVELS
 from .numerics import TARGETS
 
 DEVICES = ("cuda", "cpu", "any")
-ENGINES = ("amplint", "torch")
+ENGINES = ("auto", "amplint", "apex", "torch")
 FIX_STYLES = ("functional", "module")
 CODE_RE = re.compile(r"^[A-Z]+[0-9]*$")
 
@@ -63,7 +63,18 @@ class Settings:
     rule_paths: tuple[str, ...] = ()
     #: load the plugins of the ``amplint.rules`` entry-point group (only when allowed)
     load_plugins: bool = False
-    engine: str = "amplint"
+    #: the mixed-precision engine: "auto" (read from the linted files, amplint/engine_detect.py),
+    #: "amplint", "apex" or "torch".  A file is linted with resolved settings: ``engine`` is
+    #: then the op policy ("amplint", which apex shares, or "torch"), ``engine_configured``
+    #: what was asked, ``amp_module`` the ``amp`` module fixes may import ("apex",
+    #: "amplint", or None: none) and ``engine_origin`` (path, line, column, note) where
+    #: auto decided
+    engine: str = "auto"
+    engine_configured: str = "auto"
+    amp_module: Optional[str] = None
+    engine_origin: Optional[tuple] = None
+    #: whether ``target`` was set (config or command line): auto then leaves it alone
+    target_given: bool = False
     fix_style: str = "functional"
     #: directory of the pyproject.toml the settings came from (resolves relative paths)
     root: str = "."
@@ -297,6 +308,7 @@ class ConfigResolver:
 
     def _build(self, values: dict[str, Any], root: str, config_path: Optional[str]) -> Settings:
         values = {"load_plugins": self.allow_local_rules, **values, **self.overrides}
+        values["target_given"] = "target" in values
         return Settings(root=root, config_path=config_path, **values)
 
     def defaults(self) -> Settings:

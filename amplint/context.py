@@ -65,6 +65,10 @@ class FileContext:
         settings: "Settings",
         project: Optional["ProjectIndex"] = None,
     ):
+        if settings.engine == "auto":  # built outside lint_text (tests, tools): resolve as it does
+            from .engine_detect import resolve
+
+            settings = resolve(settings, path, source, tree, project)
         self.path = path
         self.source = source
         self.tree = tree
@@ -650,6 +654,8 @@ class FileContext:
         severity: Optional[Severity] = None,
     ) -> Finding:
         line, end_line = node.lineno, node.end_lineno or node.lineno
+        if rule.uses_engine:
+            message, related = self._engine_note(message, related)
         finding = Finding(
             path=self.path,
             line=line,
@@ -666,6 +672,20 @@ class FileContext:
         )
         self.findings.append(finding)
         return finding
+
+    def _engine_note(self, message: str, related: Iterable[Related]) -> tuple[str, list[Related]]:
+        """With ``engine = "auto"``: the engine assumed, in the message, and where it was
+        decided, as a related location."""
+        from .engine_detect import label
+
+        related = list(related)
+        name = label(self.settings)
+        if name:
+            message = f"{message} [{name}]"
+            origin = self.settings.engine_origin
+            if origin is not None:
+                related.append(Related(*origin))
+        return message, related
 
     def related(self, node: ast.AST, note: str, path: Optional[str] = None) -> Related:
         """A :class:`Related` location for a node of this file (or of ``path``)."""

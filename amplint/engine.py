@@ -21,6 +21,7 @@ from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
 from .files import (FileChangedError, SourceError, SourceFile, _as_typed, check_writable, discover, read_regular,
                     read_source, write_atomic)
+from . import engine_detect
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
 from .registry import UNUSED_SUPPRESSION, all_rules, select_rules
 from .baseline import assign_fingerprints
@@ -109,6 +110,7 @@ def lint_text(
     """Lint one file's text.  Returns findings (suppressions applied), the context and
     internal errors (a rule that raised)."""
     tree = parse(path, text)
+    settings = engine_detect.resolve(settings, path, text, tree, project)
     ctx = FileContext(path, text, tree, settings, project)
     selected = _Rules(rules)
     errors: list[SourceError] = []
@@ -773,7 +775,7 @@ def _summary_markers(settings: Settings) -> tuple[str, ...]:
     collecting = [r for r in all_rules(settings.rule_paths, settings.load_plugins) if r.collects()]
     if any(not r.collect_markers for r in collecting):
         return ("",)  # a rule collects from every file
-    return CONFIG_MARKERS + tuple(m for r in collecting for m in r.collect_markers)
+    return CONFIG_MARKERS + engine_detect.MARKERS + tuple(m for r in collecting for m in r.collect_markers)
 
 
 def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:

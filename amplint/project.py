@@ -51,6 +51,7 @@ class FileSummary:
 
 def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
+    from . import engine_detect
     from .evaluate import CONSTANTS_FACT, config_fields, is_config_class
 
     ctx.ensure_walked()
@@ -64,6 +65,9 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
                 summary.configs.append(
                     ConfigDefault(cls.name, field, value.value, ctx.path, node.lineno, ctx.char_col(node.lineno, node.col_offset) + 1)
                 )
+    engine = engine_detect.collect(ctx.tree, ctx.path, ctx.source)
+    if engine is not None:
+        summary.facts[engine_detect.FACT] = engine
     constants = module_constants(ctx)
     if constants:
         summary.facts[CONSTANTS_FACT] = {"by_name": constants}

@@ -224,6 +224,10 @@ class Rule:
     #: where the rule's documentation lives, for a plugin's rule (SARIF ``helpUri``, the
     #: language server's code link); a bundled rule's page is docs/rules/<CODE>.md
     docs_url: ClassVar[str] = ""
+    #: whether findings depend on the mixed-precision engine (its op policy or its ``amp``
+    #: module): with ``engine = "auto"`` their messages name the engine assumed, and where
+    #: it was decided is a related location
+    uses_engine: ClassVar[bool] = False
     #: substrings of which at least one must occur in a file for the rule to matter;
     #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
     markers: ClassVar[tuple[str, ...]] = ()

@@ -18,7 +18,7 @@ from .rule import Invalid, Valid
 
 def _settings(overrides: dict) -> Settings:
     values = {k.replace("-", "_"): tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    return Settings(**values)
+    return Settings(target_given="target" in values, **values)
 
 
 def example_code(text: str) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+from amplint import fixes
 from amplint.analysis import flow
-from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement  # noqa: F401
+from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
+from amplint.dtypes import DtypeClass
 from amplint.analysis.reductions import upcast_by_policy
 from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
@@ -42,7 +44,7 @@ class UnderflowEpsilon(Rule):
     summary = "A stabilising epsilon below the target's smallest normal number (fp16: 6.1e-5) vanishes in half"
     severity = Severity.WARNING
     options = ("target", "opt-level", "device", "engine")
-    fix_applicability = "unsafe"
+    fix_applicability = ("safe", "unsafe")
     markers = ("torch",)
     collect_markers = ("eps", "clamp", "normalize", "cosine_similarity", "pairwise_distance", "sqrt", "log")
     docs = """
@@ -76,9 +78,12 @@ a warning.
 
 Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
 `nn.BatchNorm*` and other library kernels (they add eps in fp32), `F.normalize` under O1, optimizer
-`eps` below O3, anything at O0 (fp32 training), operands computed explicitly in fp32 (`x.float()`,
-`.to(torch.float32)`, as in LLaMA's RMSNorm), code a dtype check keeps out of half, and
-numpy / math arithmetic.
+`eps` below O3, anything at O0 (fp32 training), operands the shared dtype analysis
+(`amplint/dtypes.py`, explicit casts only: a hand-written norm is still flagged under O1,
+whose upcasts O2/O3 drop) knows are not half -- computed in fp32 (`x.float()`,
+`.to(torch.float32)`, as in LLaMA's RMSNorm), integer, Python numbers (`n + 1e-16` with
+`n = mask.size(0)`) -- tensors built in a module's `__init__` (before any cast to half),
+code a dtype check keeps out of half, and numpy / math arithmetic.
 
 ## Why is this bad?
 Measured (`docs/fp16-facts.md`): in fp16, `1e-8` and `1e-12` round to 0 and `1e-6` becomes the
@@ -112,25 +117,38 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-4):
+    def __init__(self, d, eps=1e-8):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
-        return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        input_dtype = x.dtype
+        x = x.float()
+        return (self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(input_dtype)
 ```
-or compute the statistics in fp32 (`x.float()`, then cast the result back).
+(the norm computed in fp32 and cast back, as Llama's RMSNorm does); outside a norm, an
+epsilon chosen by dtype: `x / (n + (1e-8 if n.dtype != torch.float16 else 1e-4))`.
 
 ## Fix safety
-The fix raises the literal to the smallest "round" normal number of the target
-(fp16: `1e-4`, fp8 e4m3: `0.02`), where the literal is written in this file (a default
-argument, a module constant, the use itself); with none (an optimizer default) it adds
-`eps=1e-4`. It is `unsafe`: it changes fp32 numerics (a bigger epsilon biases small
-norms and variances). Raising the constant was chosen over "compute in fp32" because
-it is a one-token edit that keeps every tensor's dtype -- inserting `.float()` would
-change the dtype of everything downstream (fp32 activations meeting fp16 weights under
-O2/O3). No fix when the constant lives in another file (fix the config there).
+Three fixes, in order of preference; the first two keep fp32 output bit-identical and
+are `safe`:
+
+1. **A hand-written norm** (eps under `sqrt`/`rsqrt`/a negative power in a module's
+   `forward`, a `*Norm*` module's denominator, or its call site `MyNorm(d, eps=1e-12)`):
+   `forward` computes in fp32 and casts back (`input_dtype = x.dtype; x = x.float()` ...
+   `return (...).to(input_dtype)`). In fp32 `x.float()` is `x`, so the output is
+   `torch.equal` to before; in fp16 the square, variance, `+ eps` and root run in fp32,
+   curing the eps underflow and the square's overflow together (tested at run time).
+2. **Any other epsilon** added to, or clamping, a tensor `x`: the half-safe value for
+   fp16 only, `(1e-8 if x.dtype != torch.float16 else 1e-4)`; other dtypes keep it.
+   `F.normalize(x)` with its default eps gets `eps=(1e-12 if x.dtype != torch.float16 else 1e-4)`.
+3. Only where neither can be written (no tensor to test, an O3 optimizer default): the
+   plain raise to the smallest "round" normal number (fp16: `1e-4`, fp8 e4m3: `0.02`), or
+   `eps=1e-4`. It is `unsafe`: its description states the fp32 change.
+
+No fix when the constant lives in another file (fix the config there). `fix` then
+`fix --unsafe-fixes` writes what `fix --unsafe-fixes` writes alone.
 """
 
     VALID = [
@@ -159,43 +177,6 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                     self.norm = RMSNorm(64, eps=1e-6)
             """
         ),
-        Valid("""
-            import torch
-            import torch.nn as nn
-            ln = nn.LayerNorm(8, eps=1e-12)
-            """),
-        Valid("""
-            import torch
-            import torch.nn as nn
-            class Block(nn.Module):
-                def __init__(self, d, eps=1e-4):
-                    super().__init__()
-                    self.norm = nn.LayerNorm(d, eps=eps)
-                def forward(self, x):
-                    return self.norm(x)
-            b = Block(8, eps=1e-12)
-            """),
-        Valid("""
-            import torch
-            import torch.nn.functional as F
-            def f(x):
-                return F.normalize(x, eps=1e-12)
-            """),
-        Valid("""
-            import torch
-            def f(x):
-                return x / (x.norm() + 1e-4)
-            """),
-        Valid("""
-            import torch
-            def f(x):
-                return torch.log(x + 1e-8)
-            """, settings={"target": "bf16"}),
-        Valid("""
-            import torch
-            def f(x):
-                return torch.log(x.exp() + 1e-8)
-            """, settings={"opt_level": "O0"}),
     ]
     INVALID = [
         Invalid("""
@@ -207,7 +188,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             expected_fix="""
                 import torch
                 def f(x):
-                    return x / (x.norm(dim=-1, keepdim=True) + 1e-4)
+                    return x / (x.norm(dim=-1, keepdim=True) + (1e-8 if x.dtype != torch.float16 else 1e-4))
                 """,
         ),
         Invalid("""
@@ -218,9 +199,12 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             expected_fix="""
                 import torch
                 def nll(p):
-                    return -torch.log(p + 1e-4).mean()
+                    return -torch.log(p + (1e-10 if p.dtype != torch.float16 else 1e-4)).mean()
                 """,
         ),
+        # no tensor to test the dtype of: the plain raise, unsafe
+        Invalid("import torch\ndef nll(a, b):\n    return -torch.log(a * b + 1e-10).mean()\n", message="becomes 0",
+                expected_fix="import torch\ndef nll(a, b):\n    return -torch.log(a * b + 1e-4).mean()\n"),
         Invalid("""
             import torch
             import torch.nn as nn
@@ -238,13 +222,15 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                 import torch
                 import torch.nn as nn
                 class LayerNorm(nn.Module):
-                    def __init__(self, d, eps=1e-4):
+                    def __init__(self, d, eps=1e-6):
                         super().__init__()
                         self.eps = eps
                     def forward(self, x):
+                        input_dtype = x.dtype
+                        x = x.float()
                         u = x.mean(-1, keepdim=True)
                         s = (x - u).pow(2).mean(-1, keepdim=True)
-                        return (x - u) / torch.sqrt(s + self.eps)
+                        return ((x - u) / torch.sqrt(s + self.eps)).to(input_dtype)
                 """,
         ),
     ]
@@ -275,7 +261,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             return None
         return value
 
-    def _report(self, ctx, use, value, fmt_, where: str, opt_default=None, at=None):
+    def _report(self, ctx, use, value, fmt_, where: str, opt_default=None, at=None, operand=None, norm=None):
         v = value.value
         zero = fmt_.underflows_to_zero(v)
         text = ctx.segment(use) if use is not None else ""
@@ -288,13 +274,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         else:
             message = (f"{desc} is subnormal in {fmt_.name} (smallest normal {fmt(fmt_.smallest_normal)}): "
                        f"it keeps few significant bits and is flushed to 0 where denormals are: {where}")
-        new = _literal_text(normal_replacement(fmt_.smallest_normal))
-        fix = None
-        lit = value.literal
-        if opt_default is not None:
-            fix = Fix([Edit.insert_after(opt_default, f", eps={new}")], "unsafe", f"Pass `eps={new}`")
-        elif isinstance(lit, ast.Constant) and lit.value == v and getattr(lit, "amplint_parent", None) is not None:
-            fix = Fix([Edit.replace(lit, new)], "unsafe", f"Raise the epsilon to {new}, a normal {fmt_.name} number")
+        fix = fixes.epsilon_fix(ctx, use, value, fmt_.name, _literal_text(normal_replacement(fmt_.smallest_normal)),
+                                opt_default, operand, norm)
         ctx.report(self, use if use is not None else at, message, fix=fix, related=value.origin,
                    severity=Severity.ERROR if zero else Severity.WARNING)
 
@@ -305,9 +286,18 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             cls = ctx.enclosing_class(node)
             if cls is not None and any("Optimizer" in ast.unparse(b) for b in cls.bases):
                 return False  # optimizer state is fp32 below O3
-        if operand is not None and known_not_half(ctx, operand, node):
+        if operand is None:
+            return True
+        # the shared dtype analysis, without O1's upcasts (a hand-written norm is still one at
+        # O2/O3): no finding, so no fix, on what it knows is not half; the explicit-cast
+        # reading of constants.py where it does not follow a name yet (x.float().sum(), ints)
+        dtype = ctx.dtype_of(operand, explicit=True)
+        if dtype.known_not_half or dtype is DtypeClass.SCALAR or dtype is DtypeClass.UNKNOWN and known_not_half(ctx, operand, node):
             return False
-        return True
+        # a module's __init__ runs before any cast to half: buffers built there are fp32/fp64
+        func = ctx.enclosing_function(node)
+        return not (func is not None and func.name == "__init__" and ctx.enclosing_class(func) is not None
+                    and dtype is not DtypeClass.HALF)
 
     # --- x + eps in a stabilising position --------------------------------------------
 
@@ -335,7 +325,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
                 return
             if not where.startswith("`") and not ctx.in_model_code(node) and not _has_call(other):
                 return  # step / (total + 1e-8) in a schedule: Python numbers, not tensors
-            self._report(ctx, side, value, fmt_, where)
+            self._report(ctx, side, value, fmt_, where, operand=other, norm=fixes.norm_forward(ctx, node, where))
             return
 
     def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[str]:
@@ -401,7 +391,7 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         where = self._stabiliser(ctx, node)
         if where is None or not self._runs_in_half(ctx, node, receiver) or not ctx.in_model_code(node):
             return
-        self._report(ctx, node.args[0], value, fmt_, where)
+        self._report(ctx, node.args[0], value, fmt_, where, operand=receiver, norm=fixes.norm_forward(ctx, node, where))
 
     def _helper_call(self, node, ctx):
         """``MyLayerNorm(d, eps=1e-12)`` / ``l2norm(t, eps=1e-12)``: a hand-written norm or
@@ -420,7 +410,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             callee = ctx.segment(node.func)
             where = "" if sink.path == ctx.path else f" ({sink.path}:{sink.line})"
             self._report(ctx, arg, value, fmt_,
-                         f"`{callee}` adds its `{sink.param}` as a stabilising epsilon in half precision{where}")
+                         f"`{callee}` adds its `{sink.param}` as a stabilising epsilon in half precision{where}",
+                         norm=fixes.called_norm_forward(ctx, node, sink.param) if sink.path == ctx.path else None)
 
     def _library_eps(self, node, qualname, ctx):
         """``F.normalize`` (eps 1e-12), ``F.cosine_similarity`` (1e-8),
@@ -439,13 +430,13 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
             if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:
                 return
             self._report(ctx, arg, value, fmt_, f"`{ctx.segment(node.func)}` adds it to a norm computed in half "
-                                                f"(a zero vector gives 0/0 = NaN)")
+                                                f"(a zero vector gives 0/0 = NaN)", operand=operand)
         elif default < fmt_.smallest_normal:
             note = "; diffusers computes F.normalize in fp32 for this reason" if qualname.endswith(".normalize") else ""
             self._report(ctx, None, Value(default), fmt_,
                          f"`{ctx.segment(node.func)}` adds its default eps to a norm computed in half (a zero vector "
                          f"gives 0/0 = NaN{note})",
-                         opt_default=_last_argument(node), at=node)
+                         opt_default=_last_argument(node), at=node, operand=operand)
 
     def _clamp(self, node, name, ctx):
         fmt_ = ctx.state(self)
@@ -470,7 +461,8 @@ O2/O3). No fix when the constant lives in another file (fix the config there).
         value = self._tiny(ctx, bound, fmt_)
         if value is None or not self._runs_in_half(ctx, node, target):
             return
-        self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)")
+        self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)",
+                     operand=target)
 
     def _optimizer(self, node, name, ctx):
         qn = ctx.qualname(node.func)

@@ -25,6 +25,7 @@ class SoftmaxInHalf(Rule):
     severity = Severity.WARNING
     options = ("target", "opt-level", "device", "engine", "fix-style")
     fix_applicability = "safe"
+    uses_engine = True
     markers = ("softmax", "softmin", "Softm")
     docs = """
 ## What it does

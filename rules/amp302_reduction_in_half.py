@@ -96,6 +96,7 @@ class ReductionInHalf(Rule):
     severity = Severity.WARNING
     options = ("target", "opt-level", "device", "engine")
     fix_applicability = "safe"
+    uses_engine = True
     markers = ("sum", "prod", "norm", "var(", "exp", "pow", "mean", "square")
     docs = """
 ## What it does

@@ -43,6 +43,7 @@ class HandwrittenSoftmax(Rule):
     severity = Severity.WARNING
     options = ("target", "opt-level", "device", "engine")
     fix_applicability = "safe"
+    uses_engine = True
     markers = ("exp",)
     docs = """
 ## What it does

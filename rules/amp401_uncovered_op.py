@@ -22,6 +22,7 @@ class UncoveredOp(Rule):
     severity = Severity.WARNING
     options = ("opt-level", "device", "engine")
     fix_applicability = ("safe", "unsafe")
+    uses_engine = True
     markers = ("einsum", "linalg", "fft", "inverse", "det", "svd", "cholesky", "qr", "pinv", "tensordot",
                "outer", "ger", "inner", "kron", "contract", "stft", "Function", "ops.", "cdist", "pdist",
                "lstsq", "eig", "solve", "_cuda", "_C", "_ext", "_cpp", "cpp_extension")
@@ -120,10 +121,15 @@ with torch.autocast("cuda", enabled=False):
 ```
 
 ## Fix safety
-The registration fix is `safe`: it only changes what happens under the engine's O1 (fp32 runs are
-unchanged). Registrations must run before `amp.initialize`; the fix puts them right after the
-file's imports, which run when the model is imported. The custom-Function fix is `unsafe`: it
-changes the dtypes the forward computes in.
+The fix follows the engine the project trains with (`engine`, default `auto`: read from the
+linted files, see the README). Registrations must run before `amp.initialize`, so they are
+written -- after the imports, with the project's own `amp` (`from apex import amp` in an apex
+project, `from amplint import amp` in one on amplint) -- only into the file that calls
+`amp.initialize`; that fix is `safe` (fp32 runs are unchanged). Anywhere else (a library model
+file, a project on `torch.autocast` or with no engine found) the finding carries the lines to
+add as a `display` fix naming the training script: no fix ever makes a model file import an
+engine its project does not use. The custom-Function fix is `unsafe` (it changes the dtypes
+the forward computes in); it adds `@amp.float_function` only in a project on that `amp`.
 """
 
     VALID = [
@@ -255,29 +261,20 @@ changes the dtypes the forward computes in.
                 def forward(self, a, b):
                     return torch.einsum('ibnd,jbnd->bnij', (a, b))
             """,
-            line=7, count=1, message="einsum", severity="warning",
-            expected_fix="""
-                import torch
-                from torch import nn
-                from amplint import amp
-                amp.register_half_function(torch, "einsum")
-
-
-                class M(nn.Module):
-                    def forward(self, a, b):
-                        return torch.einsum('ibnd,jbnd->bnij', (a, b))
-                """,
+            line=7, count=1, message="einsum", severity="warning", expected_fix=None,
         ),
         # two ops, two calls each: one registration per op, in order of first use
         Invalid("""
             import torch
             import torch.nn as nn  # model
+            from amplint import amp
             class M(nn.Module):
                 def forward(self, a, b, c):
                     x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)
                     return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x
+            model = amp.initialize(M(), opt_level="O1")
             """,
-            line=5, count=4, message="no fp16", severity="error",
+            line=6, count=4, message="no fp16", severity="error",
             expected_fix="""
                 import torch
                 import torch.nn as nn  # model
@@ -288,35 +285,43 @@ changes the dtypes the forward computes in.
                     def forward(self, a, b, c):
                         x = torch.linalg.inv(c) @ torch.linalg.inv(c.T)
                         return torch.einsum('ij,jk->ik', a, b) + torch.einsum('ij,jk->ik', b, a) + x
+                model = amp.initialize(M(), opt_level="O1")
                 """,
         ),
-        # from torch import einsum: register on this module
+        # from torch import einsum: register on this module; a project on apex: apex's amp
         Invalid("""
             from torch import nn, einsum
+            from apex import amp
             class M(nn.Module):
                 def forward(self, a, b):
                     return einsum('ij,jk->ik', a, b)
+            def main(model, optimizer):
+                return amp.initialize(model, optimizer, opt_level="O1")
             """,
-            line=4, message="sys.modules[__name__]",
+            line=5, message="sys.modules[__name__]", settings={"select": ("AMP401",)},
             expected_fix="""
                 from torch import nn, einsum
+                from apex import amp
                 import sys
-                from amplint import amp
                 amp.register_half_function(sys.modules[__name__], "einsum")
                 class M(nn.Module):
                     def forward(self, a, b):
                         return einsum('ij,jk->ik', a, b)
+                def main(model, optimizer):
+                    return amp.initialize(model, optimizer, opt_level="O1")
                 """,
         ),
-        # `amp` is torch.amp here: import the engine under another name
+        # `amp` is torch.amp here: the training script imports the engine under another name
         Invalid("""
             import torch
             from torch import amp, nn
             class M(nn.Module):
                 def forward(self, c):
                     return c.inverse()
+            amplint_amp = __import__("amplint.amp").amp
+            model = amplint_amp.initialize(M(), opt_level="O1")
             """,
-            message="inverse",
+            message="inverse", settings={"engine": "amplint"},
             expected_fix="""
                 import torch
                 from torch import amp, nn
@@ -325,7 +330,19 @@ changes the dtypes the forward computes in.
                 class M(nn.Module):
                     def forward(self, c):
                         return c.inverse()
+                amplint_amp = __import__("amplint.amp").amp
+                model = amplint_amp.initialize(M(), opt_level="O1")
                 """,
+        ),
+        # a model file of a project that names no engine: the lines are shown, not inserted
+        Invalid("""
+            import torch
+            from torch import nn
+            class M(nn.Module):
+                def forward(self, c):
+                    return torch.linalg.inv(c)
+            """,
+            message="[engine amplint (auto: no mixed-precision setup found", expected_fix=None,
         ),
         # torch policy on CUDA: linalg has no fix, the message shows the wrap
         Invalid("""
@@ -347,6 +364,7 @@ changes the dtypes the forward computes in.
             class M(nn.Module):
                 def forward(self, a, b):
                     return torch.tensordot(a, b, dims=1)
+            amp.initialize(M())
             """,
             line=7, count=1,
             expected_fix="""
@@ -358,6 +376,7 @@ changes the dtypes the forward computes in.
                 class M(nn.Module):
                     def forward(self, a, b):
                         return torch.tensordot(a, b, dims=1)
+                amp.initialize(M())
                 """,
         ),
     ]
@@ -448,25 +467,4 @@ changes the dtypes the forward computes in.
     # --- the registration fix --------------------------------------------------------
 
     def _registration_fix(self, ctx, wanted: list[uncovered.Registration]) -> Optional[Fix]:
-        anchor = fixes.import_anchor(ctx)
-        if anchor is None:
-            return None
-        seen, lines = set(), []
-        need_sys = False
-        amp_name, import_line = calls.amp_alias(ctx)
-        for reg in wanted:
-            text, module, name, kind = reg.text, reg.module, reg.name, reg.kind
-            if (module, name) in seen:
-                continue
-            seen.add((module, name))
-            if text == uncovered.SELF_MODULE and ctx.imports.get("sys") != "sys":
-                need_sys = True
-            lines.append(f"{amp_name}.register_{kind}_function({text}, \"{name}\")\n")
-        if not lines:
-            return None
-        head = ("import sys\n" if need_sys else "") + import_line
-        # after existing registrations that follow the imports
-        anchor = uncovered.after_registrations(ctx, anchor)
-        names = ", ".join(f"`{n}`" for _, n in sorted(seen, key=lambda k: k[1]))
-        return Fix([fixes.insert_lines_after(ctx, anchor, head + "".join(lines))], "safe",
-                   f"Register {names} with the O1 engine after the imports")
+        return fixes.registration_fix(ctx, wanted, uncovered.SELF_MODULE, uncovered.after_registrations)

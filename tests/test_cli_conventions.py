@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-# AMP301 (safe fix), AMP302 on an unbounded sum (no fix), AMP102 (unsafe fix only), AMP303 (safe)
+# AMP301 (safe fix), AMP302 on an unbounded sum (no fix), AMP102 (unsafe fix only: no one tensor
+# to guard the eps by dtype), AMP303 (safe)
 MODEL = """import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -16,11 +17,11 @@ class M(nn.Module):
     def forward(self, x, n):
         p = F.softmax(x, dim=-1)
         s = x.sum()
-        y = x / (n + 1e-8)
+        y = x / (n * n + 1e-8)
         e = torch.exp(x) / torch.exp(x).sum(dim=-1, keepdim=True)
         return p, s, y, e
 """
-UNSAFE_ONLY = "import torch\nimport torch.nn as nn\n\nclass M(nn.Module):\n    def forward(self, x, n):\n        return x / (n + 1e-8)\n"
+UNSAFE_ONLY = "import torch\nimport torch.nn as nn\n\nclass M(nn.Module):\n    def forward(self, x, n):\n        return x / (n * n + 1e-8)\n"
 
 
 
@@ -122,7 +123,7 @@ def test_messages_quote_the_selected_targets_numbers(project, amplint):
 
 def test_rules_and_explain_show_mixed_fix_applicability(project, amplint):
     rules = {r["code"]: r["fix"] for r in json.loads(amplint("rules", "--format", "json", cwd=project).stdout)}
-    assert rules["AMP101"] == "safe/unsafe" and rules["AMP401"] == "safe/unsafe" and rules["AMP102"] == "unsafe"
+    assert rules["AMP101"] == "safe/unsafe" and rules["AMP401"] == "safe/unsafe" and rules["AMP102"] == "safe/unsafe"
     text = amplint("rules", cwd=project).stdout
     assert any(line.startswith("AMP101") and " safe/unsafe " in line for line in text.splitlines())
     assert "Fix: safe/unsafe" in amplint("explain", "AMP101", cwd=project).stdout

@@ -29,3 +29,5 @@ def test_realcode_benchmark_does_not_regress():
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "0 regressions" in proc.stdout
+    # issue 13: no fix over the whole benchmark adds an amplint import to a project without one
+    assert "to projects that do not use amplint: 0" in proc.stdout

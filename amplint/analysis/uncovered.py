@@ -459,8 +459,13 @@ def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered
     if torch_name is not None and "custom_fwd" not in decorators:
         forward_text += (f"@{torch_name}.amp.custom_fwd(device_type=\"{device}\", "
                          f"cast_inputs={torch_name}.float32)\n{ctx.indentation(forward)}")
-    if engine == "amplint":
-        amp_name, import_line = amp_alias(ctx)
+    # @amp.float_function only in a project that trains with an apex-style amp (never an
+    # import of an engine the project does not use, nor a new import of apex's removed amp,
+    # which AMP501 would turn into amplint's); custom_fwd alone otherwise
+    amp_name, import_line = amp_alias(ctx) if engine == "amplint" and ctx.settings.amp_module else ("", "-")
+    if ctx.settings.amp_module == "apex" and import_line:
+        import_line = "-"
+    if import_line != "-":
         anchor = fixes.import_anchor(ctx)
         if anchor is not None or not import_line:
             # closest to `def`: under O1 it casts to fp32; under autocast custom_fwd already did

@@ -53,6 +53,8 @@ OUT = os.path.join(ROOT, "bench", "out")
 # An applied fix whose new text contains one of these keeps the fp32 computation: it upcasts and
 # casts back, or picks the half-safe value only when the tensor is not fp32.
 _UPCAST = re.compile(r"dtype\s*=\s*torch\.float32|\.float\(\)|torch\.float32|\.type_as\(|finfo\(")
+# `eps if x.dtype != torch.float16 else 1e-4`: the new value only where x is fp16
+_HALF_GUARD = re.compile(r"\.dtype\s*!=\s*torch\.(?:float16|half)\s+else\b")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?<![\w.])\.\d+(?:[eE][-+]?\d+)?")
 
 
@@ -176,7 +178,7 @@ def our_fp32_reading(old_lines: list[str], ours: dict[int, str], relevant: set[i
         new_text = ours[line]
         if only_numbers_changed(old_lines[line - 1], new_text):
             verdicts.append("changes")
-        elif _UPCAST.search(new_text) or "dtype ==" in new_text:
+        elif _UPCAST.search(new_text) or "dtype ==" in new_text or _HALF_GUARD.search(new_text):
             verdicts.append("identical")
         else:
             verdicts.append("unclear")

@@ -7,7 +7,7 @@ Reads ``corpus/*.jsonl`` (which file of which pinned distribution) and ``labels/
 
 once over every cached file (``fetch.py`` downloads them), so that value flow across the
 files of one project can work as it would for a user linting the whole tree, with the
-default settings (target fp16, opt-level O1, engine amplint, device cuda: a ``--config``
+default settings (target fp16, opt-level O1, engine auto, device cuda: a ``--config``
 with a ``[tool.amplint]`` table holding only ``extend-select = EXTRA_SELECT`` (the off-by-default
 rules the benchmark scores, AMP604) keeps this repository's settings out).
 
@@ -29,6 +29,11 @@ reports and which must-not-flag labels it leaves alone; ``--check-baseline FILE`
 when any of them changed for the worse on the files that are cached (a label newly
 reported or newly quiet for the better is listed, so the baseline can be raised).  The
 CI test (``tests/test_realcode.py``) runs ``--check-baseline baseline.json``.
+
+``--check-imports`` (implied by ``--check-baseline``) also runs ``amplint fix --unsafe-fixes
+--diff`` over the same files and exits 1 when a fix would add an import of amplint to a
+project that imports neither amplint's nor apex's ``amp`` (AMP501's line-for-line
+replacement of ``from apex import amp`` is the one amplint import a fix may write).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import collections
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -78,6 +84,53 @@ def run_amplint(paths: list[str]) -> list[dict]:
     except json.JSONDecodeError:
         print(f"amplint output is not JSON (exit {proc.returncode}):\n{proc.stdout[:2000]}", file=sys.stderr)
         raise SystemExit(2)
+
+
+#: an import of amplint, and of apex's amp (which AMP501 replaces by amplint's, line for line)
+_AMPLINT_IMPORT = re.compile(r"^\s*(?:from\s+amplint(?:\.[\w.]+)?\s+import\b|import\s+amplint\b)")
+_APEX_AMP_IMPORT = re.compile(r"^\s*(?:from\s+apex\s+import\b.*\bamp\b|from\s+apex\.amp\b|import\s+apex\.amp\b)")
+
+
+def amplint_imports_added(paths: list[str]) -> list[str]:
+    """Issue 13: no fix inserts an import of amplint into a project that does not use it.
+    Runs ``amplint fix --unsafe-fixes --diff`` over ``paths`` (one process, as the scoring
+    run) and returns ``path: line`` for each added amplint import that is not the AMP501
+    replacement of an ``apex`` amp import removed from the same file, in a project (a
+    distribution of the cache) that imported neither amplint nor apex's amp."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "pyproject.toml")
+        with open(config, "w") as f:
+            f.write("[tool.amplint]\n" f"extend-select = {json.dumps(EXTRA_SELECT)}\n")
+        proc = subprocess.run(
+            [sys.executable, "-m", "amplint", "fix", "--unsafe-fixes", "--diff", "--no-cache", "--exit-zero",
+             "--config", config, *paths], capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        print(proc.stderr.strip(), file=sys.stderr)
+        raise SystemExit(2)
+
+    def project(path: str) -> str:
+        return os.path.relpath(os.path.abspath(path), fetch.SRC).split(os.sep)[0]
+
+    uses_amp = set()
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if any(_AMPLINT_IMPORT.match(line) or _APEX_AMP_IMPORT.match(line) for line in f):
+                uses_amp.add(project(path))
+    added: dict[str, list[str]] = {}
+    removed_apex: dict[str, int] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("+++ "):
+            current = line[4:].strip()
+        elif current and line.startswith("+") and _AMPLINT_IMPORT.match(line[1:]):
+            added.setdefault(current, []).append(line[1:].strip())
+        elif current and line.startswith("-") and not line.startswith("--- ") and _APEX_AMP_IMPORT.match(line[1:]):
+            removed_apex[current] = removed_apex.get(current, 0) + 1
+    bad = []
+    for path, lines in added.items():
+        replacing = removed_apex.get(path, 0) if project(path) in uses_amp else 0
+        bad.extend(f"{path}: {text}" for text in lines[replacing:])
+    return bad
 
 
 def ratio(num: int, den: int) -> float | None:
@@ -221,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-baseline", metavar="FILE",
                     help="record which labels amplint gets right today")
     ap.add_argument("--check-baseline", metavar="FILE",
-                    help="exit 1 when a label recorded in FILE is now wrong")
+                    help="exit 1 when a label recorded in FILE is now wrong (implies --check-imports)")
+    ap.add_argument("--check-imports", action="store_true",
+                    help="exit 1 when `fix --unsafe-fixes` would add an amplint import to a project that "
+                         "imports neither amplint nor apex's amp (issue 13)")
     args = ap.parse_args(argv)
 
     entries = [e for e in fetch.load_corpus()
@@ -272,9 +328,16 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.write_baseline, "w", encoding="utf-8") as out:
             json.dump(now, out, indent=1)
             out.write("\n")
+    status = 0
+    if args.check_imports or args.check_baseline:
+        bad = amplint_imports_added(list(dict.fromkeys(fetch.source_path(e) for e in present)))
+        print(f"amplint imports added by `fix --unsafe-fixes` to projects that do not use amplint: {len(bad)}")
+        for line in bad:
+            print(f"  {line}")
+        status = 1 if bad else 0
     if args.check_baseline:
-        return compare_baseline(args.check_baseline, now, labels)
-    return 0
+        return max(compare_baseline(args.check_baseline, now, labels), status)
+    return status
 
 
 if __name__ == "__main__":

@@ -75,8 +75,9 @@ def _run(module, half: bool):
 RUNTIME = [
     ("attention_masked_fill.py", "safe", "error", False),
     ("encoder_additive.py", "unsafe", "nonfinite", False),
-    ("layernorm_eps.py", "unsafe", "nonfinite", False),
-    ("segmentation_loss.py", "unsafe", "nonfinite", False),
+    # AMP102's safe fixes (the norm in fp32, a float16-only eps) cure these (issue 13)
+    ("layernorm_eps.py", "safe", "nonfinite", False),
+    ("segmentation_loss.py", "safe", "nonfinite", False),
     ("masked_row_nan.py", "unsafe", "nonfinite", True),  # -inf rows are NaN in every dtype
 ]
 
@@ -127,8 +128,13 @@ def test_cross_file_constants_fail_before_and_are_not_rewritten(tmp_path, amplin
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("__pycache__"))
     proc = amplint("fix", str(copy), "--unsafe-fixes", "--no-cache", "--select", "AMP101,AMP102,AMP103")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # findings remain: no fix for config defaults
-    for name in ("modeling_bertlike.py", "configuration_bertlike.py"):
-        assert (copy / name).read_text() == open(os.path.join(folder, name)).read()
+    name = "configuration_bertlike.py"
+    assert (copy / name).read_text() == open(os.path.join(folder, name)).read()
+    # the hand-written LayerNorm is computed in fp32 instead (AMP102's safe fix, issue 13):
+    # the config's eps is left alone, the modeling file changes nowhere else
+    fixed = (copy / "modeling_bertlike.py").read_text()
+    assert "hidden_states = hidden_states.float()" in fixed
+    assert "-1e4" not in fixed.replace(open(os.path.join(folder, "modeling_bertlike.py")).read(), "")
 
 
 def test_cross_file_findings_name_the_config_file(amplint):
@@ -138,7 +144,8 @@ def test_cross_file_findings_name_the_config_file(amplint):
     for code, field, line in (("AMP101", "attention_mask_value", 17), ("AMP102", "layer_norm_eps", 16)):
         f = findings[code]
         assert f["path"].endswith("modeling_bertlike.py")
-        assert f["fix"] is None
+        # AMP101: no fix for a config default; AMP102: the norm computed in fp32 (safe)
+        assert f["fix"] is None if code == "AMP101" else f["fix"]["applicability"] == "safe"
         config = [r for r in f["related"] if r["path"].endswith("configuration_bertlike.py")]
         assert config and config[0]["line"] == line and f"BertLikeConfig.{field}" in config[0]["note"], f["related"]
     # linted alone, the modeling file cannot know the config defaults: nothing to report

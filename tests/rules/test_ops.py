@@ -146,11 +146,13 @@ def test_module_names_come_from_import_roots(tmp_path):
 
 
 def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path, amplint):
+    """In the file that calls ``amp.initialize`` (where registrations belong)."""
     source = textwrap.dedent("""\
         \"\"\"Doc.\"\"\"
         import opt_einsum as oe
         import torch  # the framework
         from torch import nn
+        from amplint import amp
         try:
             import my_fused_ops
         except ImportError:  # optional
@@ -163,6 +165,9 @@ def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path, amplint):
                 y = torch.fft.rfft(c)   # spectral
                 z = torch.einsum("ij,jk->ik", a, b) + torch.einsum("ij,jk->ik", b, a)
                 return x, y, z, torch.linalg.inv(c)
+
+
+        model = amp.initialize(M(), opt_level="O1")
     """)
     path = tmp_path / "m.py"
     path.write_text(source)
@@ -176,9 +181,10 @@ def test_fix_is_ordered_idempotent_and_keeps_formatting(tmp_path, amplint):
         'amp.register_half_function(torch, "einsum")',
         'amp.register_float_function(torch.linalg, "inv")',
     ]
-    # inserted after the last import (a try-block of imports), everything else byte-identical
-    assert fixed.replace("from amplint import amp\n" + "\n".join(registrations) + "\n", "") == source
-    assert fixed.index("from amplint import amp") > fixed.index("my_fused_ops = None")
+    # inserted after the last import (a try-block of imports), with the amp the file already
+    # imports, everything else byte-identical
+    assert fixed.replace("\n".join(registrations) + "\n", "") == source
+    assert fixed.index(registrations[0]) > fixed.index("my_fused_ops = None")
     amplint("fix", str(path), "--no-cache")
     assert path.read_text() == fixed
     # a later op is appended after the existing registrations, not duplicated
@@ -210,7 +216,8 @@ def test_no_fix_for_names_that_may_be_none(tmp_path, amplint):
 
 def test_fix_keeps_crlf(tmp_path, amplint):
     path = tmp_path / "m.py"
-    path.write_bytes(textwrap.dedent(MODEL).replace("\n", "\r\n").encode())
+    script = textwrap.dedent(MODEL) + "\n\nfrom amplint import amp\nmodel = amp.initialize(Attn())\n"
+    path.write_bytes(script.replace("\n", "\r\n").encode())
     amplint("fix", str(path), "--no-cache")
     data = path.read_bytes()
     assert b'amp.register_half_function(torch, "einsum")\r\n' in data
@@ -310,10 +317,15 @@ def load(path, name):
     return module
 
 
-def run(path, name, names, register_torch_einsum=False, submodule=None):
+def run(path, name, names, register_torch_einsum=False, submodule=None, setup=None):
     module = load(path, name)
     if register_torch_einsum:  # what a training script would do
         amp.register_half_function(torch, "einsum")
+    if setup:  # the lines AMP401's display fix says to add to the training script
+        lines = setup.splitlines()
+        for imported in [line.split()[1] for line in lines if line.startswith("import ")]:
+            lines = [line.replace(imported, "_model_module") for line in lines if not line.startswith("import ")]
+        exec("\n".join(lines), {"torch": torch, "sys": sys, "_model_module": module})
     model, inputs = module.example()
     model = amp.initialize(model, opt_level="O1", verbosity=0)
     record = Record(set(names))
@@ -340,18 +352,20 @@ RUNS = {
     "einsum": [
         {"path": "fixtures/ops/transformer_xl.py", "name": "txl_before", "names": ["einsum"]},
         {"path": "fixtures/ops/transformer_xl.py", "name": "txl_pos", "names": ["einsum"], "submodule": "pos_emb"},
-        {"path": "fixtures/ops/transformer_xl.py.fixed", "name": "txl_after", "names": ["einsum"]},
+        {"path": "fixtures/ops/transformer_xl.py", "name": "txl_after", "names": ["einsum"], "setup": "transformer_xl.py"},
     ],
     "from_import": [
         {"path": "fixtures/ops/perceiver_io.py", "name": "pio_before", "names": ["einsum"]},
         {"path": "fixtures/ops/perceiver_io.py", "name": "pio_torchreg", "names": ["einsum"], "register_torch_einsum": True},
-        {"path": "fixtures/ops/perceiver_io.py.fixed", "name": "pio_after", "names": ["einsum"]},
+        {"path": "fixtures/ops/perceiver_io.py", "name": "pio_after", "names": ["einsum"], "setup": "perceiver_io.py"},
     ],
     "linalg_fft": [
         {"path": "fixtures/ops/gaussian_head.py", "name": "g_before", "names": ["linalg_inv"]},
-        {"path": "fixtures/ops/gaussian_head.py.fixed", "name": "g_after", "names": ["linalg_inv", "linalg_slogdet"]},
+        {"path": "fixtures/ops/gaussian_head.py", "name": "g_after", "names": ["linalg_inv", "linalg_slogdet"],
+         "setup": "gaussian_head.py"},
         {"path": "fixtures/ops/global_filter.py", "name": "f_before", "names": ["fft_rfft2"]},
-        {"path": "fixtures/ops/global_filter.py.fixed", "name": "f_after", "names": ["fft_rfft2", "fft_irfft2"]},
+        {"path": "fixtures/ops/global_filter.py", "name": "f_after", "names": ["fft_rfft2", "fft_irfft2"],
+         "setup": "global_filter.py"},
     ],
     "function": [
         {"path": "fixtures/ops/custom_function.py", "name": "cf_before", "names": ["sigmoid"]},
@@ -360,15 +374,32 @@ RUNS = {
 }
 
 
+def displayed_registrations(amplint) -> dict[str, str]:
+    """File name -> the code AMP401's display fix shows for it: the registrations to add
+    before ``amp.initialize`` in the training script (``fixtures/ops/train.py``), since a
+    model file gains no engine import."""
+    shown = {}
+    for finding in findings(amplint, os.path.relpath(OPS, ROOT)):
+        fix = finding["fix"]
+        if (fix and fix["applicability"] == "display" and "register_" in fix["description"]
+                and os.path.dirname(finding["path"]) == os.path.relpath(OPS, ROOT)):
+            assert "fixtures/ops/train.py:" in fix["description"], fix
+            shown[os.path.basename(finding["path"])] = fix["description"].rsplit("`", 2)[1].replace("; ", "\n")
+    return shown
+
+
 @pytest.fixture(scope="module")
-def o1(tmp_path_factory):
+def o1(tmp_path_factory, amplint):
     """Every group of runs in its own process (user registrations last for the whole
     process), all processes at once."""
     driver = tmp_path_factory.mktemp("o1") / "driver.py"
     driver.write_text(DRIVER)
+    shown = displayed_registrations(amplint)
+    runs = {key: [dict(step, setup=shown[step["setup"]]) if "setup" in step else step for step in steps]
+            for key, steps in RUNS.items()}
     procs = {key: subprocess.Popen([sys.executable, str(driver), json.dumps(steps)], cwd=ROOT,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for key, steps in RUNS.items()}
+             for key, steps in runs.items()}
     out = {}
     for key, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=180)
@@ -387,7 +418,7 @@ def test_einsum_runs_in_half_only_after_the_fix(o1):
     assert not before["ok"] and "expected scalar type" in before["error"], before
     # ...and an einsum of fp32 tensors runs in fp32 (no Tensor Cores)
     assert positional["ok"] and positional["dtypes"] == ["float32"], positional
-    # after `amplint fix`: every einsum runs in half
+    # after the registration AMP401 shows for the training script: every einsum runs in half
     assert after["ok"], after
     assert after["dtypes"] == ["float16"] * 4, after
 

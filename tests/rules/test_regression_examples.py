@@ -297,6 +297,63 @@ EXAMPLES = {
     ),
     UnderflowEpsilon: (
         [
+            # moved from the rule's own examples (rule files stay short)
+            Valid("""
+                import torch
+                import torch.nn as nn
+                ln = nn.LayerNorm(8, eps=1e-12)
+                """),
+            Valid("""
+                import torch
+                import torch.nn as nn
+                class Block(nn.Module):
+                    def __init__(self, d, eps=1e-4):
+                        super().__init__()
+                        self.norm = nn.LayerNorm(d, eps=eps)
+                    def forward(self, x):
+                        return self.norm(x)
+                b = Block(8, eps=1e-12)
+                """),
+            Valid("""
+                import torch
+                import torch.nn.functional as F
+                def f(x):
+                    return F.normalize(x, eps=1e-12)
+                """),
+            Valid("""
+                import torch
+                def f(x):
+                    return x / (x.norm() + 1e-4)
+                """),
+            Valid("""
+                import torch
+                def f(x):
+                    return torch.log(x + 1e-8)
+                """, settings={"target": "bf16"}),
+            Valid("""
+                import torch
+                def f(x):
+                    return torch.log(x.exp() + 1e-8)
+                """, settings={"opt_level": "O0"}),
+            # the shared dtype analysis: a Python number plus eps is Python arithmetic
+            Valid("""
+                import torch
+                import torch.nn as nn
+                class Loss(nn.Module):
+                    def forward(self, t, mask):
+                        n = mask.size(0)
+                        return t.sum() / (n + 1e-16)
+                """),
+            # a module's __init__ runs before any cast to half: an fp64 schedule clamped there
+            Valid("""
+                import torch
+                import torch.nn as nn
+                class Diffusion(nn.Module):
+                    def __init__(self, betas):
+                        super().__init__()
+                        alphas = torch.cumprod(1. - betas, dim=0)
+                        self.register_buffer("log_var", torch.log(alphas.clamp(min=1e-20)))
+                """),
             Valid("""
                 import numpy as np
                 import torch
@@ -366,7 +423,7 @@ EXAMPLES = {
                     import torch.nn.functional as F
                     def f(logits):
                         p = F.softmax(logits.float(), -1).type_as(logits)
-                        return torch.log(p + 1e-4)
+                        return torch.log(p + (1e-8 if p.dtype != torch.float16 else 1e-4))
                     """,
             ),
             Invalid("""
@@ -378,9 +435,9 @@ EXAMPLES = {
                 line=4,
                 expected_fix="""
                     import torch
-                    EPS = 1e-4
+                    EPS = 1e-12
                     def f(v):
-                        return (v + EPS).rsqrt()
+                        return (v + (EPS if v.dtype != torch.float16 else 1e-4)).rsqrt()
                     """,
             ),
             Invalid("""
@@ -393,7 +450,7 @@ EXAMPLES = {
                     import torch
                     class N(torch.nn.Module):
                         def forward(self, v):
-                            return 1 / (v + 1e-4) ** 0.5
+                            return 1 / (v + (1e-9 if v.dtype != torch.float16 else 1e-4)) ** 0.5
                     """,
             ),
             Invalid("""
@@ -404,7 +461,7 @@ EXAMPLES = {
                 expected_fix="""
                     import torch
                     def f(p):
-                        return torch.log(p.clamp(min=1e-4))
+                        return torch.log(p.clamp(min=(1e-12 if p.dtype != torch.float16 else 1e-4)))
                     """,
             ),
             Invalid("""
@@ -415,7 +472,7 @@ EXAMPLES = {
                 expected_fix="""
                     import torch
                     def f(p):
-                        return torch.clamp(p, 1e-4, 1.0)
+                        return torch.clamp(p, (1e-12 if p.dtype != torch.float16 else 1e-4), 1.0)
                     """,
             ),
             Invalid("""
@@ -473,11 +530,13 @@ EXAMPLES = {
                             super().__init__()
                             self.eps = eps
                         def forward(self, x):
-                            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-                    norm = RMSNorm(64, eps=1e-4)
+                            input_dtype = x.dtype
+                            x = x.float()
+                            return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(input_dtype)
+                    norm = RMSNorm(64, eps=1e-12)
                     """,
             ),
-            # a config default in this file: the finding names it, no fix at the use
+            # a config default in this file: the finding names it; the fix guards the use by dtype
             Invalid("""
                 import torch
                 from dataclasses import dataclass
@@ -493,9 +552,9 @@ EXAMPLES = {
                     from dataclasses import dataclass
                     @dataclass
                     class NormConfig:
-                        eps: float = 1e-4
+                        eps: float = 1e-12
                     def f(x, config: NormConfig):
-                        return x / (x.std(-1) + config.eps)
+                        return x / (x.std(-1) + (config.eps if x.dtype != torch.float16 else 1e-4))
                     """,
             ),
             # under O2 nothing upcasts F.normalize: its default eps 1e-12 is added in half
@@ -532,12 +591,14 @@ EXAMPLES = {
                     import torch
                     import torch.nn as nn
                     class LayerNorm(nn.Module):
-                        def __init__(self, n, e=1e-4):
+                        def __init__(self, n, e=1e-5):
                             super().__init__()
                             self.e = e
                         def forward(self, x):
+                            input_dtype = x.dtype
+                            x = x.float()
                             s = (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
-                            return x / torch.sqrt(s + self.e)
+                            return (x / torch.sqrt(s + self.e)).to(input_dtype)
                     """,
             ),
         ],
@@ -843,11 +904,9 @@ EXAMPLES = {
                     import torch
                     from torch import nn
                     from torch.autograd import Function
-                    from amplint import amp
                     class Scale(Function):
                         @staticmethod
                         @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
-                        @amp.float_function
                         def forward(ctx, x):
                             return x * 2
                         @staticmethod

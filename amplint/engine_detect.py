@@ -1,0 +1,231 @@
+"""``engine = "auto"``: which mixed-precision engine the linted project trains with.
+
+The engine decides two things: the op policy the rules read (``settings.engine``:
+``amplint`` -- apex's O1 lists, which the bundled engine shares -- or ``torch`` for
+``torch.autocast``), and which ``amp`` module a fix may import (``settings.amp_module``:
+``apex``, ``amplint``, or None when the project uses neither, so no fix adds one).
+
+Evidence is read from every linted file (:func:`evidence`, stored in each file's summary
+under :data:`FACT`): a file's setup applies to it, to the files in its folder and below,
+and to the modules it imports (a training script decides for the models it trains):
+
+* ``from apex import amp`` / ``import apex.amp``                        -> apex
+* ``from amplint import amp`` / ``import amplint.amp``                  -> amplint
+* ``torch.autocast``, ``torch.amp`` / ``torch.cuda.amp`` (autocast, GradScaler),
+  Lightning ``Trainer(precision="16-mixed" | "bf16-mixed")``, transformers
+  ``TrainingArguments(fp16=True | bf16=True)``, accelerate ``mixed_precision="fp16" | "bf16"``
+                                                                          -> torch, and the
+  dtype they name becomes the target unless ``target`` was set.
+
+When several engines are found, apex wins over amplint over torch (a project that imports
+apex's ``amp`` trains with it even if a script also uses autocast).  Nothing found: the
+amplint policy (the bundled engine ``verify`` runs), and no ``amp`` import in fixes.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+from typing import Any, Iterable, Optional
+
+#: the key of the engine evidence in a file's summary facts (not a rule code)
+FACT = "@engine"
+#: substrings without which a file holds no evidence (cheap test before any walk)
+MARKERS = ("apex", "amplint", "autocast", "torch.amp", "cuda.amp", "cpu.amp", "import amp", "GradScaler",
+           "precision", "fp16", "bf16")
+#: precedence when a project shows several engines
+_RANK = {"apex": 0, "amplint": 1, "torch": 2}
+#: when sources disagree on the dtype, the narrower range wins (its hazards include the other's)
+_TARGET_RANK = {"fp16": 0, "fp8": 1, "bf16": 2}
+_LIGHTNING = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}
+_ACCELERATE = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+_TORCH_AMP_MODULES = ("torch.amp", "torch.cuda.amp", "torch.cpu.amp")
+_TORCH_AMP_NAMES = ("autocast", "GradScaler")
+_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+_LABELS = {"apex": "apex.amp", "amplint": "amplint.amp", "torch": "torch.autocast"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    engine: str  # apex | amplint | torch
+    target: Optional[str]  # the dtype it names, when it names one
+    path: str
+    line: int
+    column: int  # 1-based
+    what: str  # the code that shows it, short
+
+    def to_json(self) -> list:
+        return [self.engine, self.target, self.line, self.column, self.what]
+
+    @classmethod
+    def from_json(cls, path: str, data: list) -> "Evidence":
+        engine, target, line, column, what = data
+        return cls(engine, target, path, line, column, what)
+
+
+def _dotted(expr: ast.AST) -> Optional[str]:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _dtype_target(expr: Optional[ast.AST]) -> Optional[str]:
+    name = _dotted(expr) if expr is not None else None
+    return _DTYPES.get(name.rsplit(".", 1)[-1]) if name else None
+
+
+def evidence(tree: ast.Module, path: str, source: str) -> list[Evidence]:
+    """What ``tree`` shows about the engine, in source order."""
+    if not any(m in source for m in MARKERS):
+        return []
+    found: list[Evidence] = []
+    aliases: dict[str, str] = {}  # local name -> qualified name, for torch's amp names
+
+    def add(engine, target, node, what):
+        found.append(Evidence(engine, target, path, node.lineno, node.col_offset + 1, what))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "apex.amp" or alias.name.startswith("apex.amp."):
+                    add("apex", None, node, f"import {alias.name}")
+                elif alias.name == "amplint.amp" or alias.name.startswith("amplint.amp."):
+                    add("amplint", None, node, f"import {alias.name}")
+                elif alias.name in _TORCH_AMP_MODULES:
+                    add("torch", None, node, f"import {alias.name}")
+                aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module, names = node.module, [a.name for a in node.names]
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+            if module == "apex" and "amp" in names or module.startswith("apex.amp"):
+                add("apex", None, node, f"from {module} import {', '.join(names)}")
+            elif module == "amplint" and "amp" in names or module.startswith("amplint.amp"):
+                add("amplint", None, node, f"from {module} import {', '.join(names)}")
+            elif module == "torch" and "amp" in names or module in _TORCH_AMP_MODULES and any(
+                    n in _TORCH_AMP_NAMES for n in names):
+                add("torch", None, node, f"from {module} import {', '.join(names)}")
+        elif isinstance(node, ast.Call):
+            _call_evidence(node, aliases, add)
+    found.sort(key=lambda e: (e.line, e.column))
+    return found
+
+
+def _call_evidence(node: ast.Call, aliases: dict, add) -> None:
+    name = _dotted(node.func)
+    if name is None:
+        return
+    head, _, rest = name.partition(".")
+    qualified = aliases.get(head, head) + ("." + rest if rest else "")
+    last = name.rsplit(".", 1)[-1]
+    keywords = {k.arg: k.value for k in node.keywords if k.arg}
+    if qualified in ("torch.autocast",) or any(qualified == f"{m}.autocast" for m in _TORCH_AMP_MODULES):
+        dtype = keywords.get("dtype")
+        if dtype is None and len(node.args) > 1:
+            dtype = node.args[1]
+        enabled = keywords.get("enabled")
+        if isinstance(enabled, ast.Constant) and enabled.value is False:
+            return  # a region kept out of autocast says nothing about the dtype trained in
+        add("torch", _dtype_target(dtype), node, f"{name}(...)")
+        return
+    if last in ("Trainer", "Fabric"):
+        value = keywords.get("precision")
+        if isinstance(value, ast.Constant) and value.value in _LIGHTNING:
+            add("torch", _LIGHTNING[value.value], node, f"{last}(precision={value.value!r})")
+        return
+    if last.endswith("Arguments"):
+        for key, target in (("fp16", "fp16"), ("bf16", "bf16")):
+            value = keywords.get(key)
+            if isinstance(value, ast.Constant) and value.value is True:
+                add("torch", target, node, f"{last}({key}=True)")
+        return
+    value = keywords.get("mixed_precision")
+    if isinstance(value, ast.Constant) and value.value in _ACCELERATE:
+        add("torch", _ACCELERATE[value.value], node, f"{last}(mixed_precision={value.value!r})")
+
+
+def initialize_calls(tree: ast.Module) -> list[int]:
+    """Lines of ``amp.initialize(...)`` calls (where registrations must come before)."""
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "initialize"
+            and isinstance(n.func.value, ast.Name) and "amp" in n.func.value.id]
+
+
+def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
+    """This file's summary fact: its evidence and its ``amp.initialize`` lines."""
+    found = evidence(tree, path, source)
+    init = initialize_calls(tree) if "initialize" in source else []
+    if not found and not init:
+        return None
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module)
+            imported.update(f"{node.module}.{a.name}" for a in node.names)
+    return {"evidence": [e.to_json() for e in found], "initialize": init, "imports": sorted(imported)}
+
+
+def _project_facts(project, path: str, root: str) -> Iterable[tuple[str, Any]]:
+    """The other files whose setup applies to ``path``: like registrations, a training
+    script reaches the files in its folder and below, and the modules it imports."""
+    if project is None:
+        return ()
+    from .imports import registration_reaches
+
+    return [(p, data) for p, data in project.facts(FACT)
+            if p != path and registration_reaches(p, data.get("imports", ()), path, root)]
+
+
+def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
+    """The settings one file is linted with: with ``engine = "auto"``, the engine (and,
+    unless ``target`` was set, the dtype) the project shows; with a named engine, that
+    engine.  ``engine`` becomes the op policy (``amplint`` or ``torch``)."""
+    configured = settings.engine
+    if configured != "auto":
+        if configured == "apex":
+            return dataclasses.replace(settings, engine="amplint", amp_module="apex", engine_configured="apex")
+        return dataclasses.replace(settings, amp_module="amplint" if configured == "amplint" else None,
+                                   engine_configured=configured)
+    found = evidence(tree, path, source)
+    for other, data in _project_facts(project, path, settings.root):
+        found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
+    if not found:
+        return dataclasses.replace(settings, engine="amplint", amp_module=None, engine_configured="auto")
+    engine = min((e.engine for e in found), key=_RANK.__getitem__)
+    ours = [e for e in found if e.engine == engine]
+    decided = min(ours, key=lambda e: (e.path != path, e.path, e.line, e.column))
+    changes: dict[str, Any] = {}
+    targets = [e.target for e in ours if e.target]
+    if targets and not settings.target_given:
+        changes["target"] = min(targets, key=_TARGET_RANK.__getitem__)
+    origin = (decided.path, decided.line, decided.column,
+              f"engine assumed here: `{decided.what}` -> {_LABELS[engine]}"
+              + (f", target {changes['target']}" if "target" in changes else ""))
+    return dataclasses.replace(settings, engine="amplint" if engine == "apex" else engine,
+                               amp_module=engine if engine != "torch" else None,
+                               engine_configured="auto", engine_origin=origin, **changes)
+
+
+def label(settings) -> str:
+    """How a message names the engine assumed for a file: ``torch.autocast (auto:
+    train.py:12)``, ``amplint (auto: no mixed-precision setup found)``."""
+    if settings.engine_configured != "auto":
+        return ""
+    if settings.engine_origin is None:
+        return "engine amplint (auto: no mixed-precision setup found in the linted files)"
+    path, line, _, _ = settings.engine_origin
+    name = "apex.amp" if settings.amp_module == "apex" else _LABELS[settings.engine]
+    return f"engine {name} (auto: {path}:{line})"
+
+
+def initialize_sites(project, path: str, root: str, tree: Optional[ast.Module] = None) -> list[tuple[str, int]]:
+    """(path, line) of each ``amp.initialize`` call in the linted files, this file first."""
+    own = [(path, line) for line in initialize_calls(tree)] if tree is not None else []
+    others = [(p, line) for p, data in _project_facts(project, path, root) for line in data.get("initialize", ())]
+    return own + sorted(others)
