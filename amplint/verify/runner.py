@@ -130,6 +130,9 @@ def _inf(device):
 
 
 _SENTINEL = 65504.0
+#: extra steps a run may take while the dynamic loss scaler skips: 2**16 halves to the 2**-14
+#: floor in 30 steps
+SCALER_WARMUP_STEPS = 30
 
 
 def absmax(d: torch.Tensor) -> torch.Tensor:
@@ -842,7 +845,9 @@ class LevelRunner:
                 model = amp.initialize(model, **kw)
             if not is_ref and device == "cpu" and cfg.half_gemm_in_fp32:
                 products.enter_context(HalfGemmInFp32())
-            for step in range(cfg.steps):
+            step = -1
+            while self._another_step(step + 1, cfg.steps, out, optimizer):
+                step += 1
                 state["step"] = step
                 state["full"] = step == 0 or step == cfg.steps - 1
                 _seed_all(cfg.seed * 1000 + step + 1)
@@ -899,6 +904,7 @@ class LevelRunner:
                     phase = "step"
                     optimizer.step()
                     out["loss_scales"].append(float(amp.loss_scale(0)))
+                    out["last_step_skipped"] = amp.skipped_steps(0) > skipped_before
                     out["skipped_steps"] += amp.skipped_steps(0) - skipped_before
                 pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
                 if on_step:
@@ -937,6 +943,17 @@ class LevelRunner:
             out["first_nonfinite_site"] = {"file": s["file"], "line": s["line"], "op": s["op"]}
         out["seconds"] = time.perf_counter() - started
         return out
+
+    @staticmethod
+    def _another_step(step: int, steps: int, out: dict, optimizer) -> bool:
+        """The configured steps, then more while the loss scaler is still skipping: a few skips
+        are its normal warm-up, halving from 2**16 until the gradients fit in half, and a run
+        must not end in the middle of it.  At most ``SCALER_WARMUP_STEPS`` more (2**16 to the
+        2**-14 floor); a run whose loss is inf/NaN is not extended, nothing would fit."""
+        if step < steps:
+            return True
+        return (optimizer is not None and out.get("last_step_skipped", False) and not out["nonfinite_loss"]
+                and step < steps + SCALER_WARMUP_STEPS)
 
     def _origin(self, census: "Census", pending: _Pending, is_ref: bool) -> Optional[dict]:
         try:

@@ -182,12 +182,13 @@ LOSS_MODELS = """
 
 
         class Exploding(nn.Module):
-            def __init__(self):
+            def __init__(self, factor=1e12):
                 super().__init__()
                 self.fc = nn.Linear(8, 8)
+                self.factor = factor
 
             def forward(self, x):
-                return self.fc(x).float().pow(2).sum() * 1e4  # finite, but its gradients overflow
+                return self.fc(x).float().pow(2).sum() * self.factor  # finite, but its gradients overflow
 
 
         def tuple_out():
@@ -200,6 +201,10 @@ LOSS_MODELS = """
 
         def exploding():
             return Exploding(), (torch.randn(4, 8),)
+
+
+        def warming_up():
+            return Exploding(1e4), (torch.randn(4, 8),)
     """
 
 
@@ -225,10 +230,22 @@ def test_loss_selected_in_pyproject_and_on_the_command_line(tmp_path, amplint):
 
 
 def test_most_steps_skipped_is_not_ok(tmp_path, amplint):
+    # gradients that overflow half at every loss scale down to the 2**-14 floor: the run takes
+    # its 30 warm-up steps and is still skipping
     write(tmp_path, "model.py", LOSS_MODELS)
     proc = run_verify(amplint, "model.py::exploding", "--opt-level", "O1", "--steps", "3", cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stdout
-    assert "skipped steps" in proc.stdout and "3 of 3 steps skipped, loss scale fell to 8192" in proc.stdout
+    assert "skipped steps" in proc.stdout and "33 of 33 steps skipped, loss scale fell to 6.10352e-05" in proc.stdout
+
+
+def test_skips_while_the_loss_scale_warms_up_are_not_a_failure(tmp_path, amplint):
+    # gradients of ~2e4 fit once the scale has halved from 2**16 to 2: the run goes on past
+    # --steps until a step is applied, and the level is ok
+    write(tmp_path, "model.py", LOSS_MODELS)
+    status, data = verify_json(amplint, "model.py::warming_up", "--opt-level", "O1", "--steps", "3", cwd=str(tmp_path))
+    o1 = data["results"][0]["before"]["O1"]
+    assert status == 0 and o1["skipped_steps"] >= 3 and not o1["last_step_skipped"]
+    assert len(o1["loss_scales"]) == o1["skipped_steps"] + 1 and o1["loss_scales"][-1] < 2 ** 16
 
 
 def test_model_output_is_captured_and_json_stays_parsable(tmp_path, amplint):
