@@ -162,8 +162,21 @@ def _edit_ok(e) -> bool:
             and all(_int(e[k]) for k in ("line", "column", "end_line", "end_column")))
 
 
+def _fix_ok(fix) -> bool:
+    from .rule import Applicability
+
+    if not isinstance(fix, dict):
+        return False
+    registrations = fix.get("registrations", [])
+    return (_keys(fix, ("applicability", "description", "edits") + (("registrations",) if "registrations" in fix else ()))
+            and isinstance(fix["description"], str) and fix["applicability"] in Applicability._value2member_map_
+            and isinstance(fix["edits"], list) and all(_edit_ok(e) for e in fix["edits"])
+            and isinstance(registrations, list)
+            and all(isinstance(r, list) and len(r) == 3 and all(isinstance(x, str) for x in r) for r in registrations))
+
+
 def _finding_ok(f) -> bool:
-    from .rule import Applicability, Severity
+    from .rule import Severity
 
     if not _keys(f, _FINDING_KEYS):
         return False
@@ -171,10 +184,7 @@ def _finding_ok(f) -> bool:
             and all(isinstance(f[k], str) for k in ("path", "code", "rule", "message"))
             and f["severity"] in Severity._value2member_map_):
         return False
-    fix = f["fix"]
-    if fix is not None and not (_keys(fix, ("applicability", "description", "edits")) and isinstance(fix["description"], str)
-                                and fix["applicability"] in Applicability._value2member_map_
-                                and isinstance(fix["edits"], list) and all(_edit_ok(e) for e in fix["edits"])):
+    if f["fix"] is not None and not _fix_ok(f["fix"]):
         return False
     if not isinstance(f["fingerprint"], str):
         return False

@@ -323,7 +323,7 @@ def _finding_from_dict(d: dict) -> Finding:
     if d["fix"] is not None:
         edits = [Edit(Position(e["line"], e["column"] - 1), Position(e["end_line"], e["end_column"] - 1), e["content"])
                  for e in d["fix"]["edits"]]
-        fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"])
+        fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"], d["fix"].get("registrations", ()))
     return Finding(
         d["path"], d["line"], d["column"], d["end_line"], d["end_column"], d["code"], d["rule"],
         d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]], d["fingerprint"],

@@ -145,7 +145,9 @@ def registration_fix(ctx, wanted: list, self_module: str, after_registrations) -
             where = f"before `amp.initialize` in {sites[0][0]}:{sites[0][1]}"
         else:
             where = "before `amp.initialize` in the training script"
-        return Fix((), "display", f"Register {names} {where}: `{shown}`")
+        registrations = [(own_name if r.text == self_module or (r.module or "").startswith("@") else r.module or r.text,
+                          r.name, r.kind) for r in wanted]
+        return Fix((), "display", f"Register {names} {where}: `{shown}`", tuple(dict.fromkeys(registrations)))
     head = ("import sys\n" if need_sys else "") + import_line
     # after existing registrations that follow the imports
     anchor = after_registrations(ctx, anchor)

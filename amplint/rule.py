@@ -88,9 +88,14 @@ class Fix:
     edits: tuple[Edit, ...]
     applicability: Applicability
     description: str
+    #: what the training script registers with the O1 engine before ``amp.initialize`` for
+    #: this fix, as ``(module, function, kind)``: a ``display`` fix shows them for the user to
+    #: add there; ``amplint verify``, the training script of its own runs, makes them
+    registrations: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "edits", tuple(self.edits))
+        object.__setattr__(self, "registrations", tuple(tuple(r) for r in self.registrations))
         object.__setattr__(self, "applicability", Applicability(self.applicability))
 
 
@@ -153,6 +158,7 @@ class Finding:
                 "applicability": self.fix.applicability.value,
                 "description": self.fix.description,
                 "edits": [edit(e) for e in self.fix.edits],
+                **({"registrations": [list(r) for r in self.fix.registrations]} if self.fix.registrations else {}),
             },
             "related": [dataclasses.asdict(r) for r in self.related],
             "fingerprint": self.fingerprint,

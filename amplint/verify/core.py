@@ -3,6 +3,7 @@ copies and run those, then decide each finding's status."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import os
 import sys
@@ -42,6 +43,29 @@ def _user_modules(before: set) -> dict[str, str]:
             root = os.path.dirname(root)
         out[path] = root
     return out
+
+
+def _register(findings: list[dict], target_path: str) -> list[str]:
+    """Make the registrations the findings' display fixes ask of the training script: the
+    verifier is the training script of its runs (it calls ``amp.initialize``).  They last
+    until the fixed copy's :func:`isolated_import` ends.  Returns a warning per registration
+    whose module cannot be found."""
+    from amplint import amp
+
+    warnings = []
+    for module_name, function, kind in dict.fromkeys(tuple(r) for f in findings for r in f.get("registrations", ())):
+        module = sys.modules.get(module_name)
+        if module is None:
+            own = [m for m in list(sys.modules.values())
+                   if canonical(getattr(m, "__file__", "") or "") == canonical(target_path)
+                   and module_name.rpartition(".")[2] == os.path.splitext(os.path.basename(target_path))[0]]
+            try:
+                module = own[0] if own else importlib.import_module(module_name)
+            except Exception as exc:  # an import error is the user's module's, reported as a warning
+                warnings.append(f"could not register {module_name}.{function} for the fixed run: {exc}")
+                continue
+        getattr(amp, f"register_{kind}_function")(module, function)
+    return warnings
 
 
 def _run_all(make: Callable, user_files: set, cfg: RunConfig, progress=None) -> dict:
@@ -176,13 +200,15 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         changed = [p for p in lint_files if texts[p] != originals[p]]
         report["fixed_files"] = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
         report["lint_errors"] = sorted(set(report["lint_errors"]))
-    if fix and target is not None and lint_files and report["fixed_files"]:
+    registers = any(f.get("registrations") for f in findings)
+    if fix and target is not None and lint_files and (report["fixed_files"] or registers):
         tmp, mapping, roots = lintfix.mirror(files, texts)
         try:
             with isolated_import(tuple(roots)):
                 copy_target = Target(mapping[canonical(target.path)], target.factory)
                 with output.capturing() if output is not None else contextlib.nullcontext():
                     make2, _, import_lines2 = _load(copy_target)
+                    report["warnings"].extend(_register(findings, copy_target.path))
                 stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
                 if stale:
                     report["warnings"].append(
@@ -214,8 +240,9 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                     # the after run is in the original files' lines already (_rename_paths)
                     ev.extend(analysis.evidence(f, level, after[level], tolerance))
             f["after_evidence"] = ev
-            # gone from the fixed text (its own fix, or another fix on the same lines)
-            f["fixed_by_lint"] = f["path"] in changed and not any(
+            # gone from the fixed text (its own fix, or another fix on the same lines), or fixed
+            # by the registrations the verifier made as the training script (a display fix)
+            f["fixed_by_lint"] = bool(f.get("registrations")) or f["path"] in changed and not any(
                 (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
             if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
                 # the fixes removed the crash that kept this line from running: judge it now

@@ -44,6 +44,7 @@ def lint(files: list[str], dtype: str, levels: list[str], device: str, config: O
                         "severity": f.severity.value if hasattr(f.severity, "value") else str(f.severity),
                         "fix": (f.fix.applicability.value if hasattr(f.fix.applicability, "value") else str(f.fix.applicability)) if f.fix else None,
                         "fix_description": f.fix.description if f.fix else None,
+                        "registrations": [list(r) for r in f.fix.registrations] if f.fix else [],
                         "levels": [],
                     }
                 if level not in entry["levels"]:
