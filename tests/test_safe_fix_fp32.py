@@ -45,20 +45,13 @@ def _outputs(path: str, tag: str) -> tuple:
 
 
 RUNNABLE = _runnable_goldens()
-#: AMP303's safe fix rewrites a hand-written softmax as ``torch.softmax(..., dtype=torch.float32)``,
-#: which subtracts the row max first: fp32 output moves by up to 4.8e-7 (a few ulp), so it is
-#: not bit-identical.  Strict: these start failing (and must be removed here) once AMP303's
-#: safe fix keeps fp32 bit for bit.
-AMP303_ULP = {"reductions/handwritten.py", "reductions/o2/pure_half.py"}
 
 
 def test_some_goldens_run():
     assert len(RUNNABLE) >= 20, RUNNABLE
 
 
-@pytest.mark.parametrize("rel", [pytest.param(r, marks=pytest.mark.xfail(
-    strict=True, reason="AMP303's softmax rewrite changes fp32 by a few ulp")) if r in AMP303_ULP else r
-    for r in RUNNABLE])
+@pytest.mark.parametrize("rel", RUNNABLE)
 def test_safe_fix_keeps_fp32_output_bit_identical(rel):
     torch.set_num_threads(1)
     path = os.path.join(FIXTURES, rel)

@@ -183,7 +183,10 @@ OVERFLOW = {
     # rows of ~2,000 over 64 features sum to 128,000: inf, and context / inf = 0
     os.path.join("cpu", "cpu_autocast.py"): lambda x, docs: (x, docs * 100 + 2000),
 }
-CASES = [(name, style) for name in OVERFLOW for style in ("fixed", "module-fixed")]
+#: AMP303's rewrite is an unsafe fix (fp32 moves in the last bits): its cure is in the unsafe golden
+UNSAFE_ONLY = {"handwritten.py", os.path.join("o2", "pure_half.py")}
+CASES = [(name, style) for name in OVERFLOW
+         for style in (("unsafe-fixed",) if name in UNSAFE_ONLY else ("fixed", "module-fixed"))]
 
 
 @pytest.mark.parametrize("name, style", CASES, ids=[f"{n}-{s}" for n, s in CASES])
