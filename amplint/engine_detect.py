@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from typing import Any, Iterable, Optional
 
 #: the key of the engine evidence in a file's summary facts (not a rule code)
@@ -148,6 +149,11 @@ def _call_evidence(node: ast.Call, aliases: dict, add) -> None:
         add("torch", _ACCELERATE[value.value], node, f"{last}(mixed_precision={value.value!r})")
 
 
+#: text of a call :func:`initialize_calls` can find (``amp.initialize``, ``apex_amp.initialize``):
+#: most files say "initialize" only in ``initializer_range`` and ``_init_weights`` docs
+_INITIALIZE_TEXT = re.compile(r"amp\w*\s*\.\s*initialize\b")
+
+
 def initialize_calls(tree: ast.Module) -> list[int]:
     """Lines of ``amp.initialize(...)`` calls (where registrations must come before)."""
     return [n.lineno for n in ast.walk(tree)
@@ -158,7 +164,7 @@ def initialize_calls(tree: ast.Module) -> list[int]:
 def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
     """This file's summary fact: its evidence and its ``amp.initialize`` lines."""
     found = evidence(tree, path, source)
-    init = initialize_calls(tree) if "initialize" in source else []
+    init = initialize_calls(tree) if _INITIALIZE_TEXT.search(source) else []
     if not found and not init:
         return None
     imported = set()

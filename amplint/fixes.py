@@ -8,6 +8,7 @@ return None / nothing when they cannot (no ``torch`` import, a multi-line expres
 from __future__ import annotations
 
 import ast
+import itertools
 import struct
 from typing import Optional
 
@@ -197,7 +198,8 @@ def compute_in_fp32(ctx, func: ast.AST) -> Optional[list[Edit]]:
     if not returns or any(r.value is None or isinstance(r.value, ast.Tuple) for r in returns):
         return None
     used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | {a.arg for a in args}
-    dtype = next(n for n in ("input_dtype", f"{x}_dtype", *(f"input_dtype{i}" for i in range(2, 10 ** 6))) if n not in used)
+    candidates = itertools.chain(("input_dtype", f"{x}_dtype"), (f"input_dtype{i}" for i in itertools.count(2)))
+    dtype = next(n for n in candidates if n not in used)
     indent = ctx.indentation(first)
     edits = [Edit.insert_before(first, f"{dtype} = {x}.dtype\n{indent}{x} = {x}.float()\n{indent}")]
     for ret in returns:
