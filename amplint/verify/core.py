@@ -45,26 +45,31 @@ def _user_modules(before: set) -> dict[str, str]:
     return out
 
 
-def _register(findings: list[dict], target_path: str) -> list[str]:
+def _register(findings: list[dict], mapping: dict[str, str]) -> list[str]:
     """Make the registrations the findings' display fixes ask of the training script: the
     verifier is the training script of its runs (it calls ``amp.initialize``).  They last
-    until the fixed copy's :func:`isolated_import` ends.  Returns a warning per registration
-    whose module cannot be found."""
+    until the fixed copy's :func:`isolated_import` ends.  A registration on the finding's own
+    module (``from torch import einsum``) goes to that file's fixed copy as the harness
+    loaded it, under whatever name.  Returns a warning per module that cannot be found."""
     from amplint import amp
 
-    warnings = []
-    for module_name, function, kind in dict.fromkeys(tuple(r) for f in findings for r in f.get("registrations", ())):
-        module = sys.modules.get(module_name)
-        if module is None:
-            own = [m for m in list(sys.modules.values())
-                   if canonical(getattr(m, "__file__", "") or "") == canonical(target_path)
-                   and module_name.rpartition(".")[2] == os.path.splitext(os.path.basename(target_path))[0]]
-            try:
-                module = own[0] if own else importlib.import_module(module_name)
-            except Exception as exc:  # an import error is the user's module's, reported as a warning
-                warnings.append(f"could not register {module_name}.{function} for the fixed run: {exc}")
+    warnings, done = [], set()
+    for f in findings:
+        copy = canonical(mapping.get(f["path"], f["path"]))
+        for module_name, function, kind in map(tuple, f.get("registrations", ())):
+            if (module_name, function, kind, copy) in done:
                 continue
-        getattr(amp, f"register_{kind}_function")(module, function)
+            done.add((module_name, function, kind, copy))
+            own = [m for m in list(sys.modules.values()) if canonical(getattr(m, "__file__", "") or "") == copy]
+            if own and module_name.rpartition(".")[2] == os.path.splitext(os.path.basename(copy))[0]:
+                module = own[0]
+            else:
+                try:
+                    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+                except Exception as exc:  # the user's module failing to import: a warning
+                    warnings.append(f"could not register {module_name}.{function} for the fixed run: {exc}")
+                    continue
+            getattr(amp, f"register_{kind}_function")(module, function)
     return warnings
 
 
@@ -208,7 +213,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                 copy_target = Target(mapping[canonical(target.path)], target.factory)
                 with output.capturing() if output is not None else contextlib.nullcontext():
                     make2, _, import_lines2 = _load(copy_target)
-                    report["warnings"].extend(_register(findings, copy_target.path))
+                    report["warnings"].extend(_register(findings, mapping))
                 stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
                 if stale:
                     report["warnings"].append(

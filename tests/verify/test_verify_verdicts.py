@@ -464,3 +464,45 @@ def test_a_finding_first_reached_after_a_crash_fix_is_judged_on_that_run(tmp_pat
     assert unfixed["status"] == "confirmed" and unfixed["reached_after_fix"] is True
     core._judge_reached(quiet := dict(unfixed, status="not executed"), [])
     assert quiet["status"] == "not reproduced"
+
+
+def test_registration_on_a_model_module_loaded_under_another_name(tmp_path, amplint):
+    # vit-pytorch's `from torch import einsum`: the registration goes on the model module
+    # itself, which the harness loads by path under a name of its own; verify, the training
+    # script of its runs, must register on that module object (found by its file)
+    write(tmp_path, "attn.py", """
+        import torch
+        from torch import nn, einsum
+
+
+        class Attn(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.qk = nn.Linear(16, 32)
+
+            def forward(self, x):
+                q, k = self.qk(x).chunk(2, dim=-1)
+                attn = einsum("bid,bjd->bij", q, k).softmax(dim=-1)
+                return einsum("bij,bjd->bid", attn, q)
+    """)
+    write(tmp_path, "harness.py", """
+        import importlib.util
+        import os
+        import sys
+
+        import torch
+
+        spec = importlib.util.spec_from_file_location("loaded_attn", os.path.join(os.path.dirname(__file__), "attn.py"))
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = loaded
+        spec.loader.exec_module(loaded)
+
+
+        def build():
+            return loaded.Attn(), (torch.randn(2, 8, 16),)
+    """)
+    _, data = verify_json(amplint, "harness.py::build", "--opt-level", "O1", "--steps", "1", "--fix", cwd=str(tmp_path))
+    [report] = data["results"]
+    assert report["before"]["O1"]["crash"] is not None  # einsum(fp32 softmax, half q)
+    assert report["after"]["O1"]["crash"] is None, report["after"]["O1"]["crash"]
+    assert not report["warnings"]
