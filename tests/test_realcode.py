@@ -73,3 +73,16 @@ def test_every_finding_is_judged():
     assert t["AMP102"]["TN"] == 1
     assert (t["AMP302"]["FP"], t["AMP302"]["unjudged"]) == (1, 1)
     assert [(f["id"], f["line"]) for f in result["unjudged"]] == [("p/a", 11)]
+
+
+def test_blind_files_wait_for_their_labels():
+    """No blind corpus file is linted before a label names its project: labels stay blind."""
+    run = _scorer()
+    corpus = run.fetch.load_corpus()
+    blind = {e["id"] for e in corpus if e["_corpus"].startswith(run.BLIND_PREFIX)}
+    others = [lab for lab in run.load_labels() if lab["id"] not in blind]
+    _, waiting = run.select_entries([], others)
+    assert {e["id"] for e in waiting} == blind
+    one = next(e for e in corpus if e["id"] in blind)
+    _, waiting = run.select_entries([], others + [{"id": one["id"], "label": "reviewed"}])
+    assert not any(e["project"] == one["project"] for e in waiting)

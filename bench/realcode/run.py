@@ -28,8 +28,8 @@ name the label's line or its ``value_at``, matches too.  Label kinds:
   scored even when nothing in it needed a label.
 
 A finding that matches no label is **unjudged**: it counts as an FP, is listed, and makes
-``run.py`` exit 1.  A ``blind-*`` corpus entry is linted only once some label names it,
-so that labels stay blind (written before amplint ever runs on the file).
+``run.py`` exit 1.  A ``blind-*`` corpus project is linted only once some label names one
+of its files, so that labels stay blind (written before amplint ever runs on the file).
 
     python bench/realcode/run.py [--verbose] [--json OUT] [--corpus nlp] [--write-unjudged OUT]
 
@@ -370,13 +370,19 @@ def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict],
 
 def select_entries(names: list[str], labels: list[dict]) -> tuple[list[dict], list[dict]]:
     """The corpus entries to score (cached, and for a blind corpus already labelled)
-    and the blind ones left out because no label names them yet."""
-    labelled = {lab["id"] for lab in labels}
+    and the blind ones left out because no label names them yet.  A blind project is
+    scored whole once a label names any of its files (a size may be written in one file
+    and reach a layer in another: the project's files are linted together)."""
+    corpus = fetch.load_corpus()
+    # only labels on blind files count: transformers has labelled files outside the blind
+    # corpus, and they say nothing about its blind ones
+    blind_project = {e["id"]: e["project"] for e in corpus if corpus_name(e).startswith(BLIND_PREFIX)}
+    labelled = {blind_project[lab["id"]] for lab in labels if lab["id"] in blind_project}
     chosen, unlabelled_blind = [], []
-    for e in fetch.load_corpus():
+    for e in corpus:
         if names and corpus_name(e) not in names:
             continue
-        if corpus_name(e).startswith(BLIND_PREFIX) and e["id"] not in labelled:
+        if corpus_name(e).startswith(BLIND_PREFIX) and e["project"] not in labelled:
             unlabelled_blind.append(e)
             continue
         if not os.path.isfile(fetch.source_path(e)):
