@@ -229,7 +229,8 @@ def score(groups: dict[tuple[str, str], list[dict]], labels: list[dict],
         # findings count for every id it has in this run
         ids_of = collections.defaultdict(list)
         for e in group:
-            ids_of[os.path.realpath(fetch.source_path(e))].append(e["id"])
+            if not e.get("lint_only"):
+                ids_of[os.path.realpath(fetch.source_path(e))].append(e["id"])
         for f in findings_of[key]:
             for file_id in ids_of.get(os.path.realpath(f["path"]), ()):
                 copy = dict(f, id=file_id)
@@ -378,6 +379,9 @@ def select_entries(names: list[str], labels: list[dict]) -> tuple[list[dict], li
     # corpus, and they say nothing about its blind ones
     blind_project = {e["id"]: e["project"] for e in corpus if corpus_name(e).startswith(BLIND_PREFIX)}
     labelled = {blind_project[lab["id"]] for lab in labels if lab["id"] in blind_project}
+    # a labeller may stop inside a project: its unread files are linted with it (values
+    # cross files) but not scored, since nobody judged their lines
+    reviewed = {lab["id"] for lab in labels if lab["label"] == "reviewed"}
     chosen, unlabelled_blind = [], []
     for e in corpus:
         if names and corpus_name(e) not in names:
@@ -388,6 +392,8 @@ def select_entries(names: list[str], labels: list[dict]) -> tuple[list[dict], li
         if not os.path.isfile(fetch.source_path(e)):
             print(f"not cached (run fetch.py): {e['id']} ({e['dist']}: {e['path']})", file=sys.stderr)
             continue
+        if corpus_name(e).startswith(BLIND_PREFIX) and e["id"] not in reviewed:
+            e = dict(e, lint_only=True)
         chosen.append(e)
     return chosen, unlabelled_blind
 
@@ -416,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     if waiting:
         print(f"{len(waiting)} blind corpus files not linted: no label names them yet "
               f"(labels are written before amplint runs on a file)")
-    present_ids = {e["id"] for e in present}
+    present_ids = {e["id"] for e in present if not e.get("lint_only")}
     labels = [lab for lab in all_labels if lab["id"] in present_ids]
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for e in sorted(present, key=lambda e: (e["project"], e["id"])):
@@ -425,7 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     result = score(groups, labels, findings_of)
 
     projects = {e["project"] for e in present}
-    print(f"{len(present)} files from {len(projects)} projects in {len(groups)} runs, "
+    unread = sum(bool(e.get("lint_only")) for e in present)
+    if unread:
+        print(f"{unread} blind files linted with their project but not scored: not reviewed yet")
+    print(f"{len(present) - unread} files from {len(projects)} projects in {len(groups)} runs, "
           f"{sum(lab['label'] != 'reviewed' for lab in labels)} labels, {len(result['findings'])} findings")
     print()
     print("| rule | TP | FP | FN | info-ok | unjudged (in FP) | precision | recall | TP only at info |")
