@@ -23,13 +23,14 @@ import importlib
 
 import torch
 
-from . import policy
+from . import _rnn, policy
 
 _F32 = torch.float32
 _F16 = torch.float16
 _BF16 = torch.bfloat16
 _Tensor = torch.Tensor
 _INHERITED = object()
+RELAXED_CHECK = "relaxed-check"  # a module's dtype check that O1's casts would trip
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 # fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
@@ -68,6 +69,8 @@ class Casts:
         self.installed: dict[tuple, object] = {}
         self.registry: dict[tuple, str] = {}  # (owner, name) -> kind, from register_*_function
         self.cache: dict = {}
+        self.rnn_cache: dict = {}    # flat half weights of full RNN layers (see _rnn.py)
+        self.rnn_layouts: dict = {}  # cuDNN's flat-buffer offsets per weight-shape set
         self.fp32_log_probs = True  # cross_entropy's log-probabilities (see _cross_entropy_wrapper)
 
     # -- casting helpers ---------------------------------------------------------------
@@ -101,6 +104,7 @@ class Casts:
 
     def clear_cache(self):
         self.cache.clear()
+        self.rnn_cache.clear()
 
     # -- wrappers --------------------------------------------------------------------------
     def wrap(self, orig, kind: str, name: str, qualname: str = ""):
@@ -116,6 +120,11 @@ class Casts:
                 return orig(*args, **kwargs)
         elif kind == policy.FLOAT and qualname == "torch.nn.functional.cross_entropy":
             wrapper = _cross_entropy_wrapper(state, orig)
+        elif kind == policy.HALF and qualname.startswith("torch._VF.") and (
+                qualname[len("torch._VF."):] in _rnn.FULL_LAYERS):
+            wrapper = _rnn.layer_wrapper(state, orig, qualname[len("torch._VF."):])
+        elif kind == RELAXED_CHECK:
+            wrapper = _rnn.check_input_wrapper(state, orig)
         elif kind == policy.HALF or kind == policy.FLOAT:
             caster = state.to_half if kind == policy.HALF else state.to_float
 
@@ -191,7 +200,8 @@ class Casts:
         plan: dict[tuple, str] = {}
         for kind, names in ((policy.FLOAT, policy.O1_FLOAT), (policy.HALF, policy.O1_HALF),
                             (policy.PROMOTE, policy.O1_PROMOTE), (policy.BANNED, policy.O1_BANNED),
-                            ("inplace", policy.O1_INPLACE_GUARDED)):
+                            ("inplace", policy.O1_INPLACE_GUARDED),
+                            (RELAXED_CHECK, policy.O1_RELAXED_CHECKS)):
             for qualname in names:
                 try:
                     owner, attr = resolve(qualname)
@@ -208,7 +218,7 @@ class Casts:
             self._uninstall_one(key)
         self.active = False
         self.fp32_log_probs = True
-        self.cache.clear()
+        self.clear_cache()
 
     @property
     def is_installed(self) -> bool:
