@@ -77,13 +77,13 @@ _EXPORTS = {
     "initialize": "_frontend", "state_dict": "_frontend", "load_state_dict": "_frontend",
     "master_params": "_frontend", "reset": "_frontend", "deinitialize": "_frontend",
     "loss_scale": "_frontend", "skipped_steps": "_frontend", "properties": "_frontend",
-    "scale_loss": "_handle",
+    "scale_loss": "_handle", "_amp_state": "_compat", "init": "_compat",
     "disable_casts": "_casting", "half_function": "_casting", "float_function": "_casting",
     "promote_function": "_casting", "register_half_function": "_casting",
     "register_float_function": "_casting", "register_promote_function": "_casting",
 }
 
-__all__ = sorted(_EXPORTS) + ["policy"]
+__all__ = sorted(n for n in _EXPORTS if not n.startswith("_")) + ["policy"]
 
 
 def __getattr__(name):

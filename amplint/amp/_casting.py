@@ -72,6 +72,7 @@ class Casts:
         self.rnn_cache: dict = {}    # flat half weights of full RNN layers (see _rnn.py)
         self.rnn_layouts: dict = {}  # cuDNN's flat-buffer offsets per weight-shape set
         self.fp32_log_probs = True  # cross_entropy's log-probabilities (see _cross_entropy_wrapper)
+        self.caching = True  # the weight-cast cache (apex's amp.init(enable_caching=...))
 
     # -- casting helpers ---------------------------------------------------------------
     def to_half(self, x):
@@ -80,7 +81,7 @@ class Casts:
             half = self.half
             if dt is half or not (dt is _F32 or dt is _F16 or dt is _BF16):
                 return x
-            if dt is _F32 and x.is_leaf and x.requires_grad and not _compiling():
+            if dt is _F32 and x.is_leaf and x.requires_grad and self.caching and not _compiling():
                 cache = self.cache
                 hit = cache.get(x)
                 grad = torch.is_grad_enabled()
@@ -193,13 +194,15 @@ class Casts:
         else:
             setattr(owner, name, orig)
 
-    def install(self, half_dtype):
-        """Patch the O1 lists plus the user registry (which wins)."""
+    def install(self, half_dtype, allow_banned=False):
+        """Patch the O1 lists plus the user registry (which wins). ``allow_banned`` runs the
+        banned functions in fp32 instead of raising (apex's ``amp.init(allow_banned=True)``)."""
         self.uninstall()
         self.half = half_dtype
         plan: dict[tuple, str] = {}
+        banned = policy.FLOAT if allow_banned else policy.BANNED
         for kind, names in ((policy.FLOAT, policy.O1_FLOAT), (policy.HALF, policy.O1_HALF),
-                            (policy.PROMOTE, policy.O1_PROMOTE), (policy.BANNED, policy.O1_BANNED),
+                            (policy.PROMOTE, policy.O1_PROMOTE), (banned, policy.O1_BANNED),
                             ("inplace", policy.O1_INPLACE_GUARDED),
                             (RELAXED_CHECK, policy.O1_RELAXED_CHECKS)):
             for qualname in names:
@@ -218,6 +221,7 @@ class Casts:
             self._uninstall_one(key)
         self.active = False
         self.fp32_log_probs = True
+        self.caching = True
         self.clear_cache()
 
     @property

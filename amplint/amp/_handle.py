@@ -7,10 +7,11 @@ import torch
 
 from ._casting import CASTS
 from ._frontend import ENGINE
+from ._optimizer import is_optimizer
 
 
 def _states(optimizers):
-    if isinstance(optimizers, torch.optim.Optimizer):
+    if is_optimizer(optimizers):
         optimizers = [optimizers]
     elif optimizers is None:
         optimizers = []

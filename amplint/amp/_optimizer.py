@@ -48,6 +48,31 @@ def _copy_(dsts, srcs):
             d.copy_(s)
 
 
+def is_optimizer(obj) -> bool:
+    """A ``torch.optim.Optimizer``, or a wrapper that behaves as one to amp (apex accepted
+    its LARC): ``param_groups`` (a list of dicts with ``"params"``), ``state`` and a
+    callable ``step``. Lookahead-style wrappers qualify too."""
+    if isinstance(obj, torch.optim.Optimizer):
+        return True
+    groups = getattr(obj, "param_groups", None)
+    return (isinstance(groups, list) and all(isinstance(g, dict) and "params" in g for g in groups)
+            and hasattr(obj, "state") and callable(getattr(obj, "step", None))
+            and not isinstance(obj, type))
+
+
+def _hook_owner(opt):
+    """Where the state-dict hooks go: the optimizer, or the torch optimizer a wrapper holds
+    (LARC's ``optim``, a lookahead's ``optimizer``/``base_optimizer``), whose ``state_dict``
+    the wrapper's returns."""
+    if hasattr(opt, "register_state_dict_post_hook"):
+        return opt
+    for name in ("optim", "optimizer", "base_optimizer", "inner_optimizer"):
+        inner = getattr(opt, name, None)
+        if isinstance(inner, torch.optim.Optimizer):
+            return inner
+    return None
+
+
 _MASTERS_KEY = "amplint_master_params"
 _AMP_KEY = "amplint_amp"
 
@@ -201,8 +226,8 @@ class OptimizerState:
         for name in ("step", "zero_grad", "add_param_group"):
             self._orig[name] = vars(opt).get(name)
         orig_step = opt.step
-        orig_zero_grad = opt.zero_grad
-        orig_add_group = opt.add_param_group
+        orig_zero_grad = getattr(opt, "zero_grad", None)
+        orig_add_group = getattr(opt, "add_param_group", None)
         state = self
 
         def step(self_, closure=None):
@@ -219,12 +244,15 @@ class OptimizerState:
             return orig_add_group(group)
 
         opt.step = types.MethodType(step, opt)
-        opt.zero_grad = types.MethodType(zero_grad, opt)
-        opt.add_param_group = types.MethodType(add_param_group, opt)
-        if hasattr(opt, "register_state_dict_post_hook"):
-            self._hooks.append(opt.register_state_dict_post_hook(self._state_dict_hook))
-            self._hooks.append(opt.register_load_state_dict_pre_hook(self._load_pre_hook))
-            self._hooks.append(opt.register_load_state_dict_post_hook(self._load_post_hook))
+        if orig_zero_grad is not None:
+            opt.zero_grad = types.MethodType(zero_grad, opt)
+        if orig_add_group is not None:
+            opt.add_param_group = types.MethodType(add_param_group, opt)
+        owner = _hook_owner(opt)
+        if owner is not None:
+            self._hooks.append(owner.register_state_dict_post_hook(self._state_dict_hook))
+            self._hooks.append(owner.register_load_state_dict_pre_hook(self._load_pre_hook))
+            self._hooks.append(owner.register_load_state_dict_post_hook(self._load_post_hook))
 
     def detach(self):
         opt = self.optimizer
