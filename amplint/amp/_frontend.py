@@ -464,6 +464,7 @@ def _initialize(models, optimizers, overrides, cast_model_outputs, num_losses, v
     for state in eng.optimizer_states:
         state.after_model_cast()
         state.bind(model_list)
+        state.ready()
     eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i,
                               hysteresis=ext.hysteresis) for i in range(num_losses)]
     if props.patch_torch_functions:

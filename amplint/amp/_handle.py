@@ -70,6 +70,8 @@ def scale_loss(loss, optimizers, loss_id=0, model=None, delay_unscale=False,
         finally:
             if o1:
                 CASTS.clear_cache()
+        for s in states:
+            s.pass_through_block()
         return
 
     for s in states:
