@@ -353,25 +353,25 @@ def _dtensor_type():
     return DTensor
 
 
-def _check_sharded(models, cast_model_type, opt_level):
-    """A model cast (O2/O3) on FSDP2-sharded (DTensor) parameters is refused: FSDP2 keeps its
-    own flat shards and all-gather buffers in the original dtype, so casting ``p.data`` leaves
-    them out of step (mixed-dtype matmuls), and fp32 master weights would need a copy kernel
-    across DTensors that torch does not shard (``aten._foreach_copy_``)."""
+def _sharded(models, cast_model_type, opt_level) -> bool:
+    """True when O2/O3 run on an FSDP2-sharded model (``_fsdp2.py``): every parameter a
+    DTensor. A model cast on partly sharded parameters is refused (the plain-model cast would
+    leave the shards out of step)."""
     dtensor = _dtensor_type()
     if cast_model_type not in _LOW or dtensor is None:
-        return
-    for model in models:
-        for name, p in model.named_parameters():
-            if isinstance(p, dtensor):
-                dtype = str(cast_model_type).replace("torch.", "")
-                raise RuntimeError(
-                    f"amp.initialize: opt_level {opt_level} casts the model to {dtype}"
-                    + (" with fp32 master weights" if opt_level == "O2" else "")
-                    + f", which does not work on FSDP2-sharded parameters ({name!r} is a DTensor). "
-                    f"Fix: use opt_level='O1' (half_dtype=torch.{dtype}) on the sharded model, or "
-                    f"let FSDP2 do it without amp: fully_shard(module, mp_policy="
-                    f"MixedPrecisionPolicy(param_dtype=torch.{dtype}, reduce_dtype=torch.float32)).")
+        return False
+    params = [(name, p) for model in models for name, p in model.named_parameters()]
+    sharded = [name for name, p in params if isinstance(p, dtensor)]
+    if not sharded:
+        return False
+    plain = [name for name, p in params if not isinstance(p, dtensor)]
+    if plain:
+        dtype = str(cast_model_type).replace("torch.", "")
+        raise RuntimeError(
+            f"amp.initialize: opt_level {opt_level} on a partly sharded model: {sharded[0]!r} "
+            f"is an FSDP2 DTensor but {plain[0]!r} is not. Fix: fully_shard the root module too "
+            f"(every parameter sharded), or use opt_level='O1' (half_dtype=torch.{dtype}).")
+    return True
 
 
 def _check_optimizers(optimizers, models):
@@ -448,14 +448,22 @@ def _initialize(models, optimizers, overrides, cast_model_outputs, num_losses, v
     allow_half = (ext.allow_incoming_model_not_fp32 if ext.allow_incoming_model_not_fp32
                   is not None else eng.allow_incoming_model_not_fp32)
     _check_models(model_list, allow_half)
-    _check_sharded(model_list, cmt, props.opt_level)
+    sharded = _sharded(model_list, cmt, props.opt_level)
     _check_optimizers(opt_list, model_list)
     first = next((p for m in model_list for p in m.parameters()), None)
     eng.reduce_device = first.device if first is not None else None
 
-    plans = _plan_model_casts(model_list, props, ext) if cmt else []
-    _attach_optimizers(eng, opt_list, props, plans)
+    if sharded:  # FSDP2: its MixedPrecisionPolicy casts, the fp32 shards are the masters
+        from ._fsdp2 import apply_policy
+        apply_policy(model_list, props.opt_level, cmt)
+    plans = _plan_model_casts(model_list, props, ext) if cmt and not sharded else []
+    _attach_optimizers(eng, opt_list, props, plans if not sharded else [], sharded)
     _cast_models(eng, plans, cmt, cast_model_outputs)
+    if sharded:
+        for model in model_list:
+            patch = _ModelPatch(model)
+            _install_io_casts(patch, model, None, cast_model_outputs or torch.float32)
+            eng.model_patches.append(patch)
     if not cmt and cast_model_outputs is not None:
         for model in model_list:
             patch = _ModelPatch(model)
@@ -578,11 +586,12 @@ def _plan_model_casts(model_list, props, ext):
     return plans
 
 
-def _attach_optimizers(eng, opt_list, props, plans):
+def _attach_optimizers(eng, opt_list, props, plans, sharded=False):
     """One :class:`OptimizerState` per optimizer; fp32 masters (O2) for every parameter
-    that is or becomes half (apex also made masters for parameters that came in half)."""
+    that is or becomes half (apex also made masters for parameters that came in half).
+    FSDP2 (``sharded``): the fp32 shards are the masters already."""
     to_master: set = set()
-    if props.master_weights:
+    if props.master_weights and not sharded:
         for model, to_cast, _ in plans:
             for m in to_cast:
                 to_master.update(id(p) for p in m._parameters.values() if p is not None)

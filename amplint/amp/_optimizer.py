@@ -217,7 +217,8 @@ class OptimizerState:
                     olds.append(old)
         scaler.unscale_(fresh)  # only the incoming gradients are checked, as in apex
         if olds:
-            torch._foreach_add_(fresh_with_old, olds)
+            from ._fsdp2 import local
+            torch._foreach_add_([local(g) for g in fresh_with_old], [local(g) for g in olds])
 
     # -- the model must still hold the parameters this optimizer updates ----------------------
     def model_side_params(self):

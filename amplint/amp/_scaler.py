@@ -226,6 +226,8 @@ class LossScaler:
             return
         groups: dict[tuple, list] = {}
         for g in grads:
+            if type(g).__name__ == "DTensor":  # FSDP2: unscale the local shard in place
+                g = g.to_local()
             groups.setdefault((g.device, g.dtype), []).append(g)
         for (device, _), group in groups.items():
             if self.dynamic:
