@@ -110,6 +110,28 @@ def test_weight_cast_cache_across_train_eval_and_parameter_updates(kind):
     assert not torch.equal(y0, y1)
 
 
+@pytest.mark.parametrize("make", [lambda: nn.Linear(8, 8), lambda: nn.LayerNorm(8)],
+                         ids=["half-listed", "float-listed"])
+def test_o1_module_with_half_weights_through_allow_incoming_model_not_fp32(make):
+    torch.manual_seed(0)
+    module = make().half()
+    ref = copy.deepcopy(module).float()
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    module, opt = amp.initialize(module, opt, opt_level="O1", loss_scale=4.0, verbosity=0,
+                                 allow_incoming_model_not_fp32=True)
+    x = torch.randn(3, 8)
+    for mode in (True, False, True):             # train, eval, train
+        module.train(mode)
+        opt.zero_grad()
+        out = module(x)
+        with amp.scale_loss(out.float().sum(), opt) as scaled:
+            scaled.backward()
+        assert all(p.grad.dtype == H for p in module.parameters())
+    ref(x).sum().backward()
+    for p, r in zip(module.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad.float(), r.grad, rtol=2e-2, atol=2e-2)
+
+
 def test_eval_under_no_grad_then_train_reuses_no_gradless_cast():
     model = nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
