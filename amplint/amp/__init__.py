@@ -37,6 +37,18 @@ Extensions beyond apex (keyword-only)
     bf16 logits that costs an fp32 copy of the logits (no fused bf16->fp32 log_softmax kernel
     exists), so ``False`` keeps them in the half dtype, as ``torch.autocast`` does, and sums
     only the picked values in fp32 (``bench/RESULTS.md`` measures both).
+    ``hysteresis=N`` cuts the dynamic scale only after N overflows in a row.
+    ``allow_incoming_model_not_fp32=True`` and ``allow_banned=True`` are apex's switches as
+    real options (half parameters accepted, with fp32 masters under O2; O1 runs
+    ``binary_cross_entropy`` in fp32 instead of raising).
+
+apex internals (``_compat.py``)
+    ``amp._amp_state`` is a view over the engine's state (``loss_scalers[i].loss_scale()`` /
+    ``._loss_scale``, ``opt_properties``, ``allow_incoming_model_not_fp32``, ``handle``), and
+    ``amp.init(...)`` is apex's legacy O1 entry point. Optimizer wrappers exposing
+    ``param_groups``/``state``/``step`` (LARC, lookahead) are accepted. ``step()`` refuses
+    scaled gradients, a second step without new gradients, and gradients from a backward
+    outside ``scale_loss`` (``_optimizer.py``).
 
 torch.compile
     ``torch.compile(model)`` after ``initialize`` traces O1 and O2 models without graph
@@ -77,13 +89,13 @@ _EXPORTS = {
     "initialize": "_frontend", "state_dict": "_frontend", "load_state_dict": "_frontend",
     "master_params": "_frontend", "reset": "_frontend", "deinitialize": "_frontend",
     "loss_scale": "_frontend", "skipped_steps": "_frontend", "properties": "_frontend",
-    "scale_loss": "_handle",
+    "scale_loss": "_handle", "_amp_state": "_compat", "init": "_compat",
     "disable_casts": "_casting", "half_function": "_casting", "float_function": "_casting",
     "promote_function": "_casting", "register_half_function": "_casting",
     "register_float_function": "_casting", "register_promote_function": "_casting",
 }
 
-__all__ = sorted(_EXPORTS) + ["policy"]
+__all__ = sorted(n for n in _EXPORTS if not n.startswith("_")) + ["policy"]
 
 
 def __getattr__(name):

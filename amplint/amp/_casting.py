@@ -23,13 +23,15 @@ import importlib
 
 import torch
 
-from . import policy
+from . import _rnn, policy
+from ._cross_entropy import cross_entropy as _half_ce
 
 _F32 = torch.float32
 _F16 = torch.float16
 _BF16 = torch.bfloat16
 _Tensor = torch.Tensor
 _INHERITED = object()
+RELAXED_CHECK = "relaxed-check"  # a module's dtype check that O1's casts would trip
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 # fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
@@ -68,7 +70,10 @@ class Casts:
         self.installed: dict[tuple, object] = {}
         self.registry: dict[tuple, str] = {}  # (owner, name) -> kind, from register_*_function
         self.cache: dict = {}
+        self.rnn_cache: dict = {}    # flat half weights of full RNN layers (see _rnn.py)
+        self.rnn_layouts: dict = {}  # cuDNN's flat-buffer offsets per weight-shape set
         self.fp32_log_probs = True  # cross_entropy's log-probabilities (see _cross_entropy_wrapper)
+        self.caching = True  # the weight-cast cache (apex's amp.init(enable_caching=...))
 
     # -- casting helpers ---------------------------------------------------------------
     def to_half(self, x):
@@ -77,7 +82,7 @@ class Casts:
             half = self.half
             if dt is half or not (dt is _F32 or dt is _F16 or dt is _BF16):
                 return x
-            if dt is _F32 and x.is_leaf and x.requires_grad and not _compiling():
+            if dt is _F32 and x.is_leaf and x.requires_grad and self.caching and not _compiling():
                 cache = self.cache
                 hit = cache.get(x)
                 grad = torch.is_grad_enabled()
@@ -101,6 +106,7 @@ class Casts:
 
     def clear_cache(self):
         self.cache.clear()
+        self.rnn_cache.clear()
 
     # -- wrappers --------------------------------------------------------------------------
     def wrap(self, orig, kind: str, name: str, qualname: str = ""):
@@ -116,6 +122,11 @@ class Casts:
                 return orig(*args, **kwargs)
         elif kind == policy.FLOAT and qualname == "torch.nn.functional.cross_entropy":
             wrapper = _cross_entropy_wrapper(state, orig)
+        elif kind == policy.HALF and qualname.startswith("torch._VF.") and (
+                qualname[len("torch._VF."):] in _rnn.FULL_LAYERS):
+            wrapper = _rnn.layer_wrapper(state, orig, qualname[len("torch._VF."):])
+        elif kind == RELAXED_CHECK:
+            wrapper = _rnn.check_input_wrapper(state, orig)
         elif kind == policy.HALF or kind == policy.FLOAT:
             caster = state.to_half if kind == policy.HALF else state.to_float
 
@@ -184,14 +195,17 @@ class Casts:
         else:
             setattr(owner, name, orig)
 
-    def install(self, half_dtype):
-        """Patch the O1 lists plus the user registry (which wins)."""
+    def install(self, half_dtype, allow_banned=False):
+        """Patch the O1 lists plus the user registry (which wins). ``allow_banned`` runs the
+        banned functions in fp32 instead of raising (apex's ``amp.init(allow_banned=True)``)."""
         self.uninstall()
         self.half = half_dtype
         plan: dict[tuple, str] = {}
+        banned = policy.FLOAT if allow_banned else policy.BANNED
         for kind, names in ((policy.FLOAT, policy.O1_FLOAT), (policy.HALF, policy.O1_HALF),
-                            (policy.PROMOTE, policy.O1_PROMOTE), (policy.BANNED, policy.O1_BANNED),
-                            ("inplace", policy.O1_INPLACE_GUARDED)):
+                            (policy.PROMOTE, policy.O1_PROMOTE), (banned, policy.O1_BANNED),
+                            ("inplace", policy.O1_INPLACE_GUARDED),
+                            (RELAXED_CHECK, policy.O1_RELAXED_CHECKS)):
             for qualname in names:
                 try:
                     owner, attr = resolve(qualname)
@@ -208,7 +222,8 @@ class Casts:
             self._uninstall_one(key)
         self.active = False
         self.fp32_log_probs = True
-        self.cache.clear()
+        self.caching = True
+        self.clear_cache()
 
     @property
     def is_installed(self) -> bool:
@@ -226,7 +241,9 @@ def _cross_entropy_wrapper(state, orig):
     """F.cross_entropy in fp32 without an fp32 copy of the logits where the kernels allow it:
     log_softmax(dtype=fp32) then nll_loss, which is what cross_entropy computes for
     class-index targets. On CUDA fp16 logits take a fused half->float log_softmax; bf16 has no
-    such kernel, so there log_softmax(dtype=fp32) copies the logits to fp32 first. With
+    such kernel, so for 2-D bf16 logits the loss comes from an fp32-accumulated log-sum-exp
+    instead (``_cross_entropy.py``: no fp32 copy of the logits; ``fp32_log_probs="exact"``
+    keeps the fp32 copy, bit-for-bit fp32 log-probabilities). With
     ``CASTS.fp32_log_probs`` off (``initialize(..., fp32_log_probs=False)``) the
     log-probabilities stay in the half dtype (as under torch.autocast) and only the picked
     values are summed in fp32. Other cases fall back to casting the input."""
@@ -250,6 +267,10 @@ def _cross_entropy_wrapper(state, orig):
                         weight = weight.to(logp.dtype)
                     return nll_loss_nd(logp, target, weight, _reduction.get_enum(reduction),
                                        ignore_index).float()
+                if (state.fp32_log_probs is True and input.dtype is _BF16 and input.dim() == 2
+                        and weight is None and reduction in ("mean", "sum", "none")):
+                    # no fp32 copy of the logits (bf16 has no fused half->float log_softmax)
+                    return _half_ce(input, target, ignore_index, reduction)
                 logp = log_softmax(input, dim, dtype=_F32)
                 if weight is not None:
                     weight = weight.float()

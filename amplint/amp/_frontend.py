@@ -15,6 +15,7 @@ Engine state (one per process, :data:`ENGINE`):
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import sys
 import warnings
 import weakref
@@ -23,8 +24,9 @@ import torch
 from torch import nn
 
 from ._casting import CASTS
-from ._optimizer import MasterState, OptimizerState
-from ._scaler import DEFAULT_MAX_LOSS_SCALE, LossScaler, _distributed, check_scale
+from ._optimizer import MasterState, OptimizerState, is_optimizer
+from ._scaler import (DEFAULT_MAX_LOSS_SCALE, LossScaler, _distributed, check_hysteresis,
+                      check_scale)
 from .policy import OPT_LEVELS
 _FIELDS = ("enabled", "opt_level", "cast_model_type", "patch_torch_functions",
            "keep_batchnorm_fp32", "master_weights", "loss_scale")
@@ -146,6 +148,8 @@ class Engine:
         self.pending_amp_restore = None
         self.amp_restored = False  # amp.load_state_dict was called in this session
         self.reduce_device = None
+        # apex's ``_amp_state.allow_incoming_model_not_fp32`` (the initialize keyword wins)
+        self.allow_incoming_model_not_fp32 = False
 
     @property
     def o1_active(self) -> bool:
@@ -315,7 +319,7 @@ def _cast_module_own(m, dtype):
 # initialize
 # ------------------------------------------------------------------------------------------------
 
-def _check_models(models):
+def _check_models(models, allow_half=False):
     for model in models:
         if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
             raise RuntimeError(
@@ -323,6 +327,8 @@ def _check_models(models):
                 "only be applied to the model(s) AFTER the model(s) have been returned from "
                 "amp.initialize. Fix: model, optimizer = amp.initialize(model, optimizer, ...); "
                 "model = DistributedDataParallel(model, ...).")
+        if allow_half:
+            continue  # allow_incoming_model_not_fp32: half parameters get fp32 masters (O2)
         for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers())):
             for name, t in named:
                 if t.is_floating_point() and t.dtype in _LOW:
@@ -331,7 +337,8 @@ def _check_models(models):
                         "When using amp.initialize, you do not need to call .half() (or "
                         ".bfloat16()) on your model before passing it, no matter what "
                         "optimization level you choose. Fix: pass the fp32 model; O2/O3 cast "
-                        "it for you.")
+                        "it for you (or, for a model that must keep half parameters, "
+                        "initialize(..., allow_incoming_model_not_fp32=True)).")
 
 
 def _dtensor_type():
@@ -346,32 +353,35 @@ def _dtensor_type():
     return DTensor
 
 
-def _check_sharded(models, cast_model_type, opt_level):
-    """A model cast (O2/O3) on FSDP2-sharded (DTensor) parameters is refused: FSDP2 keeps its
-    own flat shards and all-gather buffers in the original dtype, so casting ``p.data`` leaves
-    them out of step (mixed-dtype matmuls), and fp32 master weights would need a copy kernel
-    across DTensors that torch does not shard (``aten._foreach_copy_``)."""
+def _sharded(models, cast_model_type, opt_level) -> bool:
+    """True when O2/O3 run on an FSDP2-sharded model (``_fsdp2.py``): every parameter a
+    DTensor. A model cast on partly sharded parameters is refused (the plain-model cast would
+    leave the shards out of step)."""
     dtensor = _dtensor_type()
     if cast_model_type not in _LOW or dtensor is None:
-        return
-    for model in models:
-        for name, p in model.named_parameters():
-            if isinstance(p, dtensor):
-                dtype = str(cast_model_type).replace("torch.", "")
-                raise RuntimeError(
-                    f"amp.initialize: opt_level {opt_level} casts the model to {dtype}"
-                    + (" with fp32 master weights" if opt_level == "O2" else "")
-                    + f", which does not work on FSDP2-sharded parameters ({name!r} is a DTensor). "
-                    f"Fix: use opt_level='O1' (half_dtype=torch.{dtype}) on the sharded model, or "
-                    f"let FSDP2 do it without amp: fully_shard(module, mp_policy="
-                    f"MixedPrecisionPolicy(param_dtype=torch.{dtype}, reduce_dtype=torch.float32)).")
+        return False
+    params = [(name, p) for model in models for name, p in model.named_parameters()]
+    sharded = [name for name, p in params if isinstance(p, dtensor)]
+    if not sharded:
+        return False
+    plain = [name for name, p in params if not isinstance(p, dtensor)]
+    if plain:
+        dtype = str(cast_model_type).replace("torch.", "")
+        raise RuntimeError(
+            f"amp.initialize: opt_level {opt_level} on a partly sharded model: {sharded[0]!r} "
+            f"is an FSDP2 DTensor but {plain[0]!r} is not. Fix: fully_shard the root module too "
+            f"(every parameter sharded), or use opt_level='O1' (half_dtype=torch.{dtype}).")
+    return True
 
 
 def _check_optimizers(optimizers, models):
     model_params = {id(p) for m in models for p in m.parameters()}
     for opt in optimizers:
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
+        if not is_optimizer(opt):
+            raise TypeError(
+                f"optimizers must be either a single optimizer or a list of optimizers; got a "
+                f"{type(opt).__name__} in the list (a torch.optim.Optimizer, or a wrapper such "
+                "as LARC exposing param_groups, state and step, is accepted).")
         if getattr(opt, "_amplint_amp", None) is not None:
             raise RuntimeError(
                 "A given optimizer should only be passed through amp.initialize once. Fix: build "
@@ -387,46 +397,109 @@ def _check_optimizers(optimizers, models):
                 "parameters the optimizer updates.")
 
 
+@dataclasses.dataclass
+class _Extensions:
+    """``initialize``'s keyword-only options beyond apex's signature."""
+    half_dtype: object = None
+    keep_fp32_modules: object = None
+    fp32_log_probs: object = True  # True, "exact" or False (see _casting._cross_entropy_wrapper)
+    allow_incoming_model_not_fp32: object = None  # None: apex's _amp_state switch decides
+    allow_banned: bool = False
+    hysteresis: int = 1
+
+
 def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
                patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
                loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
                min_loss_scale=None, max_loss_scale=DEFAULT_MAX_LOSS_SCALE, *, half_dtype=None,
-               keep_fp32_modules=None, fp32_log_probs=True):
+               keep_fp32_modules=None, fp32_log_probs=True,
+               allow_incoming_model_not_fp32=None, allow_banned=False, hysteresis=1):
     """apex ``amp.initialize``; see :mod:`amplint.amp` for the extensions
-    (``half_dtype``, ``keep_fp32_modules``, CPU models, bf16)."""
+    (``half_dtype``, ``keep_fp32_modules``, ``fp32_log_probs``, CPU models, bf16,
+    ``allow_incoming_model_not_fp32``, ``allow_banned``, ``hysteresis``)."""
+    ext = _Extensions(half_dtype, keep_fp32_modules, fp32_log_probs,
+                      allow_incoming_model_not_fp32, allow_banned, hysteresis)
+    overrides = dict(enabled=enabled, opt_level=opt_level, cast_model_type=cast_model_type,
+                     patch_torch_functions=patch_torch_functions,
+                     keep_batchnorm_fp32=keep_batchnorm_fp32, master_weights=master_weights,
+                     loss_scale=loss_scale)
     try:
-        return _initialize(models, optimizers, enabled, opt_level, cast_model_type,
-                           patch_torch_functions, keep_batchnorm_fp32, master_weights,
-                           loss_scale, cast_model_outputs, num_losses, verbosity,
-                           min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules,
-                           fp32_log_probs)
+        return _initialize(models, optimizers, overrides, cast_model_outputs, num_losses,
+                           verbosity, min_loss_scale, max_loss_scale, ext)
     except BaseException:
         _end_session(ENGINE)  # no half-initialised session: scale_loss then says "initialize first"
         raise
 
 
-def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_torch_functions,
-                keep_batchnorm_fp32, master_weights, loss_scale, cast_model_outputs, num_losses,
-                verbosity, min_loss_scale, max_loss_scale, half_dtype, keep_fp32_modules,
-                fp32_log_probs):
+def _initialize(models, optimizers, overrides, cast_model_outputs, num_losses, verbosity,
+                min_loss_scale, max_loss_scale, ext):
     eng = ENGINE
     _end_session(eng)
     eng.verbosity = verbosity
-    props = Properties()
-    eng.props = props
+    eng.props = Properties()
     eng.session = object()
-    if not enabled:
+    if not overrides["enabled"]:
         return models if optimizers is None else (models, optimizers)
+    min_loss_scale, max_loss_scale = _check_arguments(overrides["opt_level"], num_losses,
+                                                      min_loss_scale, max_loss_scale, ext)
+    props = _resolve_properties(eng, overrides, ext)
+    cmt = props.cast_model_type
+    model_list, opt_list = _normalize_inputs(models, optimizers)
+    allow_half = (ext.allow_incoming_model_not_fp32 if ext.allow_incoming_model_not_fp32
+                  is not None else eng.allow_incoming_model_not_fp32)
+    _check_models(model_list, allow_half)
+    sharded = _sharded(model_list, cmt, props.opt_level)
+    _check_optimizers(opt_list, model_list)
+    first = next((p for m in model_list for p in m.parameters()), None)
+    eng.reduce_device = first.device if first is not None else None
 
+    if sharded:  # FSDP2: its MixedPrecisionPolicy casts, the fp32 shards are the masters
+        from ._fsdp2 import apply_policy
+        apply_policy(model_list, props.opt_level, cmt)
+    plans = _plan_model_casts(model_list, props, ext) if cmt and not sharded else []
+    _attach_optimizers(eng, opt_list, props, plans if not sharded else [], sharded)
+    _cast_models(eng, plans, cmt, cast_model_outputs)
+    if sharded:
+        for model in model_list:
+            patch = _ModelPatch(model)
+            _install_io_casts(patch, model, None, cast_model_outputs or torch.float32)
+            eng.model_patches.append(patch)
+    if not cmt and cast_model_outputs is not None:
+        for model in model_list:
+            patch = _ModelPatch(model)
+            _install_io_casts(patch, model, None, cast_model_outputs)
+            eng.model_patches.append(patch)
+    for state in eng.optimizer_states:
+        state.after_model_cast()
+        state.bind(model_list)
+        state.ready()
+    eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i,
+                              hysteresis=ext.hysteresis) for i in range(num_losses)]
+    if props.patch_torch_functions:
+        CASTS.install(eng.half_dtype, allow_banned=ext.allow_banned)
+        CASTS.fp32_log_probs = ext.fp32_log_probs
+    _warn_half_divisors(opt_list, props.opt_level)
+    return _returns(models, optimizers, model_list, opt_list)
+
+
+def _check_arguments(opt_level, num_losses, min_loss_scale, max_loss_scale, ext):
+    """Validate what the opt-level presets do not cover; return the checked loss-scale range."""
     if opt_level not in OPT_LEVELS:
         raise RuntimeError(
             f"Unexpected optimization level {opt_level}. Options are 'O0', 'O1', 'O2', 'O3'.  Note "
             "that in `O0`, `O1`, etc., the prefix O is the letter O, not the number zero.")
-    if half_dtype is not None and half_dtype not in _LOW:
-        raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {half_dtype}")
+    if ext.half_dtype is not None and ext.half_dtype not in _LOW:
+        raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {ext.half_dtype}")
     _check_num_losses(num_losses)
-    if not isinstance(fp32_log_probs, bool):
-        raise TypeError(f"amp.initialize: fp32_log_probs={fp32_log_probs!r} must be True or False.")
+    if not (isinstance(ext.fp32_log_probs, bool) or ext.fp32_log_probs == "exact"):
+        raise TypeError(f"amp.initialize: fp32_log_probs={ext.fp32_log_probs!r} must be True, "
+                        "False or 'exact'.")
+    if not isinstance(ext.allow_banned, bool):
+        raise TypeError(f"amp.initialize: allow_banned={ext.allow_banned!r} must be True or False.")
+    if ext.allow_incoming_model_not_fp32 not in (None, True, False):
+        raise TypeError("amp.initialize: allow_incoming_model_not_fp32="
+                        f"{ext.allow_incoming_model_not_fp32!r} must be True or False.")
+    ext.hysteresis = check_hysteresis(ext.hysteresis)
     min_loss_scale = check_scale("min_loss_scale", min_loss_scale, allow_none=True)
     max_loss_scale = check_scale("max_loss_scale", max_loss_scale, allow_none=True)
     if (min_loss_scale is not None and max_loss_scale is not None
@@ -434,6 +507,13 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
         raise ValueError(f"amp.initialize: min_loss_scale={min_loss_scale!r} is larger than "
                          f"max_loss_scale={max_loss_scale!r}. Fix: pass min_loss_scale <= "
                          "max_loss_scale.")
+    return min_loss_scale, max_loss_scale
+
+
+def _resolve_properties(eng, overrides, ext) -> Properties:
+    """apex's preset-then-overrides, with its banners; then the low-precision dtype."""
+    props = eng.props
+    opt_level = overrides["opt_level"]
     props.enabled = True
     props.opt_level = opt_level
     for k, v in _PRESETS[opt_level].items():
@@ -441,77 +521,97 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
     eng.log(f"Selected optimization level {_DESCRIPTIONS[opt_level]}")
     _print_props(eng, "Defaults for this optimization level are:", props)
     eng.log("Processing user overrides (additional kwargs that are not None)...")
-    overrides = dict(enabled=enabled, opt_level=opt_level, cast_model_type=cast_model_type,
-                     patch_torch_functions=patch_torch_functions,
-                     keep_batchnorm_fp32=keep_batchnorm_fp32, master_weights=master_weights,
-                     loss_scale=loss_scale)
     for k in _FIELDS:
         if overrides[k] is not None:
             setattr(props, k, overrides[k])
 
     # Low-precision dtype: cast_model_type for O2/O3, half_dtype for O1 (or to pick bf16 anywhere).
-    cmt = props.cast_model_type
+    cmt, half_dtype = props.cast_model_type, ext.half_dtype
     if cmt in _LOW and half_dtype is not None and cmt is not half_dtype:
-        if cast_model_type is not None:
+        if overrides["cast_model_type"] is not None:
             raise ValueError(f"cast_model_type={cmt} and half_dtype={half_dtype} disagree; pass one.")
         props.cast_model_type = cmt = half_dtype
     eng.half_dtype = cmt if cmt in _LOW else (half_dtype or torch.float16)
-    if eng.half_dtype is torch.bfloat16 and loss_scale is None and props.loss_scale == "dynamic":
+    if (eng.half_dtype is torch.bfloat16 and overrides["loss_scale"] is None
+            and props.loss_scale == "dynamic"):
         props.loss_scale = 1.0  # bf16 has fp32's range: no loss scaling needed
-    keep_classes = _resolve_keep_classes(keep_fp32_modules)
-    if keep_classes and cmt not in _LOW:
+    ext.keep_fp32_modules = _resolve_keep_classes(ext.keep_fp32_modules)
+    if ext.keep_fp32_modules and cmt not in _LOW:
         raise RuntimeError("keep_fp32_modules only applies when the model is cast (O2/O3, or "
                            "cast_model_type=torch.float16/bfloat16).")
-    if not fp32_log_probs and not props.patch_torch_functions:
+    if not ext.fp32_log_probs and not props.patch_torch_functions:
         raise ValueError("amp.initialize: fp32_log_probs=False only applies under O1 (it picks "
                          "the dtype of F.cross_entropy's log-probabilities); O2/O3 models hand "
                          "fp32 outputs to the loss. Fix: drop the argument.")
+    if ext.allow_banned and not props.patch_torch_functions:
+        raise ValueError("amp.initialize: allow_banned=True only applies under O1 (it runs "
+                         "F.binary_cross_entropy in fp32 instead of raising). Fix: drop it.")
     _print_props(eng, "After processing overrides, optimization options are:", props)
     if eng.half_dtype is torch.bfloat16:
         eng.log(f"{'half_dtype':22} : torch.bfloat16")
+    return props
 
-    # Normalise inputs, mirroring the return shapes.
-    models_was_list = isinstance(models, list)
+
+def _normalize_inputs(models, optimizers):
+    """``(models, optimizers)`` as lists (apex accepts one of each or lists)."""
     if isinstance(models, nn.Module):
         model_list = [models]
-    elif models_was_list:
+    elif isinstance(models, list):
         model_list = models
     else:
         raise TypeError("models must be either a single model or a list of models.")
     if optimizers is None:
         opt_list = []
-    elif isinstance(optimizers, torch.optim.Optimizer):
+    elif is_optimizer(optimizers):
         opt_list = [optimizers]
     elif isinstance(optimizers, list):
         opt_list = optimizers
     else:
-        raise TypeError("optimizers must be either a single optimizer or a list of optimizers.")
-    _check_models(model_list)
-    _check_sharded(model_list, cmt, props.opt_level)
-    _check_optimizers(opt_list, model_list)
+        raise TypeError("optimizers must be either a single optimizer or a list of optimizers "
+                        "(a torch.optim.Optimizer, or a wrapper such as LARC exposing "
+                        "param_groups, state and step).")
+    return model_list, opt_list
 
-    first = next((p for m in model_list for p in m.parameters()), None)
-    eng.reduce_device = first.device if first is not None else None
 
-    # Models: plan the cast first, so master weights are cloned from the fp32 values.
-    to_cast_ids: set = set()
+def _plan_model_casts(model_list, props, ext):
+    """Per model ``(model, modules to cast, kept-fp32 roots)``, planned before anything is
+    cast so master weights are cloned from the fp32 values."""
+    cmt = props.cast_model_type
     plans = []
-    if cmt:
-        for model in model_list:
-            keep_bn = bool(props.keep_batchnorm_fp32) and cmt in _LOW
-            to_cast, kept = _cast_plan(model, keep_bn, keep_classes) if cmt in _LOW else (list(model.modules()), [])
-            plans.append((model, to_cast, kept))
-            for m in to_cast:
-                to_cast_ids.update(id(p) for p in m._parameters.values() if p is not None)
+    for model in model_list:
+        if cmt in _LOW:
+            keep_bn = bool(props.keep_batchnorm_fp32)
+            to_cast, kept = _cast_plan(model, keep_bn, ext.keep_fp32_modules)
+        else:
+            to_cast, kept = list(model.modules()), []
+        plans.append((model, to_cast, kept))
+    return plans
 
+
+def _attach_optimizers(eng, opt_list, props, plans, sharded=False):
+    """One :class:`OptimizerState` per optimizer; fp32 masters (O2) for every parameter
+    that is or becomes half (apex also made masters for parameters that came in half).
+    FSDP2 (``sharded``): the fp32 shards are the masters already."""
+    to_master: set = set()
+    if props.master_weights and not sharded:
+        for model, to_cast, _ in plans:
+            for m in to_cast:
+                to_master.update(id(p) for p in m._parameters.values() if p is not None)
+        for opt in opt_list:
+            to_master.update(id(p) for g in opt.param_groups for p in g["params"]
+                             if p.dtype in _LOW)
     for opt in opt_list:
-        if props.master_weights and cmt in _LOW:
-            state = MasterState(opt, eng, eng.session, to_cast_ids)
+        if to_master and (props.cast_model_type in _LOW or any(
+                id(p) in to_master for g in opt.param_groups for p in g["params"])):
+            state = MasterState(opt, eng, eng.session, to_master)
         else:
             state = OptimizerState(opt, eng, eng.session)
         state.attach()
         eng.optimizer_states.append(state)
 
+
+def _cast_models(eng, plans, cmt, cast_model_outputs):
+    """Cast each planned module, keep fp32 subtrees in fp32, and install the I/O casts."""
     for model, to_cast, kept in plans:
         patch = _ModelPatch(model)
         for m in to_cast:
@@ -525,24 +625,11 @@ def _initialize(models, optimizers, enabled, opt_level, cast_model_type, patch_t
                 _install_fp32_module_hooks(patch, root)
         _install_io_casts(patch, model, cmt, cast_model_outputs or torch.float32)
         eng.model_patches.append(patch)
-    if not cmt and cast_model_outputs is not None:
-        for model in model_list:
-            patch = _ModelPatch(model)
-            _install_io_casts(patch, model, None, cast_model_outputs)
-            eng.model_patches.append(patch)
 
-    for state in eng.optimizer_states:
-        state.after_model_cast()
-        state.bind(model_list)
 
-    eng.scalers = [LossScaler(props.loss_scale, min_loss_scale, max_loss_scale, loss_id=i)
-                   for i in range(num_losses)]
-    if props.patch_torch_functions:
-        CASTS.install(eng.half_dtype)
-        CASTS.fp32_log_probs = fp32_log_probs
-    _warn_half_divisors(opt_list, props.opt_level)
-
-    model_ret = model_list if models_was_list else model_list[0]
+def _returns(models, optimizers, model_list, opt_list):
+    """apex's return convention: the shapes mirror the inputs."""
+    model_ret = model_list if isinstance(models, list) else model_list[0]
     if optimizers is None:
         return model_ret
     if isinstance(optimizers, list):
@@ -661,8 +748,8 @@ def load_state_dict(state_dict):
         ", bfloat16" if eng.half_dtype is torch.bfloat16 else "")
     parsed = [scaler.parse_state(key, state_dict[key], run)
               for key, scaler in zip(expected, eng.scalers)]   # all checked before any is set
-    for scaler, (scale, unskipped) in zip(eng.scalers, parsed):
-        scaler.load_parsed(scale, unskipped)
+    for scaler, values in zip(eng.scalers, parsed):
+        scaler.load_parsed(*values)
     eng.pending_amp_restore = None
     eng.amp_restored = True
 

@@ -7,10 +7,11 @@ import torch
 
 from ._casting import CASTS
 from ._frontend import ENGINE
+from ._optimizer import is_optimizer
 
 
 def _states(optimizers):
-    if isinstance(optimizers, torch.optim.Optimizer):
+    if is_optimizer(optimizers):
         optimizers = [optimizers]
     elif optimizers is None:
         optimizers = []
@@ -69,6 +70,8 @@ def scale_loss(loss, optimizers, loss_id=0, model=None, delay_unscale=False,
         finally:
             if o1:
                 CASTS.clear_cache()
+        for s in states:
+            s.pass_through_block()
         return
 
     for s in states:

@@ -6,9 +6,17 @@ Every optimizer passed to ``initialize`` gets ``optimizer._amplint_amp``, an
 
 Each :class:`OptimizerState` is in one :class:`Stage` (as GradScaler keeps one per optimizer),
 changed only by its own methods, which ``scale_loss`` and the patched ``step``/``zero_grad``
-call: READY -> (block entry) SCALED -> (exit) UNSCALED -> (step) STEPPED; a
-``delay_unscale`` exit stays SCALED, so the next block adds to the scaled gradients. An
-overflow found at an exit is kept beside the stage until the step it skips.
+call: READY -> (block entry) SCALED -> (exit) UNSCALED -> (step) STEPPED -> (zero_grad, or
+the next block) ...; a ``delay_unscale`` exit stays SCALED, so the next block adds to the
+scaled gradients. An overflow found at an exit is kept beside the stage until the step it
+skips. ``step`` reads the stage and refuses, with GradScaler-style messages:
+
+* SCALED: the gradients are still multiplied by the loss scale (``step`` inside the block,
+  or after ``delay_unscale=True`` blocks with no final block without it);
+* STEPPED: a second ``step`` with no ``scale_loss`` exit or ``zero_grad`` in between would
+  apply the same gradients twice;
+* READY with gradients that changed since the last ``zero_grad`` (or ``initialize``): a
+  backward outside ``scale_loss``, never unscaled nor checked for overflow.
 
 Gradient invariant (apex): between ``scale_loss`` blocks the gradients the optimizer will use
 are *unscaled*. At block entry (:meth:`prepare`) existing gradients are stashed and set to
@@ -46,6 +54,31 @@ def _copy_(dsts, srcs):
     else:
         for d, s in zip(dsts, srcs):
             d.copy_(s)
+
+
+def is_optimizer(obj) -> bool:
+    """A ``torch.optim.Optimizer``, or a wrapper that behaves as one to amp (apex accepted
+    its LARC): ``param_groups`` (a list of dicts with ``"params"``), ``state`` and a
+    callable ``step``. Lookahead-style wrappers qualify too."""
+    if isinstance(obj, torch.optim.Optimizer):
+        return True
+    groups = getattr(obj, "param_groups", None)
+    return (isinstance(groups, list) and all(isinstance(g, dict) and "params" in g for g in groups)
+            and hasattr(obj, "state") and callable(getattr(obj, "step", None))
+            and not isinstance(obj, type))
+
+
+def _hook_owner(opt):
+    """Where the state-dict hooks go: the optimizer, or the torch optimizer a wrapper holds
+    (LARC's ``optim``, a lookahead's ``optimizer``/``base_optimizer``), whose ``state_dict``
+    the wrapper's returns."""
+    if hasattr(opt, "register_state_dict_post_hook"):
+        return opt
+    for name in ("optim", "optimizer", "base_optimizer", "inner_optimizer"):
+        inner = getattr(opt, name, None)
+        if isinstance(inner, torch.optim.Optimizer):
+            return inner
+    return None
 
 
 _MASTERS_KEY = "amplint_master_params"
@@ -91,6 +124,52 @@ class OptimizerState:
         """The block exited without delay_unscale: unscale the new gradients into ``.grad``."""
         self.post(scaler)
         self.stage = Stage.UNSCALED
+
+    def pass_through_block(self):
+        """A block that scales nothing (static scale 1.0, no masters) exited."""
+        self.stage = Stage.UNSCALED
+
+    def ready(self):
+        """``zero_grad`` (or ``initialize``): the gradients now are the baseline against which
+        a backward outside ``scale_loss`` is recognised."""
+        self.stage = Stage.READY
+        self._baseline = [(g, g._version) if g is not None else None
+                          for g in (p.grad for p in self.model_side_params())]
+
+    def _grads_written_outside(self) -> bool:
+        baseline = getattr(self, "_baseline", None)
+        params = self.model_side_params()
+        if baseline is None or len(baseline) != len(params):
+            return False
+        for p, seen in zip(params, baseline):
+            g = p.grad
+            if g is None:
+                continue
+            if seen is None or seen[0] is not g or seen[1] != g._version:
+                return True
+        return False
+
+    def check_can_step(self):
+        name = type(self.optimizer).__name__
+        if self.stage is Stage.SCALED:
+            raise RuntimeError(
+                f"{name}.step() was called while the gradients are still scaled by the loss "
+                "scale: inside the `with amp.scale_loss(...)` block, or after blocks with "
+                "delay_unscale=True and no last block without it. Fix: call optimizer.step() "
+                "after the block, and leave delay_unscale=False on the last backward before "
+                "the step.")
+        if self.stage is Stage.STEPPED:
+            raise RuntimeError(
+                f"{name}.step() has already been called since the last scale_loss block (or "
+                "zero_grad): a second step would apply the same gradients again. Fix: one "
+                "optimizer.step() per `with amp.scale_loss(...)` backward (call "
+                "optimizer.zero_grad() first to step without new gradients).")
+        if self.stage is Stage.READY and self._grads_written_outside():
+            raise RuntimeError(
+                f"{name}.step() found gradients written outside `with amp.scale_loss(...)` "
+                "(loss.backward() called directly?): they were neither scaled nor checked for "
+                "overflow. Fix: with amp.scale_loss(loss, optimizer) as scaled_loss: "
+                "scaled_loss.backward()")
 
     def skip_next_step(self, loss_id: int, new_scale: float):
         """The gradients of the block that just exited overflowed: the next step is skipped."""
@@ -138,7 +217,8 @@ class OptimizerState:
                     olds.append(old)
         scaler.unscale_(fresh)  # only the incoming gradients are checked, as in apex
         if olds:
-            torch._foreach_add_(fresh_with_old, olds)
+            from ._fsdp2 import local
+            torch._foreach_add_([local(g) for g in fresh_with_old], [local(g) for g in olds])
 
     # -- the model must still hold the parameters this optimizer updates ----------------------
     def model_side_params(self):
@@ -194,6 +274,9 @@ class OptimizerState:
     def zero_grad(self, orig, set_to_none=True):
         return orig(set_to_none=set_to_none)
 
+    def add_param_group(self, orig, group):
+        return orig(group)
+
     # -- patching ------------------------------------------------------------------------------
     def attach(self):
         opt = self.optimizer
@@ -201,30 +284,31 @@ class OptimizerState:
         for name in ("step", "zero_grad", "add_param_group"):
             self._orig[name] = vars(opt).get(name)
         orig_step = opt.step
-        orig_zero_grad = opt.zero_grad
-        orig_add_group = opt.add_param_group
+        orig_zero_grad = getattr(opt, "zero_grad", None)
+        orig_add_group = getattr(opt, "add_param_group", None)
         state = self
 
         def step(self_, closure=None):
             return state._step(orig_step, closure)
 
         def zero_grad(self_, set_to_none=True):
-            return state.zero_grad(orig_zero_grad, set_to_none)
+            ret = state.zero_grad(orig_zero_grad, set_to_none)
+            state.ready()
+            return ret
 
         def add_param_group(self_, group):
-            if state.has_masters:
-                raise RuntimeError(
-                    "amplint.amp: add_param_group after initialize is not supported with fp32 "
-                    "master weights (O2). Fix: add every parameter group before amp.initialize.")
-            return orig_add_group(group)
+            return state.add_param_group(orig_add_group, group)
 
         opt.step = types.MethodType(step, opt)
-        opt.zero_grad = types.MethodType(zero_grad, opt)
-        opt.add_param_group = types.MethodType(add_param_group, opt)
-        if hasattr(opt, "register_state_dict_post_hook"):
-            self._hooks.append(opt.register_state_dict_post_hook(self._state_dict_hook))
-            self._hooks.append(opt.register_load_state_dict_pre_hook(self._load_pre_hook))
-            self._hooks.append(opt.register_load_state_dict_post_hook(self._load_post_hook))
+        if orig_zero_grad is not None:
+            opt.zero_grad = types.MethodType(zero_grad, opt)
+        if orig_add_group is not None:
+            opt.add_param_group = types.MethodType(add_param_group, opt)
+        owner = _hook_owner(opt)
+        if owner is not None:
+            self._hooks.append(owner.register_state_dict_post_hook(self._state_dict_hook))
+            self._hooks.append(owner.register_load_state_dict_pre_hook(self._load_pre_hook))
+            self._hooks.append(owner.register_load_state_dict_post_hook(self._load_post_hook))
 
     def detach(self):
         opt = self.optimizer
@@ -240,6 +324,7 @@ class OptimizerState:
 
     def _step(self, orig_step, closure):
         self.check_bindings()
+        self.check_can_step()
         if self.overflow is not None:
             loss_id, new_scale = self.overflow
             self.overflow = None
@@ -312,6 +397,33 @@ class MasterState(OptimizerState):
 
     def model_side_params(self):
         return self.model_params + self.fp32_params
+
+    def _add_master(self, p):
+        master = p.detach().clone().float().requires_grad_(True)
+        self.model_params.append(p)
+        self.masters.append(master)
+        self.master_grads.append(torch.zeros_like(master))
+        self.valid.append(False)
+        self.synced.append(p._version)
+        self.view_versions.append(None)
+        return master
+
+    def add_param_group(self, orig, group):
+        """apex's O2 ``add_param_group``: half parameters of the new group get fp32 masters
+        (the optimizer sees only those), fp32 ones are stepped directly."""
+        params = group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        known = {id(p) for p in self.model_params}
+        new = []
+        for p in params:
+            if id(p) in known:
+                raise ValueError("some parameters appear in more than one parameter group")
+            if p.dtype in (torch.float16, torch.bfloat16) and p.requires_grad:
+                new.append(self._add_master(p))
+            else:
+                self.fp32_params.append(p)
+                new.append(p)
+        return orig(dict(group, params=new))
 
     def mark_synced(self):
         self.synced = [p._version for p in self.model_params]

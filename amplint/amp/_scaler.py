@@ -7,6 +7,11 @@ State (all host-side Python numbers, so ``state_dict`` needs no device sync):
 * ``unskipped``  consecutive overflow-free ``scale_loss`` exits since the last change (apex
                  counts backward passes, not optimizer steps).
 * ``skipped``    overflowing exits so far (each one skips the next ``optimizer.step()``).
+* ``hysteresis`` / ``hysteresis_left``  with ``hysteresis=N`` (apex's
+                 ``update_scale_hysteresis``, TransformerEngine's ``hysteresis``) an overflow
+                 always skips the step but cuts the scale only once N overflows came in a
+                 row; every further overflow in that run cuts it again, and an overflow-free
+                 exit refills the count. N=1 is apex's plain dynamic scaler.
 
 Per ``scale_loss`` exit: :meth:`clear_overflow_state`, one :meth:`unscale_` per optimizer,
 then :meth:`update_scale` which reads the found-inf flag once (one host sync), reduced with
@@ -75,12 +80,22 @@ def check_scale(name: str, value, allow_none=False) -> float | None:
     return number
 
 
+def check_hysteresis(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"amp.initialize: hysteresis={value!r} must be an integer >= 1 (how "
+                         "many overflows in a row cut the loss scale; 1 cuts at every one, as "
+                         "apex's default scaler).")
+    return int(value)
+
+
 class LossScaler:
     def __init__(self, loss_scale, min_loss_scale=None, max_loss_scale=DEFAULT_MAX_LOSS_SCALE,
-                 loss_id=0):
+                 loss_id=0, hysteresis=1):
         """``loss_scale`` is ``"dynamic"`` or a float; the arguments are checked by
-        ``initialize`` (:func:`check_scale`)."""
+        ``initialize`` (:func:`check_scale`, :func:`check_hysteresis`)."""
         self.dynamic = loss_scale == "dynamic"
+        self.hysteresis = hysteresis
+        self.hysteresis_left = hysteresis
         self.loss_id = loss_id
         self.min_loss_scale = DEFAULT_MIN_LOSS_SCALE if min_loss_scale is None else min_loss_scale
         self.max_loss_scale = DEFAULT_MAX_LOSS_SCALE if max_loss_scale is None else max_loss_scale
@@ -97,11 +112,27 @@ class LossScaler:
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """apex's entry plus ``dynamic``, so a restore can refuse the other kind of scaler."""
-        return {"loss_scale": float(self.scale), "unskipped": int(self.unskipped),
-                "dynamic": self.dynamic}
+        state = {"loss_scale": float(self.scale), "unskipped": int(self.unskipped),
+                 "dynamic": self.dynamic}
+        if self.hysteresis > 1:
+            state["hysteresis_left"] = int(self.hysteresis_left)
+        return state
 
-    def parse_state(self, key: str, entry, run: str) -> tuple[float, int]:
-        """Validate a saved entry against this scaler; return ``(scale, unskipped)``.
+    def set_scale(self, value):
+        """Set the current scale (apex scripts write ``loss_scalers[i]._loss_scale``),
+        validated like ``loss_scale``: a dynamic scale must lie in [min, max]."""
+        value = check_scale("loss_scale", value)
+        if self.dynamic and not self.min_loss_scale <= value <= self.max_loss_scale:
+            raise ValueError(
+                f"amp: loss scaler {self.loss_id}: loss scale {value!r} is outside this run's "
+                f"[min_loss_scale, max_loss_scale] = [{self.min_loss_scale!r}, "
+                f"{self.max_loss_scale!r}]. Fix: initialize with min_loss_scale/max_loss_scale "
+                "that include it.")
+        self.scale = value
+
+    def parse_state(self, key: str, entry, run: str) -> tuple[float, int, int]:
+        """Validate a saved entry against this scaler; return ``(scale, unskipped,
+        hysteresis_left)``.
 
         ``run`` describes this run for the messages (``"opt_level O3"``). Nothing is changed
         here, so a bad entry among several leaves every scaler as it was."""
@@ -109,7 +140,8 @@ class LossScaler:
         if not isinstance(entry, collections.abc.Mapping) or "loss_scale" not in entry or "unskipped" not in entry:
             raise RuntimeError(f"amp state entry {key!r} is malformed: {entry!r}; expected "
                                f"{expected} as saved by amp.state_dict().")
-        extra = sorted(set(entry) - {"loss_scale", "unskipped", "dynamic"}, key=str)
+        extra = sorted(set(entry) - {"loss_scale", "unskipped", "dynamic", "hysteresis_left"},
+                       key=str)
         if extra:
             raise RuntimeError(f"amp state entry {key!r} has unexpected field(s) {extra}; "
                                f"expected {expected}.")
@@ -120,6 +152,13 @@ class LossScaler:
             raise RuntimeError(f"amp state entry {key!r}: unskipped={unskipped!r} is not an "
                                "integer.")
         scale, unskipped = float(scale), int(unskipped)
+        left = entry.get("hysteresis_left", self.hysteresis)
+        if isinstance(left, bool) or not isinstance(left, numbers.Integral) or not (
+                0 <= left <= self.hysteresis):
+            raise RuntimeError(
+                f"amp state entry {key!r}: hysteresis_left={left!r} is not an integer in "
+                f"[0, {self.hysteresis}] (this run's hysteresis). Fix: initialize with the "
+                "hysteresis the checkpoint was saved with.")
         saved_dynamic = entry.get("dynamic")
         if saved_dynamic is not None and not isinstance(saved_dynamic, bool):
             raise RuntimeError(f"amp state entry {key!r}: dynamic={saved_dynamic!r} is not "
@@ -162,11 +201,12 @@ class LossScaler:
             if unskipped < 0:
                 raise RuntimeError(f"amp state entry {key!r}: unskipped={unskipped!r} is "
                                    "negative.")
-        return scale, unskipped
+        return scale, unskipped, int(left)
 
-    def load_parsed(self, scale: float, unskipped: int):
+    def load_parsed(self, scale: float, unskipped: int, hysteresis_left: int | None = None):
         self.scale = scale
         self.unskipped = unskipped
+        self.hysteresis_left = self.hysteresis if hysteresis_left is None else hysteresis_left
 
     # -- per backward ----------------------------------------------------------------------------
     def clear_overflow_state(self):
@@ -186,6 +226,8 @@ class LossScaler:
             return
         groups: dict[tuple, list] = {}
         for g in grads:
+            if type(g).__name__ == "DTensor":  # FSDP2: unscale the local shard in place
+                g = g.to_local()
             groups.setdefault((g.device, g.dtype), []).append(g)
         for (device, _), group in groups.items():
             if self.dynamic:
@@ -219,12 +261,15 @@ class LossScaler:
             self.unskipped += 1
             return False
         if self._overflow(reduce_device):
-            if self.scale / 2.0 < self.min_loss_scale:
-                self._warn_floor()
-            self.scale = max(self.min_loss_scale, self.scale / 2.0)
+            self.hysteresis_left = max(0, self.hysteresis_left - 1)
+            if self.hysteresis_left == 0:
+                if self.scale / 2.0 < self.min_loss_scale:
+                    self._warn_floor()
+                self.scale = max(self.min_loss_scale, self.scale / 2.0)
             self.unskipped = 0
             self.skipped += 1
             return True
+        self.hysteresis_left = self.hysteresis
         self.unskipped += 1
         if self.unskipped >= GROWTH_INTERVAL:  # >=: a restored count can never freeze growth
             self.scale = min(self.max_loss_scale, self.scale * 2.0)

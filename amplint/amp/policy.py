@@ -48,6 +48,7 @@ _T = "torch."
 _TT = "torch.Tensor."
 _LA = "torch.linalg."
 _SP = "torch.special."
+_VF = "torch._VF."
 
 
 def _q(prefix: str, names: str) -> tuple[str, ...]:
@@ -66,6 +67,9 @@ O1_HALF: tuple[str, ...] = (
              "prelu addmm addmv addr matmul mm mv addbmm baddbmm bmm chain_matmul")
     + _q(_TT, "__matmul__ __rmatmul__ matmul mm mv addmm addmv addr addbmm baddbmm bmm prelu")
     + _q(_LA, "matmul multi_dot vecdot")
+    # recurrent layers and cells (nn.RNN/LSTM/GRU, nn.*Cell reach these): input, hidden state
+    # and weights in half, as apex (which patched _VF) and torch.autocast on CUDA do
+    + _q(_VF, "rnn_tanh rnn_relu lstm gru rnn_tanh_cell rnn_relu_cell lstm_cell gru_cell")
 )
 
 #: Run in fp32 (inputs in fp16/bf16 are cast up; the result is fp32).
@@ -114,6 +118,11 @@ O1_INPLACE_GUARDED: tuple[str, ...] = (
               "reciprocal_ rsqrt_ sinh_ tan_ pow_ cumprod_ cumsum_ renorm_")
 )
 
+#: Module checks that would refuse what the casts above produce, relaxed under O1 (only the
+#: dtype part: ``nn.RNNBase`` refuses an input whose dtype differs from its fp32 weights
+#: unless torch.autocast is on; its shape checks still run).
+O1_RELAXED_CHECKS: tuple[str, ...] = ("torch.nn.RNNBase.check_input",)
+
 #: Notable ops on no list, and why.
 O1_UNLISTED_NOTES: dict[str, str] = {
     _T + "einsum": "unlisted as in apex: runs in its inputs' dtype (fp32 when a weight is "
@@ -136,7 +145,7 @@ APEX_DIFFERENCES: dict[str, str] = {
     "removed": "gelu (fp32 in apex), Tensor.cpu (fp32 in apex)",
     "not wrapped": "arithmetic and comparison operators, cat, stack, addcmul, addcdiv, atan2: "
                    "native type promotion already runs fp16 x fp32 in fp32",
-    "not cast": "float64 tensors (apex cast them to half); RNN modules (apex patched _VF)",
+    "not cast": "float64 tensors (apex cast them to half)",
 }
 
 #: ``nn.Module`` classes and the function their ``forward`` reaches (for module-style lookups).
@@ -182,6 +191,12 @@ MODULE_FUNCTIONS: dict[str, str] = {
     "torch.nn.MultiMarginLoss": _F + "multi_margin_loss",
     "torch.nn.SoftMarginLoss": _F + "soft_margin_loss",
     "torch.nn.TripletMarginLoss": _F + "triplet_margin_loss",
+    "torch.nn.RNN": _VF + "rnn_tanh",
+    "torch.nn.LSTM": _VF + "lstm",
+    "torch.nn.GRU": _VF + "gru",
+    "torch.nn.RNNCell": _VF + "rnn_tanh_cell",
+    "torch.nn.LSTMCell": _VF + "lstm_cell",
+    "torch.nn.GRUCell": _VF + "gru_cell",
 }
 
 #: O2/O3 ``keep_fp32_modules``: kept in fp32 by default (affine BatchNorm, as apex's
@@ -206,7 +221,7 @@ _CUDA_LOWER = frozenset((
     "convolution cudnn_convolution cudnn_convolution_transpose prelu addmm addmv addr matmul einsum "
     "mm mv linalg_vecdot linear addbmm baddbmm bmm chain_matmul linalg_multi_dot "
     "_thnn_fused_lstm_cell _thnn_fused_gru_cell lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell "
-    "_scaled_dot_product_flash_attention scaled_dot_product_attention").split())
+    "_scaled_dot_product_flash_attention scaled_dot_product_attention _cudnn_rnn").split())
 _CUDA_FP32 = frozenset((
     "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow softplus "
     "layer_norm native_layer_norm group_norm frobenius_norm nuclear_norm cosine_similarity "
@@ -280,6 +295,10 @@ _PY_TO_ATEN: dict[str, tuple[str, ...]] = {
     "multi_dot": ("linalg_multi_dot",),
     "normalize": ("norm",),
     "softmin": ("softmax",),
+    # full RNN layers: CUDA autocast casts (and re-flattens) at _cudnn_rnn, CPU autocast at
+    # mkldnn_rnn_layer (where oneDNN takes the layer)
+    "lstm": ("_cudnn_rnn", "mkldnn_rnn_layer"), "gru": ("_cudnn_rnn",),
+    "rnn_tanh": ("_cudnn_rnn",), "rnn_relu": ("_cudnn_rnn",),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -315,7 +334,7 @@ def aten_name(qualname: str) -> str | None:
     ``torch.Tensor.__matmul__`` -> ``matmul``; ``None`` for in-place forms (never autocast)."""
     qualname = normalize(qualname)
     for prefix, aten_prefix in ((_LA, "linalg_"), ("torch.fft.", "fft_"), (_SP, "special_"),
-                                (_F, ""), (_TT, ""), (_T, "")):
+                                (_F, ""), (_TT, ""), (_VF, ""), (_T, "")):
         if qualname.startswith(prefix):
             name = qualname[len(prefix):]
             break
