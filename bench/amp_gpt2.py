@@ -153,8 +153,8 @@ MODES = {
     "amplint O1 bf16": lambda m, dev: make_amplint(m, dev, "O1", torch.bfloat16),
     "amplint O1 bf16 fp32_log_probs=False": lambda m, dev: make_amplint(
         m, dev, "O1", torch.bfloat16, fp32_log_probs=False),
-    "amplint O1 bf16 fp32_log_probs=exact": lambda m, dev: make_amplint(
-        m, dev, "O1", torch.bfloat16, fp32_log_probs="exact"),
+    "amplint O1 bf16 fp32_log_probs=lse": lambda m, dev: make_amplint(
+        m, dev, "O1", torch.bfloat16, fp32_log_probs="lse"),
     "amplint O2 fp16": lambda m, dev: make_amplint(m, dev, "O2"),
     "amplint O2 bf16": lambda m, dev: make_amplint(m, dev, "O2", torch.bfloat16),
     "amplint O3 fp16": lambda m, dev: make_amplint(m, dev, "O3"),

@@ -35,8 +35,9 @@ Extensions beyond apex (keyword-only)
     in fp32 under O2/O3 (they run in fp32 and hand back the input's dtype). CPU models work.
     ``fp32_log_probs=True`` (O1): ``cross_entropy`` keeps its log-probabilities in fp32; with
     bf16 logits that costs an fp32 copy of the logits (no fused bf16->fp32 log_softmax kernel
-    exists), so ``False`` keeps them in the half dtype, as ``torch.autocast`` does, and sums
-    only the picked values in fp32 (``bench/RESULTS.md`` measures both).
+    exists). ``"lse"`` skips the copy (an fp32-accumulated log-sum-exp over bf16
+    exponentials: the loss within 3e-3 of fp32); ``False`` keeps the log-probabilities in the
+    half dtype and sums only the picked values in fp32 (``bench/RESULTS.md`` measures them).
     ``hysteresis=N`` cuts the dynamic scale only after N overflows in a row.
     ``allow_incoming_model_not_fp32=True`` and ``allow_banned=True`` are apex's switches as
     real options (half parameters accepted, with fp32 masters under O2; O1 runs

@@ -402,7 +402,7 @@ class _Extensions:
     """``initialize``'s keyword-only options beyond apex's signature."""
     half_dtype: object = None
     keep_fp32_modules: object = None
-    fp32_log_probs: object = True  # True, "exact" or False (see _casting._cross_entropy_wrapper)
+    fp32_log_probs: object = True  # True, "lse" or False (see _casting._cross_entropy_wrapper)
     allow_incoming_model_not_fp32: object = None  # None: apex's _amp_state switch decides
     allow_banned: bool = False
     hysteresis: int = 1
@@ -491,9 +491,9 @@ def _check_arguments(opt_level, num_losses, min_loss_scale, max_loss_scale, ext)
     if ext.half_dtype is not None and ext.half_dtype not in _LOW:
         raise ValueError(f"half_dtype must be torch.float16 or torch.bfloat16, got {ext.half_dtype}")
     _check_num_losses(num_losses)
-    if not (isinstance(ext.fp32_log_probs, bool) or ext.fp32_log_probs == "exact"):
+    if not (isinstance(ext.fp32_log_probs, bool) or ext.fp32_log_probs == "lse"):
         raise TypeError(f"amp.initialize: fp32_log_probs={ext.fp32_log_probs!r} must be True, "
-                        "False or 'exact'.")
+                        "False or 'lse'.")
     if not isinstance(ext.allow_banned, bool):
         raise TypeError(f"amp.initialize: allow_banned={ext.allow_banned!r} must be True or False.")
     if ext.allow_incoming_model_not_fp32 not in (None, True, False):

@@ -174,12 +174,11 @@ def test_optimizer_step_runs_without_casts():
     assert torch.mm(torch.randn(2, 2), torch.randn(2, 2)).dtype == torch.float16
 
 
-@pytest.mark.parametrize("fp32_log_probs", [True, "exact", False])
+@pytest.mark.parametrize("fp32_log_probs", [True, "lse", False])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_log_probs_option_matches_fp32_reference(fp32_log_probs, reduction):
-    """bf16 logits: an fp32 log-sum-exp over bf16 exponentials (default, no fp32 copy of the
-    logits), fp32 log-probabilities ("exact", an fp32 copy) or half ones (False, the
-    torch.autocast way) give the fp32 loss and gradient within their rounding; the loss is fp32
+    """bf16 logits: fp32 log-probabilities (default, an fp32 copy of the logits), an fp32
+    log-sum-exp over bf16 exponentials ("lse", no copy) or half log-probabilities (False) give the fp32 loss and gradient within their rounding; the loss is fp32
     every way and ignore_index is honoured."""
     _init_o1(half_dtype=torch.bfloat16, fp32_log_probs=fp32_log_probs)
     g = torch.Generator().manual_seed(0)
@@ -192,9 +191,9 @@ def test_cross_entropy_log_probs_option_matches_fp32_reference(fp32_log_probs, r
     ref_logits = logits.detach().float().requires_grad_()
     ref = torch.nn.functional.cross_entropy.__wrapped__(ref_logits, target, reduction=reduction)
     ref.sum().backward()
-    # exact: fp32 throughout; default: each exponential rounds to bf16 (2**-9) before the fp32
+    # default: fp32 throughout; lse: each exponential rounds to bf16 (2**-9) before the fp32
     # sum, so the log-sum-exp is off by at most ~2**-9; False: log-probabilities round to 2**-8
-    tol = {True: 3e-3, "exact": 1e-5, False: 2e-2}[fp32_log_probs]
+    tol = {True: 1e-5, "lse": 3e-3, False: 2e-2}[fp32_log_probs]
     assert torch.allclose(loss.detach(), ref.detach(), rtol=tol, atol=tol)
     assert torch.allclose(logits.grad.float(), ref_logits.grad, rtol=2e-2, atol=2e-2 * ref_logits.grad.abs().max())
 
