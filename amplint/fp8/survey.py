@@ -134,7 +134,7 @@ class Fp8Survey:
         for site in self.linears:
             name = (site.name or "").lower()
             if name in self.tied:
-                site.role, site.role_reason = "head", f"its weight is tied to `{self.tied[name]}` (an embedding: the output head)"
+                site.role, site.role_reason = "head", f"the output head (its weight is tied to `{self.tied[name]}`)"
             elif name in HEAD_NAMES:
                 site.role, site.role_reason = "head", "the output projection (the logits)"
             elif any(part in name for part in FIRST_PARTS):
