@@ -162,7 +162,8 @@ with transposes, batched weights or einsum equations need a person to decide.
                 what = f"`{b.operand}` is used through `{b.how}` in forward"
                 fix = ("this is a plain linear: make it an `nn.Linear` submodule" if b.plain_linear
                        else "write the GEMM as an `nn.Linear` submodule where it is a plain linear")
-            message = (f"{what}: fp8 conversion swaps only `nn.Linear` modules, so this GEMM silently stays bf16; "
-                       f"{fix} [{setup.label()}]")
+            how = ("fp8 conversion swaps only `nn.Linear` modules" if setup.swaps_linears else
+                   "TransformerEngine runs fp8 only inside its own modules (`te.Linear`)")
+            message = f"{what}: {how}, so this GEMM silently stays bf16; {fix} [{setup.label()}]"
             related = [ctx.related(b.parameter, f"`{b.operand}` is created here")] if b.parameter is not None else []
             ctx.report(self, b.node, message, related=related)

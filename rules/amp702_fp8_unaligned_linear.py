@@ -2,7 +2,7 @@
 cannot run as an fp8 GEMM and stays bf16."""
 from __future__ import annotations
 
-from amplint.analysis.dims import MIN_SIZE, SMALL_HEAD, next_multiple
+from amplint.analysis.dims import next_multiple
 from amplint.fp8.gemm import ALIGNMENT, DEFAULT_TOKENS, nearest_speedup
 from amplint.fp8.survey import linear_flops_share, site_label
 from amplint.rule import Invalid, Rule, Severity, Valid
@@ -24,8 +24,9 @@ multiple of 16. The message says what the layer is worth at the model's size: it
 of the file's Linear FLOPs, and what fp8 would have gained on it, padded, at 8192 tokens
 per step (the measured H200 speedup of the nearest shape, `bench/fp8_gemm.py`).
 
-Not flagged, as in AMP201: sizes below 32 and output widths below 64 (class counts,
-regression heads: too small to matter).
+Unlike AMP201, small heads are flagged too (a 10-class classifier, a 1-output regression
+head): too small to gain from fp8, but `convert_to_float8_training` without a filter converts
+them and the fp8 GEMM rejects their sizes, so the filter must name them.
 
 ## Why is this bad?
 The fp8 GEMM (`torch._scaled_mm`, cuBLASLt's fp8 kernels) requires both sizes of the
@@ -65,17 +66,17 @@ the number is written once.
             import torch.nn as nn
             mlp = nn.Linear(4096, 11008)
             """, settings={"target": "fp8"}),
-        # a 10-class head: data-fixed and too small to matter
-        Valid("""
-            import torch.nn as nn
-            head = nn.Linear(4096, 10)
-            """, settings={"target": "fp8"}),
         Valid("""
             import torch.nn as nn
             mlp = nn.Linear(4096, 11000)
             """),
     ]
     INVALID = [
+        # a 10-class head: nothing to gain, but an unfiltered conversion breaks on it
+        Invalid("""
+            import torch.nn as nn
+            head = nn.Linear(4096, 10)
+            """, message="a filter must skip it", settings={"target": "fp8"}),
         Invalid("""
             import torch.nn as nn
             up = nn.Linear(4096, 11000)
@@ -104,8 +105,7 @@ the number is written once.
             k, n = site.in_features, site.out_features
             if k is None or n is None:
                 continue
-            bad = [(label, size) for label, size in (("in_features", k), ("out_features", n))
-                   if size % ALIGNMENT and size >= MIN_SIZE and not (label == "out_features" and size < SMALL_HEAD)]
+            bad = [(label, size) for label, size in (("in_features", k), ("out_features", n)) if size % ALIGNMENT]
             if not bad:
                 continue
             sizes = ", ".join(f"{label} {size}" for label, size in bad)

@@ -21,7 +21,8 @@ With `--target fp8`, flags `nn.Linear` layers (sizes multiples of 16: others are
 whose GEMM at 8192 tokens per step (M; the linter cannot see the batch, `amplint fp8-plan
 --tokens N` can) is below the measured break-even of the project's torchao recipe
 (tensorwise unless the project names `rowwise`). Output heads and input projections are
-AMP704's.
+AMP704's. Not reported when the project trains with TransformerEngine (its own kernels:
+this break-even is torchao's).
 
 ## Why is this bad?
 A `Float8Linear` runs three fp8 GEMMs per step (output, input gradient, weight gradient)
@@ -109,6 +110,8 @@ the layer.
         if not ctx.state(self):
             return
         setup = ctx.fp8_setup
+        if not setup.swaps_linears:
+            return  # TransformerEngine: its own kernels and scaling, not the torchao break-even measured here
         recipe = setup.recipe
         be = BREAK_EVEN[recipe]
         m = DEFAULT_TOKENS
