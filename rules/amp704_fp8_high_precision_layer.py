@@ -2,6 +2,7 @@
 converted to fp8, where convention keeps it in high precision."""
 from __future__ import annotations
 
+from amplint.fp8.gemm import ALIGNMENT
 from amplint.fp8.survey import site_label
 from amplint.rule import Invalid, Rule, Severity, Valid
 
@@ -121,6 +122,8 @@ difference and each layer's error).
         for site in ctx.fp8_survey.linears:
             if not site.role or (site.name and site.name in setup.filter_strings):
                 continue  # a filter in the linted files names it
+            if any(size is not None and size % ALIGNMENT for size in (site.in_features, site.out_features)):
+                continue  # it cannot be converted at all: AMP702's
             if setup.kind == "torchtitan" and site.name == "output":
                 continue  # torchtitan's float8 converter filters `output` by default
             keep = "kept in high precision by convention"

@@ -66,8 +66,10 @@ def _size(ctx, expr: Optional[ast.AST]) -> Optional[int]:
 
 
 def _bound_name(ctx, call: ast.Call) -> Optional[str]:
-    stmt = ctx.parent(call)
-    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is call:
+    value, stmt = call, ctx.parent(call)
+    while isinstance(stmt, ast.IfExp):  # self.head = nn.Linear(d, n) if n > 0 else nn.Identity()
+        value, stmt = stmt, ctx.parent(stmt)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is value:
         target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
         if isinstance(target, ast.Attribute):
             return target.attr
