@@ -21,12 +21,12 @@ accelerate call it for you) when no linted file calls `torch.compile` (or a modu
 
 ## Why is this bad?
 torchao's `Float8Linear` does its dynamic scaling in PyTorch code: an absolute maximum
-over the input, the weight and the output gradient, a scale, a cast to e4m3 and back for
-each of them, every step. Under `torch.compile` Inductor fuses them into a few kernels
-around the fp8 GEMMs; eagerly each is a separate kernel that reads and writes the whole
-tensor, which costs more than the fp8 GEMM saves. torchao says float8 training needs
-`torch.compile` for good performance, and torchtitan refuses `float8` without
-`--compile`. Even compiled, the casts decide the break-even: on an H200 a
+over the input, the weight and the output gradient, a scale and a cast to fp8 for each
+of them, every step. Under `torch.compile` Inductor fuses them into a few kernels around
+the fp8 GEMMs; eagerly each is a separate kernel that reads and writes the whole tensor.
+torchao's float8 README says `torch.compile` is needed for good performance, and
+torchtitan's float8 docs mark `--compile` as required. (Eager fp8 was not timed here.)
+Even compiled, the casts decide the break-even: on an H200 a
 4096 x 1024 x 1024 Linear ran 0.70x of bf16 in tensorwise fp8, a 16384 x 8192 x 8192 one
 1.54x (AMP703).
 
