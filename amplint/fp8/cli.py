@@ -33,9 +33,19 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
 def add_fp8_options(p) -> None:
     p.add_argument("--recipe", choices=RECIPES, default=None, help="torchao float8 recipe (default tensorwise)")
-    p.add_argument("--tokens", type=int, metavar="N", default=None,
+    p.add_argument("--tokens", type=_positive_int, metavar="N", default=None,
                    help="tokens per step (M of every GEMM) to plan for, e.g. batch x sequence length per GPU; "
                         "default: what the example inputs feed each layer")
     p.add_argument("--convert-head", action="store_true", default=None,
