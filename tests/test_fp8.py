@@ -155,3 +155,10 @@ def test_torchao_is_optional_and_pinned():
     assert any(r.startswith("torchao") for r in project["optional-dependencies"]["fp8"])
     with open(os.path.join(ROOT, "constraints.txt")) as f:
         assert "torchao==0.18.0" in f.read().split()
+
+
+def test_a_regular_expression_compile_is_no_torch_compile(amplint, tmp_path):
+    root = _project(tmp_path, {"train.py": "import re\nfrom torchao.float8 import convert_to_float8_training\n"
+                                           "PATTERN = re.compile('x')\nconvert_to_float8_training(model)\n"})
+    proc = amplint("check", ".", "--format", "json", "--no-cache", cwd=root)
+    assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP705"] == [4]

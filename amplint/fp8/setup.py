@@ -91,8 +91,8 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
                 add("torchao", node, f"{name}(...)", _recipe(node))
             elif last in ("fp8_autocast", "autocast") and name.split(".")[0] in ("te", "transformer_engine"):
                 add("te", node, f"{name}(...)")
-            elif last == "compile" and (name in ("torch.compile", "compile") or isinstance(node.func, ast.Attribute)):
-                compiles.append(node.lineno)
+            elif last == "compile" and name.split(".")[0] not in ("re", "regex", "builtins", "ast", "py_compile"):
+                compiles.append(node.lineno)  # torch.compile(m), model.compile(); not re.compile(...)
             for k in node.keywords:
                 if k.arg == "mixed_precision" and isinstance(k.value, ast.Constant) and k.value.value == "fp8":
                     add("accelerate", node, f"{last}(mixed_precision='fp8')")
