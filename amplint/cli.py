@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                             description='A language server over stdio: diagnostics, quick fixes, fix-all and hover. '
                                         'Needs the lsp extra: pip install "amplint[lsp]".')
     _add_allow_option(server)
+    fp8_plan = sub.add_parser("fp8-plan", help="which nn.Linear layers to convert to fp8, and the module_filter_fn (imports and runs your code)",
+                              description=_fp8_cli().PLAN_DESCRIPTION)
+    _fp8_cli().add_plan_arguments(fp8_plan)
     try:
         from .verify import cli as verify_cli
     except ImportError:
@@ -158,6 +161,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _explain(args)
         if args.command == "server":
             return _server(args)
+        if args.command == "fp8-plan":
+            return _needs_torch("amplint fp8-plan", lambda: _fp8_cli().plan_main(args))
         if args.command == "verify":
             from .verify import cli as verify_cli
 
@@ -378,6 +383,12 @@ def _server(args) -> int:
         print('amplint server needs pygls: pip install "amplint[lsp]"', file=sys.stderr)
         return EXIT_ERROR
     return server.main(_local_rules_allowed(args))
+
+
+def _fp8_cli():
+    from .fp8 import cli as fp8_cli
+
+    return fp8_cli
 
 
 def _needs_torch(feature: str, run) -> int:

@@ -775,7 +775,9 @@ def _summary_markers(settings: Settings) -> tuple[str, ...]:
     collecting = [r for r in all_rules(settings.rule_paths, settings.load_plugins) if r.collects()]
     if any(not r.collect_markers for r in collecting):
         return ("",)  # a rule collects from every file
-    return CONFIG_MARKERS + engine_detect.MARKERS + tuple(m for r in collecting for m in r.collect_markers)
+    from .fp8.setup import MARKERS as FP8_MARKERS
+
+    return CONFIG_MARKERS + engine_detect.MARKERS + FP8_MARKERS + tuple(m for r in collecting for m in r.collect_markers)
 
 
 def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:

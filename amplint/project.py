@@ -53,6 +53,7 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
     from . import engine_detect
     from .evaluate import CONSTANTS_FACT, config_fields, is_config_class
+    from .fp8 import setup as fp8_setup
 
     ctx.ensure_walked()
     summary = FileSummary(ctx.path)
@@ -68,6 +69,9 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     engine = engine_detect.collect(ctx.tree, ctx.path, ctx.source)
     if engine is not None:
         summary.facts[engine_detect.FACT] = engine
+    fp8 = fp8_setup.collect(ctx.tree, ctx.path, ctx.source)
+    if fp8 is not None:
+        summary.facts[fp8_setup.FACT] = fp8
     constants = module_constants(ctx)
     if constants:
         summary.facts[CONSTANTS_FACT] = {"by_name": constants}

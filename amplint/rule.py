@@ -240,6 +240,9 @@ class Rule:
     #: substrings of which at least one must occur in a file for :meth:`collect` to
     #: find anything there.  Empty with ``collect`` overridden: every file is summarised.
     collect_markers: ClassVar[tuple[str, ...]] = ()
+    #: the settings the docs' Example / Use instead blocks are linted with (a rule active
+    #: only for one target, ``{"target": "fp8"}``)
+    doc_settings: ClassVar[dict] = {}
     VALID: ClassVar[Sequence[Union[Valid, str]]] = ()
     INVALID: ClassVar[Sequence[Union[Invalid, str]]] = ()
 

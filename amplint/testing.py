@@ -149,7 +149,7 @@ def check_rule_docs(rule) -> list[str]:
             failures.append(f"{rule.code} docs: no ```python block under {section!r}")
             continue
         try:
-            findings, _, errors = run_example(rule, code)
+            findings, _, errors = run_example(rule, code, rule.doc_settings)
         except SourceError as exc:
             failures.append(f"{rule.code} docs {section}: does not parse: {exc}")
             continue

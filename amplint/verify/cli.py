@@ -86,6 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv.add_argument("--opt-level", dest="opt_level", nargs="+", action=_LevelsAction, metavar="LEVEL",
                     help="opt levels to check against O0 (always the fp32 reference): O1 O2 O3, as `O1 O2` or `O1,O2` (default O1 O2)")
     lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
+    lv.add_argument("--target", choices=("amp", "fp8"), default="amp",
+                    help="amp (default): the AMP engine's opt levels against fp32; fp8: bf16 against torchao fp8 "
+                         "with the fp8-plan filter (needs the fp8 extra)")
+    from amplint.fp8.cli import add_fp8_options
+
+    add_fp8_options(lv)
     lv.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where to run: auto (the default) is cuda when available, else cpu")
     lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
     lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: the output's 'loss' key or attribute, else "
@@ -228,6 +234,10 @@ def main(args) -> int:
     threads = args.threads or defaults.get("threads")
     if threads:
         torch.set_num_threads(threads)
+    if args.target == "fp8":
+        from amplint.fp8.cli import verify_main
+
+        return verify_main(args, [t for t, _ in parsed], args.tolerance or 0.05)
     from .runner import keep_freed_memory, skip_dynamo_import
 
     skip_dynamo_import()

@@ -1,0 +1,194 @@
+"""One file's facts for the AMP7xx (fp8) rules, built once per file (``ctx.fp8_survey``):
+its ``nn.Linear`` layers with their sizes, the parameters its forward uses through
+``F.linear`` / ``matmul`` / ``@`` (which module swapping never converts), and which
+layers are output heads or input projections.
+
+Sizes come from the semantic core's value resolution (``ctx.evaluate``, the same one
+AMP201 uses): :func:`_size` is the one place this module asks it, so a better resolver
+changes every AMP7xx rule at once.  Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+from typing import Optional
+
+from ..analysis.calls import argument
+from ..analysis.dims import as_size, is_torch_layer, layer_name
+
+#: attribute names of an output projection (the logits): torchao's example filters
+#: ``fqn == "output"`` (torchtitan's Llama), Hugging Face and nanoGPT say ``lm_head``
+HEAD_NAMES = frozenset({"lm_head", "output", "head", "classifier", "decoder", "score", "logits", "output_layer",
+                        "output_projection", "out_head", "generator"})
+#: a Linear reading the model's raw input: a patch / feature embedding
+FIRST_PARTS = ("embed", "input_proj", "in_proj", "proj_in", "stem", "patch")
+_GEMM_CALLS = {"torch.nn.functional.linear": (1,), "torch.matmul": (0, 1), "torch.mm": (0, 1), "torch.bmm": (0, 1),
+               "torch.addmm": (1, 2), "torch.einsum": None}
+_PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+
+
+@dataclasses.dataclass
+class LinearSite:
+    """One ``nn.Linear(...)`` call."""
+
+    call: ast.Call
+    #: the attribute or name it is bound to (``self.lm_head = nn.Linear(...)`` -> lm_head)
+    name: Optional[str]
+    in_features: Optional[int]
+    out_features: Optional[int]
+    in_expr: Optional[ast.AST]
+    out_expr: Optional[ast.AST]
+    #: "head" / "first" / None
+    role: Optional[str] = None
+    role_reason: str = ""
+
+
+@dataclasses.dataclass
+class Bypass:
+    """A GEMM in forward on a parameter of the module itself (not an nn.Linear's)."""
+
+    node: ast.AST  # the call or the ``@``
+    how: str  # "F.linear" / "torch.matmul" / "@" ...
+    operand: str  # "self.w" / "self.wte.weight"
+    #: the ``nn.Parameter(...)`` that creates it in this file, when found
+    parameter: Optional[ast.Call]
+    #: F.linear(x, self.w) on the module's own 2-D parameter: an nn.Linear can replace it
+    plain_linear: bool
+    #: the operand is a submodule's weight (``self.wte.weight``): a tied head
+    submodule_weight: bool
+
+
+def _size(ctx, expr: Optional[ast.AST]) -> Optional[int]:
+    if expr is None:
+        return None
+    value = ctx.evaluate(expr)
+    return as_size(value.value) if value is not None else None
+
+
+def _bound_name(ctx, call: ast.Call) -> Optional[str]:
+    value, stmt = call, ctx.parent(call)
+    while isinstance(stmt, ast.IfExp):  # self.head = nn.Linear(d, n) if n > 0 else nn.Identity()
+        value, stmt = stmt, ctx.parent(stmt)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is value:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
+        if isinstance(target, ast.Attribute):
+            return target.attr
+        if isinstance(target, ast.Name):
+            return target.id
+    if isinstance(stmt, ast.keyword):
+        return stmt.arg
+    return None
+
+
+def _self_operand(expr: ast.AST) -> Optional[str]:
+    """``self.w`` / ``self.w.t()`` / ``self.w.T`` / ``self.emb.weight`` -> its dotted text."""
+    while True:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+                "t", "transpose", "to", "type_as", "half", "float", "bfloat16", "contiguous", "permute"):
+            expr = expr.func.value
+        elif isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT"):
+            expr = expr.value
+        else:
+            break
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name) and expr.id == "self" and parts:
+        return "self." + ".".join(reversed(parts))
+    return None
+
+
+class Fp8Survey:
+    def __init__(self, ctx):
+        self.linears: list[LinearSite] = []
+        self.bypasses: list[Bypass] = []
+        #: (class name, attribute) -> nn.Parameter call with a 2-D shape or unknown shape
+        self.parameters: dict[tuple[Optional[str], str], ast.Call] = {}
+        #: attributes whose weight is tied to an embedding: ``self.lm_head.weight = self.wte.weight``
+        self.tied: dict[str, str] = {}
+        self._build(ctx)
+
+    def _build(self, ctx) -> None:
+        for node in ctx.calls:
+            name = layer_name(node)
+            if name == "Linear" and is_torch_layer(ctx, node, name):
+                in_expr, out_expr = argument(node, "in_features", 0), argument(node, "out_features", 1)
+                self.linears.append(LinearSite(node, _bound_name(ctx, node), _size(ctx, in_expr), _size(ctx, out_expr),
+                                               in_expr, out_expr))
+            elif ctx.qualname(node.func) in _PARAMETER:
+                stmt = ctx.parent(node)
+                if isinstance(stmt, ast.Assign) and stmt.value is node and isinstance(stmt.targets[0], ast.Attribute):
+                    cls = ctx.enclosing_class(node)
+                    self.parameters[(cls.name if cls else None, stmt.targets[0].attr)] = node
+        for node in ctx.nodes("Assign"):
+            # self.lm_head.weight = self.wte.weight (or the other way round): a tied head
+            if len(node.targets) == 1:
+                left, right = _self_operand(node.targets[0]), _self_operand(node.value)
+                if left and right and left.endswith(".weight") and right.endswith(".weight"):
+                    a, b = left.split(".")[1], right.split(".")[1]
+                    self.tied[a] = b
+                    self.tied[b] = a
+        self._roles()
+        self._bypasses(ctx)
+
+    def _roles(self) -> None:
+        for site in self.linears:
+            name = (site.name or "").lower()
+            if name in self.tied:
+                site.role, site.role_reason = "head", f"the output head (its weight is tied to `{self.tied[name]}`)"
+            elif name in HEAD_NAMES:
+                site.role, site.role_reason = "head", "the output projection (the logits)"
+            elif any(part in name for part in FIRST_PARTS):
+                site.role, site.role_reason = "first", "the first projection (it reads the model's raw input)"
+
+    def _bypasses(self, ctx) -> None:
+        candidates: list[tuple[ast.AST, str, list[ast.AST]]] = []
+        for node in ctx.calls:
+            qn = ctx.qualname(node.func) or ""
+            if qn in _GEMM_CALLS:
+                idx = _GEMM_CALLS[qn]
+                args = node.args[1:] if idx is None else [node.args[i] for i in idx if i < len(node.args)]
+                if qn == "torch.nn.functional.linear" and len(node.args) < 2:
+                    w = argument(node, "weight", 1)
+                    args = [w] if w is not None else []
+                short = {"torch.nn.functional.linear": "F.linear"}.get(qn, qn)
+                candidates.append((node, short, args))
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in ("matmul", "mm") and node.args:
+                candidates.append((node, f".{node.func.attr}()", [node.func.value, node.args[0]]))
+        for node in ctx.nodes("BinOp"):
+            if isinstance(node.op, ast.MatMult):
+                candidates.append((node, "@", [node.left, node.right]))
+        for node, how, operands in candidates:
+            if not ctx.in_forward(node):
+                continue
+            cls = ctx.enclosing_class(node)
+            for operand in operands:
+                text = _self_operand(operand)
+                if text is None:
+                    continue
+                parts = text.split(".")[1:]
+                param = self.parameters.get((cls.name if cls else None, parts[0])) if len(parts) == 1 else None
+                submodule = len(parts) == 2 and parts[1] == "weight"
+                if param is None and not submodule:
+                    continue  # a buffer, a tensor attribute, a cached mask: not a trained weight we know of
+                plain = how == "F.linear" and param is not None and operand is (node.args[1] if len(node.args) > 1 else operand)
+                self.bypasses.append(Bypass(node, how, text, param, plain, submodule))
+                break
+
+
+def site_label(site: LinearSite) -> str:
+    """How a message names the layer: ``self.lm_head`` (nn.Linear(768, 50257))."""
+    sizes = f"nn.Linear({site.in_features if site.in_features is not None else '?'}, " \
+            f"{site.out_features if site.out_features is not None else '?'})"
+    return f"`{site.name}` ({sizes})" if site.name else f"`{sizes}`"
+
+
+def linear_flops_share(survey: "Fp8Survey", site: LinearSite) -> Optional[float]:
+    """This layer's K x N over the sum of K x N of the file's Linear layers whose sizes are
+    known (each written layer once: a share per token of one forward)."""
+    sized = [s for s in survey.linears if s.in_features and s.out_features]
+    total = sum(s.in_features * s.out_features for s in sized)
+    if not total or site not in sized:
+        return None
+    return site.in_features * site.out_features / total
