@@ -27,6 +27,10 @@ def _codes(value: str) -> list[str]:
     return [c.strip().upper() for c in value.split(",") if c.strip()]
 
 
+def _globs(value: str) -> list[str]:
+    return [s for s in value.split(",") if s]
+
+
 def _jobs(value: str) -> int:
     try:
         jobs = int(value)
@@ -60,7 +64,10 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     out.add_argument("--report-unused-suppressions", action="store_true", help="report suppression comments that silence nothing (code AMP900)")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
     run = p.add_argument_group("running")
-    run.add_argument("--exclude", type=lambda v: [s for s in v.split(",") if s], metavar="GLOBS", help="comma-separated path globs to skip, added to the config's exclude")
+    run.add_argument("--exclude", type=_globs, metavar="GLOBS",
+                     help="comma-separated path globs to skip, in place of the config's exclude and the default excludes (Ruff's semantics)")
+    run.add_argument("--extend-exclude", type=_globs, metavar="GLOBS",
+                     help="comma-separated path globs to skip, added to exclude (and to the config's extend-exclude)")
     run.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false",
                      help="also lint files that .gitignore / .ignore files ignore (default: skip them when walking folders)")
     run.add_argument("--force-exclude", action="store_true",
@@ -69,6 +76,7 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
                      help="read the source from stdin and report it as NAME (its config, per-file-ignores); "
                           + ("write the fixed source to stdout, the findings left to stderr" if fix else "no PATH with it"))
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
+    run.add_argument("--show-files", action="store_true", help="print the files that would be linted, one a line, and exit")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
     run.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
@@ -192,7 +200,9 @@ def _lint(args) -> int:
         "alignment": args.alignment, "engine": args.engine, "fix_style": args.fix_style,
     }
     if args.exclude:
-        overrides["extend_exclude"] = tuple(args.exclude)
+        overrides["exclude"] = tuple(args.exclude)
+    if args.extend_exclude:
+        overrides["extend_exclude"] = tuple(args.extend_exclude)
     allowed = _local_rules_allowed(args)
     resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
     paths = args.paths or ["."]
@@ -246,6 +256,8 @@ def _lint(args) -> int:
         if status != EXIT_CLEAN:
             print("amplint: fixes not written: the run-time verification above did not pass", file=sys.stderr)
             return status
+    if args.show_files:
+        return _show_files(paths, resolver, args)
     progress, finish = _progress(args.quiet or fmt != "text")
     options = RunOptions(
         fix=args.command == "fix" and not getattr(args, "diff", False),
@@ -268,6 +280,9 @@ def _lint(args) -> int:
     finally:
         finish()
     _warn_rules_not_loaded(resolver, allowed)
+    if stdin is None and not any(_linted(r) for r in results):
+        # Ruff's warning and exit code: a run that checked nothing must not look green
+        print("warning: No Python files found under the given path(s)", file=sys.stderr)
     if getattr(args, "write_baseline", None):
         return _write_baseline(args.write_baseline, results)
     if baseline is not None:
@@ -303,6 +318,52 @@ def _lint(args) -> int:
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _linted(result) -> bool:
+    """Whether ``result`` is a file that was read (not a path skipped with a warning)."""
+    return bool(result.findings or result.errors or not result.warnings)
+
+
+def _discovered(paths, resolver: ConfigResolver, args):
+    """What ``check`` would lint: (path, None) per file, (path, SourceError) per bad path
+    or config (the engine's discovery, without reading a file)."""
+    from .files import SourceError, discover
+
+    def excluded(path: str, parents: bool = True) -> bool:
+        try:
+            return resolver.for_path(path).is_excluded(path, parents)
+        except ConfigError as exc:
+            raise _BadConfig(SourceError(exc.path or path, exc.reason, exc.line or 1, 1)) from None
+
+    try:
+        yield from discover(paths, excluded, respect_gitignore=args.respect_gitignore, force_exclude=args.force_exclude)
+    except _BadConfig as bad:
+        yield bad.error.path, bad.error
+
+
+class _BadConfig(Exception):
+    def __init__(self, error):
+        self.error = error
+
+
+def _show_files(paths, resolver: ConfigResolver, args) -> int:
+    """``--show-files``: the files a run would lint, one a line, sorted (Ruff's option)."""
+    from .reporters.common import printable
+
+    files, status = [], EXIT_CLEAN
+    for path, error in _discovered(paths, resolver, args):
+        if error is None:
+            files.append(path)
+        else:
+            kind = "warning" if error.severity == "warning" else "error"
+            print(f"{printable(error.path)}:{error.line}:{error.col}: {kind}: {printable(error.reason)}", file=sys.stderr)
+            status = status if kind == "warning" else EXIT_ERROR
+    for path in sorted(files):
+        sys.stdout.write(printable(path) + "\n")
+    if not files:
+        print("warning: No Python files found under the given path(s)", file=sys.stderr)
+    return status
 
 
 def _report(args, fmt: str, options, results, out) -> None:

@@ -874,9 +874,9 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
                 results[where] = FileResult(where, errors=[SourceError(where, exc.reason, exc.line or 1, 1)])
             return None
 
-    def excluded(path: str) -> bool:
+    def excluded(path: str, parents: bool = True) -> bool:
         settings = settings_for(path)
-        return settings is None or settings.is_excluded(path)
+        return settings is None or settings.is_excluded(path, parents)
 
     if options.stdin is not None:
         path = _as_typed(paths[0])

@@ -80,7 +80,7 @@ def summary(results) -> str:
         if unsafe:
             extra.append(f"{unsafe} {'more ' if safe else ''}fixable with `amplint fix --unsafe-fixes`")
         parts.append(text + (f" ({'; '.join(extra)})" if extra else "") + ".")
-    elif not errors and not fixed and not (skipped and skipped == len(results)):  # not when nothing was linted
+    elif results and not errors and not fixed and not (skipped and skipped == len(results)):  # not when nothing was linted
         parts.append("All checks passed.")
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked).")
