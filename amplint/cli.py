@@ -12,7 +12,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import __version__
-from .config import DEVICES, ENGINES, FIX_STYLES, OPT_LEVELS, ConfigError, ConfigResolver
+from .config import DEVICES, ENGINES, FIX_STYLES, OPT_LEVELS, SEVERITIES, ConfigError, ConfigResolver
 from .numerics import TARGETS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -61,6 +61,8 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     out.add_argument("--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout (amplint's own errors still go to stderr)")
     out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
+    out.add_argument("--fail-on", choices=SEVERITIES, default=None,
+                     help="the lowest severity that makes the run exit 1 (default warning: info findings are reported and counted, exit 0)")
     out.add_argument("--report-unused-suppressions", action="store_true", help="report suppression comments that silence nothing (code AMP900)")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
     run = p.add_argument_group("running")
@@ -198,6 +200,7 @@ def _lint(args) -> int:
         "ignore": tuple(args.ignore) if args.ignore is not None else None,
         "target": args.target, "opt_level": args.opt_level, "device": args.device,
         "alignment": args.alignment, "engine": args.engine, "fix_style": args.fix_style,
+        "fail_on": args.fail_on,
     }
     if args.exclude:
         overrides["exclude"] = tuple(args.exclude)
@@ -313,7 +316,8 @@ def _lint(args) -> int:
         _report(args, fmt, options, results, sys.stdout)
     if any(r.errors for r in results):
         return EXIT_ERROR
-    findings = any(r.findings for r in results)
+    failing = SEVERITIES[: SEVERITIES.index(base.fail_on) + 1]
+    findings = any(f.severity.value in failing for r in results for f in r.findings)
     changes = options.diff and any(r.diff for r in results)
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS

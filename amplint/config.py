@@ -88,7 +88,7 @@ class Settings:
     @functools.cached_property
     def _fingerprint(self) -> str:
         data = dataclasses.asdict(self)
-        data.pop("root"), data.pop("config_path")
+        data.pop("root"), data.pop("config_path"), data.pop("fail_on")  # fail_on decides the exit code only
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def fingerprint(self) -> str:

@@ -170,7 +170,7 @@ def _unused_suppressions(ctx: FileContext, directives, known_codes) -> list[Find
         what = "suppression" if unused == ["all rules"] else f"suppression of {', '.join(unused)}"
         out.append(Finding(ctx.path, d.line, d.column, d.line, len(ctx.line_text(d.line)) + 1,
                            UNUSED_SUPPRESSION, "unused-suppression", f"Unused {what}: nothing to silence on this statement",
-                           Severity.INFO))
+                           Severity.WARNING))  # the severity rules/amp900_unused_suppression.py declares
     return out
 
 

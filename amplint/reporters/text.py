@@ -39,7 +39,7 @@ def render(results, out, *, statistics=False, color=False) -> None:
         for result in results:
             for f in result.findings:
                 head = f"{printable(f.path)}:{f.line}:{f.column}: "
-                code = f"{f.code} {marker(f)}"
+                code = f"{f.code} {marker(f)}{f.severity.value}: "
                 if color:
                     head = _BOLD + head + _RESET
                     code = _STYLE[f.severity.value] + code + _RESET
