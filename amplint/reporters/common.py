@@ -12,7 +12,47 @@ from ..rule import Applicability
 _UNPRINTABLE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
 _UNPRINTABLE.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 _UNPRINTABLE.update({c: f"\\u{c:04x}" for c in [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+#: a file name that is not UTF-8 comes from the OS with its bad bytes as surrogates
+#: (surrogateescape): shown as ``\xff``, which every output encoding can carry
+_UNPRINTABLE.update({0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)})
 _UNPRINTABLE_KEEP_TABS = {c: e for c, e in _UNPRINTABLE.items() if c != ord("\t")}
+
+
+def unicode_text(text: str) -> str:
+    """``text`` as valid Unicode: the bytes of a name that is not UTF-8 (surrogates from
+    surrogateescape) as ``\\xff``, any other lone surrogate as ``\\uXXXX``.  For the
+    structured formats (JSON, SARIF, GitLab, JUnit), which must never carry a lone
+    surrogate (strict parsers reject it; UTF-8 cannot encode it)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for c in text:
+        code = ord(c)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def unicode_data(value):
+    """``value`` (JSON-like: dicts, lists, strings) with every string through :func:`unicode_text`."""
+    if isinstance(value, str):
+        return unicode_text(value)
+    if isinstance(value, dict):
+        return {unicode_data(k): unicode_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [unicode_data(v) for v in value]
+    return value
+
+
+def is_syntax_error(error) -> bool:
+    return error.reason.startswith("syntax error")
 
 
 def printable(text: str, keep_tabs: bool = False) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import render_errors
+from .common import render_errors, unicode_data
 from .common import statistics as per_rule
 
 
@@ -12,6 +12,6 @@ def render(results, out, *, statistics=False, color=False) -> None:
     if statistics:  # [{code, name, count, fixable, safe_fixes, unsafe_fixes}], most frequent first
         json.dump(per_rule(results), out, indent=2)
     else:
-        json.dump([f.to_dict() for r in results for f in r.findings], out, indent=2)
+        json.dump(unicode_data([f.to_dict() for r in results for f in r.findings]), out, indent=2)
     out.write("\n")
     render_errors(results, sys.stderr)
