@@ -18,9 +18,37 @@ from .numerics import TARGETS
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
+#: options people bring from other tools, and what to use instead
+_INSTEAD = {"--fix": "use `amplint fix` (fixing is a command, not an option of check)",
+            "--watch": "amplint has no watch mode; the language server (`amplint server`) lints as you type"}
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # `check --fix` must not be taken as an abbreviation of --fix-style
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # usage errors: exit 2, the reason on one line and where help is (Ruff's way)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\nFor more information, try `{self.prog} --help`.\n")
+
+    def unrecognized(self, extras: list[str]) -> None:
+        """``unrecognized arguments``, with a "did you mean" for each misspelt option."""
+        import difflib
+
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        hints = []
+        for extra in extras:
+            name = extra.split("=", 1)[0]
+            if not name.startswith("-"):
+                continue
+            if name in _INSTEAD:
+                hints.append(f"{name}: {_INSTEAD[name]}")
+                continue
+            close = difflib.get_close_matches(name, options, n=1, cutoff=0.7)
+            if close:
+                hints.append(f"did you mean `{close[0]}`?")
+        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _codes(value: str) -> list[str]:
@@ -57,7 +85,7 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     tgt.add_argument("--engine", choices=ENGINES, help="the mixed-precision engine the project trains with (default auto: read from the linted files); decides the op policy (amplint and apex: O1 lists; torch: torch.autocast) and which amp module fixes may import")
     tgt.add_argument("--fix-style", choices=FIX_STYLES, help="how softmax fixes are written: functional (dtype=torch.float32) or module (nn.Softmax in __init__)")
     out = p.add_argument_group("output")
-    out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")
+    out.add_argument("--format", "--output-format", choices=FORMATS, default=None, help="output format (default text; --output-format is Ruff's name)")
     out.add_argument("--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout (amplint's own errors still go to stderr)")
     out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
@@ -79,6 +107,8 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
                           + ("write the fixed source to stdout, the findings left to stderr" if fix else "no PATH with it"))
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
     run.add_argument("--show-files", action="store_true", help="print the files that would be linted, one a line, and exit")
+    run.add_argument("--show-settings", action="store_true",
+                     help="print the settings resolved for the first PATH (its config file, then every setting) and exit")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
     run.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
@@ -131,17 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"amplint {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    check = sub.add_parser("check", help="lint files and folders", description="Lint Python files for mixed-precision hazards. Exit 0 clean, 1 findings, 2 errors.")
+    commands = parser.commands = {}
+    check = commands["check"] = sub.add_parser("check", help="lint files and folders", description="Lint Python files for mixed-precision hazards. Exit 0 clean, 1 findings, 2 errors.")
     _add_lint_options(check, fix=False)
-    fix = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
+    fix = commands["fix"] = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
     _add_lint_options(fix, fix=True)
-    rules = sub.add_parser("rules", help="list every rule", description="List every rule: code, name, fix applicability, on by default or not.")
+    rules = commands["rules"] = sub.add_parser("rules", help="list every rule", description="List every rule: code, name, fix applicability, on by default or not.")
     rules.add_argument("--format", choices=("text", "json"), default="text")
     _add_allow_option(rules)
-    explain = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
+    explain = commands["explain"] = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
     explain.add_argument("code", metavar="CODE", help="rule code (AMP101) or name (overflow-constant)")
     _add_allow_option(explain)
-    server = sub.add_parser("server", help="run the language server (LSP over stdio) for editors",
+    server = commands["server"] = sub.add_parser("server", help="run the language server (LSP over stdio) for editors",
                             description='A language server over stdio: diagnostics, quick fixes, fix-all and hover. '
                                         'Needs the lsp extra: pip install "amplint[lsp]".')
     _add_allow_option(server)
@@ -150,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         verify_cli = None
     if verify_cli is not None:
-        verify = sub.add_parser("verify", help="run the model under O0-O3 and prove findings and fixes (imports and runs your code)",
+        verify = commands["verify"] = sub.add_parser("verify", help="run the model under O0-O3 and prove findings and fixes (imports and runs your code)",
                                 description=verify_cli.DESCRIPTION)
         verify_cli.add_arguments(verify)
     return parser
@@ -158,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # reported by the command's own parser: its prog, its options to suggest
+        parser.commands.get(args.command, parser).unrecognized(extras)
     try:
         if args.command in ("check", "fix"):
             return _lint(args)
@@ -261,6 +294,8 @@ def _lint(args) -> int:
             return status
     if args.show_files:
         return _show_files(paths, resolver, args)
+    if args.show_settings:
+        return _show_settings(base, paths[0])
     progress, finish = _progress(args.quiet or fmt != "text")
     options = RunOptions(
         fix=args.command == "fix" and not getattr(args, "diff", False),
@@ -370,6 +405,35 @@ def _show_files(paths, resolver: ConfigResolver, args) -> int:
     return status
 
 
+def _show_settings(settings, path: str) -> int:
+    """``--show-settings``: where the settings for ``path`` come from, then each one, as TOML."""
+    import dataclasses
+    import json
+
+    from .reporters.common import printable
+
+    out = sys.stdout
+    out.write(f"# settings for {printable(path)}\n")
+    out.write(f"# config: {printable(settings.config_path) if settings.config_path else 'none (built-in defaults)'}\n")
+    out.write("# (command-line options included; engine = \"auto\" is decided per file from the linted code)\n")
+    out.write("[tool.amplint]\n")
+    hidden = {"root", "config_path", "engine_origin", "amp_module", "engine_configured", "target_given"}
+    for field in dataclasses.fields(settings):
+        if field.name in hidden:
+            continue
+        value = getattr(settings, field.name)
+        if field.name == "per_file_ignores":  # a TOML inline table
+            pairs = ", ".join(f"{json.dumps(pattern)} = {json.dumps(list(codes))}" for pattern, codes in value)
+            out.write(f"per-file-ignores = {{{' ' + pairs + ' ' if pairs else ''}}}\n")
+            continue
+        if isinstance(value, tuple):
+            value = list(value)
+        elif field.name == "alignment" and value is None:
+            value = settings.effective_alignment()  # the target's
+        out.write(f"{field.name.replace('_', '-')} = {json.dumps(value)}\n")
+    return EXIT_CLEAN
+
+
 def _report(args, fmt: str, options, results, out) -> None:
     from .reporters import reporter
 
@@ -385,10 +449,11 @@ def _report(args, fmt: str, options, results, out) -> None:
             if not args.quiet:
                 print(diff_summary(results), file=sys.stderr)
         elif args.quiet and fmt in ("text", "concise"):
-            from .reporters.common import render_errors
+            from .reporters.common import render_errors, render_statistics
             from .reporters.concise import render_findings
 
-            render_findings(results, out)
+            # -q: the findings (or with --statistics the counts) and nothing else
+            (render_statistics if args.statistics else render_findings)(results, out)
             render_errors(results, sys.stderr)
         else:
             reporter(fmt)(results, out, statistics=args.statistics, color=color)
