@@ -295,3 +295,22 @@ def test_release_script_sets_the_version_points_the_snippets_at_the_tag_and_tags
     (tmp_path / "README.md").write_text("edited\n")
     dirty = release("--version", "0.3.0")
     assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
+
+
+def test_amp_verify_fixture_without_torch_gives_the_install_line(tmp_path):
+    """A test that uses the fixture in a torch-free install fails with the one line of
+    advice, not a bare ModuleNotFoundError (issue 25)."""
+    (tmp_path / "test_model.py").write_text("def test_it(amp_verify):\n    amp_verify(object)\n")
+    runner = NO_TORCH.replace('runpy.run_module("amplint"', 'runpy.run_module("pytest"')
+    proc = subprocess.run([sys.executable, "-c", runner, "-q", "-p", "no:cacheprovider", "test_model.py"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"the amp_verify fixture needs torch: {TORCH_HINT}" in proc.stdout
+    assert "ModuleNotFoundError" not in proc.stdout
+
+
+def test_verify_extra_brings_numpy():
+    """torch warns "Failed to initialize NumPy" on every run without it."""
+    extras = pyproject()["project"]["optional-dependencies"]
+    for extra in ("verify", "amp", "dev"):
+        assert "numpy" in requirement_names(extras[extra]), extra
