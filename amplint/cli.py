@@ -318,6 +318,7 @@ def _lint(args) -> int:
     finally:
         finish()
     _warn_rules_not_loaded(resolver, allowed)
+    _cell_maps(results, stdin)
     if stdin is None and not any(_linted(r) for r in results):
         # Ruff's warning and exit code: a run that checked nothing must not look green
         print("warning: No Python files found under the given path(s)", file=sys.stderr)
@@ -357,6 +358,20 @@ def _lint(args) -> int:
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _cell_maps(results, stdin) -> None:
+    """Each notebook's cells, so that its findings are shown by cell (from the file as it is
+    now: after ``fix``, the fixed one)."""
+    from .files import SourceError, read_source
+    from .notebook import cell_map, is_notebook
+
+    for r in results:
+        if is_notebook(r.path) and (r.findings or r.errors):
+            try:
+                r.cells = cell_map(read_source(r.path, stdin).text)
+            except SourceError:
+                pass  # the notebook's own error is reported in module lines
 
 
 def _linted(result) -> bool:

@@ -47,6 +47,9 @@ class FileResult:
     frames: dict[int, str] = dataclasses.field(default_factory=dict)
     #: ``fix`` of source read from stdin: the fixed bytes, for stdout (nothing is written)
     output: Optional[bytes] = None
+    #: a notebook's (marker line, cell number) per code cell: its findings are shown by
+    #: cell (amplint/notebook.py); set by the command line before reporting
+    cells: list = dataclasses.field(default_factory=list)
 
 
 class _Rules:

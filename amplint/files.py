@@ -17,7 +17,7 @@ import tokenize
 from typing import Iterator, Optional
 
 
-PY_SUFFIXES = (".py", ".pyi")
+PY_SUFFIXES = (".py", ".pyi", ".ipynb")  # .ipynb: amplint/notebook.py
 
 
 class SourceError(Exception):
@@ -113,6 +113,10 @@ def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
         raise SourceError(path, f"cannot read: {exc.strerror or exc}") from None
     if b"\0" in raw[:8192]:
         raise SourceError(path, "binary file (contains NUL bytes), not Python source")
+    if path.endswith(".ipynb"):  # its code cells as one module
+        from .notebook import read_notebook
+
+        return read_notebook(path, raw, *((FileIdentity.of(st, raw), (st.st_uid, st.st_gid)) if st is not None else ()))
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -144,6 +148,8 @@ def check_writable(source: SourceFile) -> None:
     """Refuse, before any work, to fix a file whose encoding cannot keep the bytes outside
     the edits (``# coding: unicode_escape`` would come back on one physical line, utf-7
     with other shift sequences)."""
+    if getattr(source, "is_notebook", False):
+        return  # its encode() writes only the edited cells back (amplint/notebook.py)
     if not keeps_bytes(source.encoding, source.text, source.raw):
         raise SourceError(source.path, f"cannot fix: encoding {source.encoding!r} does not keep the bytes outside "
                                        f"an edit (decoding and re-encoding changes the file); file left unchanged")

@@ -60,6 +60,18 @@ def printable(text: str, keep_tabs: bool = False) -> str:
     return text.translate(_UNPRINTABLE_KEEP_TABS if keep_tabs else _UNPRINTABLE)
 
 
+def where(result, line: int) -> str:
+    """``line``, or ``cell N:line`` in a notebook (Ruff's ``nb.ipynb:cell 3:2:5``)."""
+    cells = getattr(result, "cells", None)
+    if cells:
+        from ..notebook import cell_of
+
+        cell, in_cell = cell_of(cells, line)
+        if cell is not None:
+            return f"cell {cell}:{in_cell}"
+    return str(line)
+
+
 def marker(finding) -> str:
     """``[*] `` (safe fix), ``[-] `` (unsafe fix) or nothing, before a finding's message."""
     if finding.fix is None or finding.fix.applicability is Applicability.DISPLAY:
@@ -71,7 +83,7 @@ def render_errors(results, out) -> None:
     """Errors, then warnings (paths skipped for a harmless reason), one line each."""
     for result in results:
         for e in result.errors:
-            out.write(f"{printable(e.path)}:{e.line}:{e.col}: error: {printable(e.reason)}\n")
+            out.write(f"{printable(e.path)}:{where(result, e.line)}:{e.col}: error: {printable(e.reason)}\n")
         for w in getattr(result, "warnings", ()):
             out.write(f"{printable(w.path)}:{w.line}:{w.col}: warning: {printable(w.reason)}\n")
 
