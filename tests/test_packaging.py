@@ -314,3 +314,16 @@ def test_verify_extra_brings_numpy():
     extras = pyproject()["project"]["optional-dependencies"]
     for extra in ("verify", "amp", "dev"):
         assert "numpy" in requirement_names(extras[extra]), extra
+
+
+def test_docs_install_from_a_checkout_until_a_release_exists():
+    """No command in the README or docs/ is `pip install amplint` (there is no release on the
+    index: it fails), and the CPU-only install names PyTorch's CPU wheel index (issue 25)."""
+    texts = {name: open(os.path.join(ROOT, name), encoding="utf-8").read()
+             for name in ("README.md", "docs/adoption.md", "constraints.txt")}
+    for name, text in texts.items():
+        commands = re.findall(r"^[ \t>*-]*(?:- run: |- )?(pip install [^\n]*)", text, re.M)
+        assert not [c for c in commands if re.match(r"pip install \"?amplint(\[|\"|\s|$)", c)], name
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in texts["README.md"]
+    assert "--index-url https://download.pytorch.org/whl/cpu" in texts["constraints.txt"]
+    assert "no release on PyPI yet" in texts["README.md"]
