@@ -754,9 +754,11 @@ def _fix_task(args) -> FileResult:
             elif path not in _WORKER.sources:
                 write_atomic(path, source.encode(new_text), expected=source)
             # the findings (written or, with --diff, that would be) left after the fixes
-            source = SourceFile(path, new_text, source.encoding, b"")
+            read, source = source, SourceFile(path, new_text, source.encoding, b"")
+        else:
+            read = source
         if path in _WORKER.sources:
-            result.output = source.encode(new_text)
+            result.output = read.encode(new_text)  # the file as read encodes it (a notebook: its JSON)
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:

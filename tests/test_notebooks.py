@@ -82,3 +82,12 @@ def test_pre_commit_hooks_take_notebooks():
     with open(os.path.join(root, ".pre-commit-hooks.yaml")) as fh:
         for hook in yaml.safe_load(fh):
             assert "jupyter" in hook["types_or"]
+
+
+def test_fix_from_stdin_writes_the_notebook_to_stdout(tmp_path, amplint):
+    before = _write(tmp_path / "nb.ipynb")
+    proc = amplint("fix", "--stdin-filename", "nb.ipynb", cwd=tmp_path, input=before.decode())
+    assert proc.returncode == 0, proc.stderr
+    fixed = json.loads(proc.stdout)  # the notebook, not the cells' module text
+    assert fixed["cells"][2]["source"][4] == "from amplint import amp"
+    assert fixed["metadata"] == NOTEBOOK["metadata"] and (tmp_path / "nb.ipynb").read_bytes() == before
