@@ -101,6 +101,22 @@ def keeps_bytes(encoding: str, text: str, data: bytes) -> bool:
     return b"".join(map(alone.__getitem__, text)) == data
 
 
+@dataclasses.dataclass
+class NotebookSource(SourceFile):
+    """A Jupyter notebook: ``text`` is its code cells as one module, and :meth:`encode`
+    writes a fixed module back into the cells it changed (amplint/notebook.py)."""
+
+    notebook: object = None
+
+    def encode(self, text: str) -> bytes:
+        from .notebook import NotebookError
+
+        try:
+            return self.notebook.encode(text)
+        except NotebookError as exc:
+            raise SourceError(self.path, exc.reason) from None
+
+
 def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
     """The decoded source of ``path``, or of ``data`` (read from stdin) under that name."""
     try:
@@ -114,9 +130,15 @@ def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
     if b"\0" in raw[:8192]:
         raise SourceError(path, "binary file (contains NUL bytes), not Python source")
     if path.endswith(".ipynb"):  # its code cells as one module
-        from .notebook import read_notebook
+        from .notebook import Notebook, NotebookError
 
-        return read_notebook(path, raw, *((FileIdentity.of(st, raw), (st.st_uid, st.st_gid)) if st is not None else ()))
+        try:
+            notebook = Notebook(raw)
+        except NotebookError as exc:
+            raise SourceError(path, exc.reason, exc.line, exc.col) from None
+        if st is None:
+            return NotebookSource(path, notebook.text, "utf-8", raw, notebook=notebook)
+        return NotebookSource(path, notebook.text, "utf-8", raw, FileIdentity.of(st, raw), (st.st_uid, st.st_gid), notebook)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -148,7 +170,7 @@ def check_writable(source: SourceFile) -> None:
     """Refuse, before any work, to fix a file whose encoding cannot keep the bytes outside
     the edits (``# coding: unicode_escape`` would come back on one physical line, utf-7
     with other shift sequences)."""
-    if getattr(source, "is_notebook", False):
+    if isinstance(source, NotebookSource):
         return  # its encode() writes only the edited cells back (amplint/notebook.py)
     if not keeps_bytes(source.encoding, source.text, source.raw):
         raise SourceError(source.path, f"cannot fix: encoding {source.encoding!r} does not keep the bytes outside "

@@ -18,8 +18,6 @@ import json
 import re
 from typing import Optional
 
-from .files import SourceError, SourceFile
-
 SUFFIX = ".ipynb"
 _MARKER = "#%% cell {}"
 _MARKER_RE = re.compile(r"^#%% cell (\d+)$", re.M)
@@ -33,24 +31,29 @@ def is_notebook(path: str) -> bool:
     return path.endswith(SUFFIX)
 
 
-class NotebookSource(SourceFile):
-    """A notebook read for linting: ``text`` is its code as one module; :meth:`encode`
-    turns a fixed module back into the notebook's bytes."""
+class NotebookError(Exception):
+    """Not a notebook amplint can read, or a fix it cannot write back: ``reason`` at
+    ``line``:``col`` of the file (files.py turns it into a SourceError)."""
 
-    is_notebook = True
+    def __init__(self, reason: str, line: int = 1, col: int = 1):
+        self.reason, self.line, self.col = reason, line, col
+        super().__init__(reason)
 
-    def __init__(self, path: str, raw: bytes, identity=None, owner=None):
+
+class Notebook:
+    """A notebook's bytes: ``text`` is its code cells as one module; :meth:`encode` turns
+    a fixed module back into the notebook's bytes."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
         try:
             document = raw.decode("utf-8-sig" if raw.startswith(b"\xef\xbb\xbf") else "utf-8")
         except UnicodeDecodeError as exc:
-            raise SourceError(path, f"not a notebook: not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
+            raise NotebookError(f"not a notebook: not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
         self.document = document
-        self.cells = _code_cells(path, document)  # [(number, (start, end) of "source", text)]
+        self.cells = _code_cells(document)  # [(number, (start, end) of "source", text)]
         self.magics: list[str] = []
-        parts = []
-        for number, _, source in self.cells:
-            parts.append(_MARKER.format(number) + "\n" + self._mask(source) + "\n")
-        super().__init__(path, "".join(parts), "utf-8", raw, identity, owner)
+        self.text = "".join(_MARKER.format(number) + "\n" + self._mask(source) + "\n" for number, _, source in self.cells)
 
     def _mask(self, source: str) -> str:
         lines = source.split("\n")
@@ -66,11 +69,11 @@ class NotebookSource(SourceFile):
         return "\n".join(out)
 
     def encode(self, text: str) -> bytes:
-        """The notebook with the cells of the fixed module ``text``; SourceError when a
-        fix moved a cell marker or a magic's placeholder (nothing is written then)."""
+        """The notebook with the cells of the fixed module ``text``; NotebookError when a
+        fix moved a cell marker (nothing is written then)."""
         found = list(_MARKER_RE.finditer(text))
         if [int(m.group(1)) for m in found] != [number for number, _, _ in self.cells] or (found and found[0].start() != 0):
-            raise SourceError(self.path, "cannot fix: a fix would move code across the notebook's cells; notebook left unchanged")
+            raise NotebookError("cannot fix: a fix would move code across the notebook's cells; notebook left unchanged")
         out, position = [], 0
         for i, ((number, (start, end), old), marker) in enumerate(zip(self.cells, found)):
             stop = found[i + 1].start() if i + 1 < len(found) else len(text)
@@ -112,10 +115,6 @@ def cell_of(cells, line: int) -> tuple[Optional[int], int]:
     return found if found is not None else (None, line)
 
 
-def read_notebook(path: str, raw: bytes, identity=None, owner=None) -> NotebookSource:
-    return NotebookSource(path, raw, identity, owner)
-
-
 # --- the notebook's JSON, with the positions of the code cells' sources ------------------
 
 _DECODER = json.JSONDecoder()
@@ -126,12 +125,12 @@ def _skip(doc: str, i: int) -> int:
     return _WS.match(doc, i).end()
 
 
-def _code_cells(path: str, doc: str) -> list:
+def _code_cells(doc: str) -> list:
     """(number, (start, end) of the ``source`` value in ``doc``, its text) per code cell."""
     def bad(reason, at):
         line = doc.count("\n", 0, at) + 1
         col = at - (doc.rfind("\n", 0, at) + 1) + 1
-        return SourceError(path, f"not a notebook: {reason}", line, col)
+        return NotebookError(f"not a notebook: {reason}", line, col)
 
     try:
         whole = json.loads(doc)
