@@ -1,7 +1,7 @@
 """The ``amplint`` command line (also ``python -m amplint``).
 
-Exit codes: 0 clean; 1 findings (for ``fix``: findings left after fixing; for
-``fix --diff``: changes it would make); 2 usage or configuration error, or a file that
+Exit codes: 0 clean (or findings below ``--fail-on`` only, default: only ``info``); 1
+findings (for ``fix``: findings left after fixing; for ``fix --diff``: changes it would make); 2 usage or configuration error, or a file that
 could not be read or parsed (the other files are still linted).
 """
 from __future__ import annotations
@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"amplint {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands = parser.commands = {}
-    check = commands["check"] = sub.add_parser("check", help="lint files and folders", description="Lint Python files for mixed-precision hazards. Exit 0 clean, 1 findings, 2 errors.")
+    check = commands["check"] = sub.add_parser("check", help="lint files and folders", description="Lint Python files and notebooks for mixed-precision hazards. Exit 0 clean (info findings alone do "
+                                                    "not fail: see --fail-on), 1 findings, 2 errors.")
     _add_lint_options(check, fix=False)
     fix = commands["fix"] = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
     _add_lint_options(fix, fix=True)
