@@ -432,8 +432,10 @@ def _show_settings(settings, path: str) -> int:
     out.write(f"# settings for {printable(path)}\n")
     out.write(f"# config: {printable(settings.config_path) if settings.config_path else 'none (built-in defaults)'}\n")
     out.write("# (command-line options included; engine = \"auto\" is decided per file from the linted code)\n")
+    out.write(f"# local rules and plugins loaded: {'yes' if settings.load_plugins else 'no (--allow-local-rules)'}\n")
     out.write("[tool.amplint]\n")
-    hidden = {"root", "config_path", "engine_origin", "amp_module", "engine_configured", "target_given"}
+    # what is not a [tool.amplint] key stays out, so that the table can be pasted into a pyproject.toml
+    hidden = {"root", "config_path", "engine_origin", "amp_module", "engine_configured", "target_given", "load_plugins"}
     for field in dataclasses.fields(settings):
         if field.name in hidden:
             continue

@@ -57,6 +57,9 @@ def test_show_settings_and_show_files(tmp_path, amplint):
     import tomllib
 
     assert tomllib.loads("\n".join(lines))["tool"]["amplint"]["target"] == "bf16"  # it is TOML
+    (tmp_path / "pyproject.toml").write_text(proc.stdout)  # and a config amplint takes as it is
+    again = amplint("check", "--show-settings", "src/m.py", cwd=tmp_path)
+    assert again.returncode == 0 and 'opt-level = "O2"' in again.stdout.splitlines(), again.stderr
     files = amplint("check", "--show-files", cwd=tmp_path)
     assert files.returncode == 0 and files.stdout == "src/m.py\n"
 
