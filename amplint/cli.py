@@ -161,19 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"amplint {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands = parser.commands = {}
-    check = commands["check"] = sub.add_parser("check", help="lint files and folders", description="Lint Python files and notebooks for mixed-precision hazards. Exit 0 clean (info findings alone do "
+    parser.commands = sub.choices  # name -> its parser: unrecognized arguments are reported by it
+    check = sub.add_parser("check", help="lint files and folders", description="Lint Python files and notebooks for mixed-precision hazards. Exit 0 clean (info findings alone do "
                                                     "not fail: see --fail-on), 1 findings, 2 errors.")
     _add_lint_options(check, fix=False)
-    fix = commands["fix"] = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
+    fix = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
     _add_lint_options(fix, fix=True)
-    rules = commands["rules"] = sub.add_parser("rules", help="list every rule", description="List every rule: code, name, fix applicability, on by default or not.")
+    rules = sub.add_parser("rules", help="list every rule", description="List every rule: code, name, fix applicability, on by default or not.")
     rules.add_argument("--format", choices=("text", "json"), default="text")
     _add_allow_option(rules)
-    explain = commands["explain"] = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
+    explain = sub.add_parser("explain", help="show a rule's documentation", description="Show a rule's documentation: what it flags, why (with the fp16/bf16 numbers), an example and the fix.")
     explain.add_argument("code", metavar="CODE", help="rule code (AMP101) or name (overflow-constant)")
     _add_allow_option(explain)
-    server = commands["server"] = sub.add_parser("server", help="run the language server (LSP over stdio) for editors",
+    server = sub.add_parser("server", help="run the language server (LSP over stdio) for editors",
                             description='A language server over stdio: diagnostics, quick fixes, fix-all and hover. '
                                         'Needs the lsp extra: pip install "amplint[lsp]".')
     _add_allow_option(server)
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         verify_cli = None
     if verify_cli is not None:
-        verify = commands["verify"] = sub.add_parser("verify", help="run the model under O0-O3 and prove findings and fixes (imports and runs your code)",
+        verify = sub.add_parser("verify", help="run the model under O0-O3 and prove findings and fixes (imports and runs your code)",
                                 description=verify_cli.DESCRIPTION)
         verify_cli.add_arguments(verify)
     return parser
