@@ -138,6 +138,10 @@ def _code_cells(doc: str) -> list:
         raise bad(f"invalid JSON: {exc.msg}", exc.pos) from None
     if not isinstance(whole, dict) or not isinstance(whole.get("cells"), list):
         raise bad("no list of cells", 0)
+    for number, cell in enumerate(whole["cells"], 1):
+        source = cell.get("source", "") if isinstance(cell, dict) else None
+        if not isinstance(source, str) and not (isinstance(source, list) and all(isinstance(x, str) for x in source)):
+            raise bad(f"cell {number} is not a cell with a text source", 0)
     cells = []
     i = _skip(doc, 0) + 1  # after the top-level {
     while True:  # the top-level keys, to the value of "cells"
@@ -172,8 +176,6 @@ def _code_cells(doc: str) -> list:
         if kind == "code" and span is not None:
             start, end, value = span
             text = "".join(value) if isinstance(value, list) else value
-            if not isinstance(text, str):
-                raise bad(f"cell {number}: source is not text", start)
             cells.append((number, (start, end), text))
     return cells
 

@@ -69,6 +69,9 @@ def test_a_broken_notebook_is_one_error_line(tmp_path, amplint):
     proc = amplint("check", "--no-cache", cwd=tmp_path)
     assert proc.returncode == 2 and "bad.ipynb:1:" in proc.stderr and "not a notebook: invalid JSON" in proc.stderr
     assert "m.py:1:1: AMP501" in proc.stdout
+    (tmp_path / "bad.ipynb").write_text('{"cells": [{"cell_type": "code", "source": [1]}, 2]}')
+    proc = amplint("check", "--no-cache", "bad.ipynb", cwd=tmp_path)
+    assert proc.returncode == 2 and "bad.ipynb:1:1: error: not a notebook: cell 1 is not a cell with a text source" in proc.stderr
     syntax = dict(NOTEBOOK, cells=[{"cell_type": "code", "metadata": {}, "outputs": [], "source": ["import torch\n", "def f(:\n"]}])
     _write(tmp_path / "bad.ipynb", syntax)
     proc = amplint("check", "--no-cache", "bad.ipynb", cwd=tmp_path)
