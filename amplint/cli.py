@@ -1,7 +1,7 @@
 """The ``amplint`` command line (also ``python -m amplint``).
 
-Exit codes: 0 clean; 1 findings (for ``fix``: findings left after fixing; for
-``fix --diff``: changes it would make); 2 usage or configuration error, or a file that
+Exit codes: 0 clean (or findings below ``--fail-on`` only, default: only ``info``); 1
+findings (for ``fix``: findings left after fixing; for ``fix --diff``: changes it would make); 2 usage or configuration error, or a file that
 could not be read or parsed (the other files are still linted).
 """
 from __future__ import annotations
@@ -12,19 +12,51 @@ import sys
 from typing import Optional, Sequence
 
 from . import __version__
-from .config import DEVICES, ENGINES, FIX_STYLES, OPT_LEVELS, ConfigError, ConfigResolver
+from .config import DEVICES, ENGINES, FIX_STYLES, OPT_LEVELS, SEVERITIES, ConfigError, ConfigResolver
 from .numerics import TARGETS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
+#: options people bring from other tools, and what to use instead
+_INSTEAD = {"--fix": "use `amplint fix` (fixing is a command, not an option of check)",
+            "--watch": "amplint has no watch mode; the language server (`amplint server`) lints as you type"}
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # `check --fix` must not be taken as an abbreviation of --fix-style
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # usage errors: exit 2, the reason on one line and where help is (Ruff's way)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\nFor more information, try `{self.prog} --help`.\n")
+
+    def unrecognized(self, extras: list[str]) -> None:
+        """``unrecognized arguments``, with a "did you mean" for each misspelt option."""
+        import difflib
+
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        hints = []
+        for extra in extras:
+            name = extra.split("=", 1)[0]
+            if not name.startswith("-"):
+                continue
+            if name in _INSTEAD:
+                hints.append(f"{name}: {_INSTEAD[name]}")
+                continue
+            close = difflib.get_close_matches(name, options, n=1, cutoff=0.7)
+            if close:
+                hints.append(f"did you mean `{close[0]}`?")
+        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _codes(value: str) -> list[str]:
     return [c.strip().upper() for c in value.split(",") if c.strip()]
+
+
+def _globs(value: str) -> list[str]:
+    return [s for s in value.split(",") if s]
 
 
 def _jobs(value: str) -> int:
@@ -53,14 +85,19 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     tgt.add_argument("--engine", choices=ENGINES, help="the mixed-precision engine the project trains with (default auto: read from the linted files); decides the op policy (amplint and apex: O1 lists; torch: torch.autocast) and which amp module fixes may import")
     tgt.add_argument("--fix-style", choices=FIX_STYLES, help="how softmax fixes are written: functional (dtype=torch.float32) or module (nn.Softmax in __init__)")
     out = p.add_argument_group("output")
-    out.add_argument("--format", choices=FORMATS, default=None, help="output format (default text)")
+    out.add_argument("--format", "--output-format", choices=FORMATS, default=None, help="output format (default text; --output-format is Ruff's name)")
     out.add_argument("--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout (amplint's own errors still go to stderr)")
     out.add_argument("--statistics", action="store_true", help="show counts per rule instead of each finding")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
+    out.add_argument("--fail-on", choices=SEVERITIES, default=None,
+                     help="the lowest severity that makes the run exit 1 (default warning: info findings are reported and counted, exit 0)")
     out.add_argument("--report-unused-suppressions", action="store_true", help="report suppression comments that silence nothing (code AMP900)")
     out.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary or progress")
     run = p.add_argument_group("running")
-    run.add_argument("--exclude", type=lambda v: [s for s in v.split(",") if s], metavar="GLOBS", help="comma-separated path globs to skip, added to the config's exclude")
+    run.add_argument("--exclude", type=_globs, metavar="GLOBS",
+                     help="comma-separated path globs to skip, in place of the config's exclude and the default excludes (Ruff's semantics)")
+    run.add_argument("--extend-exclude", type=_globs, metavar="GLOBS",
+                     help="comma-separated path globs to skip, added to exclude (and to the config's extend-exclude)")
     run.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false",
                      help="also lint files that .gitignore / .ignore files ignore (default: skip them when walking folders)")
     run.add_argument("--force-exclude", action="store_true",
@@ -69,6 +106,9 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
                      help="read the source from stdin and report it as NAME (its config, per-file-ignores); "
                           + ("write the fixed source to stdout, the findings left to stderr" if fix else "no PATH with it"))
     run.add_argument("--config", metavar="FILE", help="use this pyproject.toml instead of the nearest one")
+    run.add_argument("--show-files", action="store_true", help="print the files that would be linted, one a line, and exit")
+    run.add_argument("--show-settings", action="store_true",
+                     help="print the settings resolved for the first PATH (its config file, then every setting) and exit")
     run.add_argument("--no-cache", action="store_true", help="do not read or write the result cache (.amplint_cache/)")
     run.add_argument("--cache-dir", metavar="DIR", help="where to keep the cache (default: .amplint_cache/ beside the config)")
     run.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
@@ -121,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"amplint {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    check = sub.add_parser("check", help="lint files and folders", description="Lint Python files for mixed-precision hazards. Exit 0 clean, 1 findings, 2 errors.")
+    parser.commands = sub.choices  # name -> its parser: unrecognized arguments are reported by it
+    check = sub.add_parser("check", help="lint files and folders", description="Lint Python files and notebooks for mixed-precision hazards. Exit 0 clean (info findings alone do "
+                                                    "not fail: see --fail-on), 1 findings, 2 errors.")
     _add_lint_options(check, fix=False)
     fix = sub.add_parser("fix", help="apply fixes in place", description="Apply safe fixes in place (--unsafe-fixes: unsafe ones too; --diff: show, write nothing). Exit 1 when findings remain.")
     _add_lint_options(fix, fix=True)
@@ -151,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # reported by the command's own parser: its prog, its options to suggest
+        parser.commands.get(args.command, parser).unrecognized(extras)
     try:
         if args.command in ("check", "fix"):
             return _lint(args)
@@ -195,9 +239,12 @@ def _lint(args) -> int:
         "ignore": tuple(args.ignore) if args.ignore is not None else None,
         "target": args.target, "opt_level": args.opt_level, "device": args.device,
         "alignment": args.alignment, "engine": args.engine, "fix_style": args.fix_style,
+        "fail_on": args.fail_on,
     }
     if args.exclude:
-        overrides["extend_exclude"] = tuple(args.exclude)
+        overrides["exclude"] = tuple(args.exclude)
+    if args.extend_exclude:
+        overrides["extend_exclude"] = tuple(args.extend_exclude)
     allowed = _local_rules_allowed(args)
     resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
     paths = args.paths or ["."]
@@ -251,6 +298,10 @@ def _lint(args) -> int:
         if status != EXIT_CLEAN:
             print("amplint: fixes not written: the run-time verification above did not pass", file=sys.stderr)
             return status
+    if args.show_files:
+        return _show_files(paths, resolver, args)
+    if args.show_settings:
+        return _show_settings(base, paths[0])
     progress, finish = _progress(args.quiet or fmt != "text")
     options = RunOptions(
         fix=args.command == "fix" and not getattr(args, "diff", False),
@@ -273,6 +324,10 @@ def _lint(args) -> int:
     finally:
         finish()
     _warn_rules_not_loaded(resolver, allowed)
+    _cell_maps(results, stdin)
+    if stdin is None and not any(_linted(r) for r in results):
+        # Ruff's warning and exit code: a run that checked nothing must not look green
+        print("warning: No Python files found under the given path(s)", file=sys.stderr)
     if getattr(args, "write_baseline", None):
         return _write_baseline(args.write_baseline, results)
     if baseline is not None:
@@ -303,10 +358,102 @@ def _lint(args) -> int:
         _report(args, fmt, options, results, sys.stdout)
     if any(r.errors for r in results):
         return EXIT_ERROR
-    findings = any(r.findings for r in results)
+    failing = SEVERITIES[: SEVERITIES.index(base.fail_on) + 1]
+    findings = any(f.severity.value in failing for r in results for f in r.findings)
     changes = options.diff and any(r.diff for r in results)
     if (findings or changes) and not args.exit_zero:
         return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _cell_maps(results, stdin) -> None:
+    """Each notebook's cells, so that its findings are shown by cell (from the file as it is
+    now: after ``fix``, the fixed one)."""
+    from .files import SourceError, read_source
+    from .notebook import cell_map, is_notebook
+
+    for r in results:
+        if is_notebook(r.path) and (r.findings or r.errors):
+            try:
+                r.cells = cell_map(read_source(r.path, stdin).text)
+            except SourceError:
+                pass  # the notebook's own error is reported in module lines
+
+
+def _linted(result) -> bool:
+    """Whether ``result`` is a file that was read (not a path skipped with a warning)."""
+    return bool(result.findings or result.errors or not result.warnings)
+
+
+def _discovered(paths, resolver: ConfigResolver, args):
+    """What ``check`` would lint: (path, None) per file, (path, SourceError) per bad path
+    or config (the engine's discovery, without reading a file)."""
+    from .files import SourceError, discover
+
+    def excluded(path: str, parents: bool = True) -> bool:
+        try:
+            return resolver.for_path(path).is_excluded(path, parents)
+        except ConfigError as exc:
+            raise _BadConfig(SourceError(exc.path or path, exc.reason, exc.line or 1, 1)) from None
+
+    try:
+        yield from discover(paths, excluded, respect_gitignore=args.respect_gitignore, force_exclude=args.force_exclude)
+    except _BadConfig as bad:
+        yield bad.error.path, bad.error
+
+
+class _BadConfig(Exception):
+    def __init__(self, error):
+        self.error = error
+
+
+def _show_files(paths, resolver: ConfigResolver, args) -> int:
+    """``--show-files``: the files a run would lint, one a line, sorted (Ruff's option)."""
+    from .reporters.common import printable
+
+    files, status = [], EXIT_CLEAN
+    for path, error in _discovered(paths, resolver, args):
+        if error is None:
+            files.append(path)
+        else:
+            kind = "warning" if error.severity == "warning" else "error"
+            print(f"{printable(error.path)}:{error.line}:{error.col}: {kind}: {printable(error.reason)}", file=sys.stderr)
+            status = status if kind == "warning" else EXIT_ERROR
+    for path in sorted(files):
+        sys.stdout.write(printable(path) + "\n")
+    if not files:
+        print("warning: No Python files found under the given path(s)", file=sys.stderr)
+    return status
+
+
+def _show_settings(settings, path: str) -> int:
+    """``--show-settings``: where the settings for ``path`` come from, then each one, as TOML."""
+    import dataclasses
+    import json
+
+    from .reporters.common import printable
+
+    out = sys.stdout
+    out.write(f"# settings for {printable(path)}\n")
+    out.write(f"# config: {printable(settings.config_path) if settings.config_path else 'none (built-in defaults)'}\n")
+    out.write("# (command-line options included; engine = \"auto\" is decided per file from the linted code)\n")
+    out.write(f"# local rules and plugins loaded: {'yes' if settings.load_plugins else 'no (--allow-local-rules)'}\n")
+    out.write("[tool.amplint]\n")
+    # what is not a [tool.amplint] key stays out, so that the table can be pasted into a pyproject.toml
+    hidden = {"root", "config_path", "engine_origin", "amp_module", "engine_configured", "target_given", "load_plugins"}
+    for field in dataclasses.fields(settings):
+        if field.name in hidden:
+            continue
+        value = getattr(settings, field.name)
+        if field.name == "per_file_ignores":  # a TOML inline table
+            pairs = ", ".join(f"{json.dumps(pattern)} = {json.dumps(list(codes))}" for pattern, codes in value)
+            out.write(f"per-file-ignores = {{{' ' + pairs + ' ' if pairs else ''}}}\n")
+            continue
+        if isinstance(value, tuple):
+            value = list(value)
+        elif field.name == "alignment" and value is None:
+            value = settings.effective_alignment()  # the target's
+        out.write(f"{field.name.replace('_', '-')} = {json.dumps(value)}\n")
     return EXIT_CLEAN
 
 
@@ -325,10 +472,11 @@ def _report(args, fmt: str, options, results, out) -> None:
             if not args.quiet:
                 print(diff_summary(results), file=sys.stderr)
         elif args.quiet and fmt in ("text", "concise"):
-            from .reporters.common import render_errors
+            from .reporters.common import render_errors, render_statistics
             from .reporters.concise import render_findings
 
-            render_findings(results, out)
+            # -q: the findings (or with --statistics the counts) and nothing else
+            (render_statistics if args.statistics else render_findings)(results, out)
             render_errors(results, sys.stderr)
         else:
             reporter(fmt)(results, out, statistics=args.statistics, color=color)

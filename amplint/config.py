@@ -27,6 +27,7 @@ from .numerics import TARGETS
 DEVICES = ("cuda", "cpu", "any")
 ENGINES = ("auto", "amplint", "apex", "torch")
 FIX_STYLES = ("functional", "module")
+SEVERITIES = ("error", "warning", "info")  # most severe first
 CODE_RE = re.compile(r"^[A-Z]+[0-9]*$")
 
 DEFAULT_EXCLUDE = (
@@ -51,8 +52,10 @@ class Settings:
     ignore: tuple[str, ...] = ()
     extend_select: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    exclude: tuple[str, ...] = ()
-    extend_exclude: tuple[str, ...] = ()  # --exclude on the command line adds to exclude
+    #: Ruff's semantics: ``exclude`` (config or --exclude) replaces the defaults,
+    #: ``extend-exclude`` (config and --extend-exclude, both kept) adds to them
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
     target: str = "fp16"
     opt_level: str = "O1"
     #: where the model runs under autocast: CUDA and CPU autocast upcast different ops
@@ -76,6 +79,8 @@ class Settings:
     #: whether ``target`` was set (config or command line): auto then leaves it alone
     target_given: bool = False
     fix_style: str = "functional"
+    #: the lowest severity that fails the run (exit 1); lower ones are reported only
+    fail_on: str = "warning"
     #: directory of the pyproject.toml the settings came from (resolves relative paths)
     root: str = "."
     config_path: Optional[str] = None
@@ -83,7 +88,7 @@ class Settings:
     @functools.cached_property
     def _fingerprint(self) -> str:
         data = dataclasses.asdict(self)
-        data.pop("root"), data.pop("config_path")
+        data.pop("root"), data.pop("config_path"), data.pop("fail_on")  # fail_on decides the exit code only
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def fingerprint(self) -> str:
@@ -103,9 +108,17 @@ class Settings:
                 out.extend(codes)
         return tuple(out)
 
-    def is_excluded(self, path: str) -> bool:
+    def is_excluded(self, path: str, parents: bool = True) -> bool:
+        """Whether an exclude pattern matches ``path`` (its path or its name), or with
+        ``parents`` any folder above it.  A folder walk asks without ``parents``: it
+        prunes excluded folders itself, and a folder named on the command line is
+        linted even below an excluded one (Ruff's way)."""
         rel = _relative(path, self.root)
-        return any(_path_matches(rel, pattern) for pattern in self.exclude + self.extend_exclude)
+        patterns = self.exclude + self.extend_exclude
+        if not parents:
+            candidates = (rel, rel.rsplit("/", 1)[-1])
+            return any(fnmatch.fnmatchcase(c, pattern.rstrip("/")) for pattern in patterns for c in candidates)
+        return any(_path_matches(rel, pattern) for pattern in patterns)
 
 
 def _relative(path: str, root: str) -> str:
@@ -129,6 +142,7 @@ _KEYS = {
     "select": "codes", "ignore": "codes", "extend-select": "codes", "per-file-ignores": "pfi",
     "exclude": "strings", "target": TARGETS, "opt-level": OPT_LEVELS, "device": DEVICES,
     "alignment": "alignment", "rule-paths": "strings", "engine": ENGINES, "fix-style": FIX_STYLES,
+    "extend-exclude": "strings", "fail-on": SEVERITIES,
 }
 #: sub-tables other parts of amplint own (e.g. [tool.amplint.verify]); not settings here
 _SUBTABLES = ("verify",)
@@ -307,7 +321,10 @@ class ConfigResolver:
         return tuple(out)
 
     def _build(self, values: dict[str, Any], root: str, config_path: Optional[str]) -> Settings:
+        extend = tuple(values.get("extend_exclude", ())) + tuple(self.overrides.get("extend_exclude", ()))
         values = {"load_plugins": self.allow_local_rules, **values, **self.overrides}
+        if extend:  # the config's extend-exclude and --extend-exclude both apply
+            values["extend_exclude"] = extend
         values["target_given"] = "target" in values
         return Settings(root=root, config_path=config_path, **values)
 

@@ -47,6 +47,9 @@ class FileResult:
     frames: dict[int, str] = dataclasses.field(default_factory=dict)
     #: ``fix`` of source read from stdin: the fixed bytes, for stdout (nothing is written)
     output: Optional[bytes] = None
+    #: a notebook's (marker line, cell number) per code cell: its findings are shown by
+    #: cell (amplint/notebook.py); set by the command line before reporting
+    cells: list = dataclasses.field(default_factory=list)
 
 
 class _Rules:
@@ -170,7 +173,7 @@ def _unused_suppressions(ctx: FileContext, directives, known_codes) -> list[Find
         what = "suppression" if unused == ["all rules"] else f"suppression of {', '.join(unused)}"
         out.append(Finding(ctx.path, d.line, d.column, d.line, len(ctx.line_text(d.line)) + 1,
                            UNUSED_SUPPRESSION, "unused-suppression", f"Unused {what}: nothing to silence on this statement",
-                           Severity.INFO))
+                           Severity.WARNING))  # the severity rules/amp900_unused_suppression.py declares
     return out
 
 
@@ -751,9 +754,11 @@ def _fix_task(args) -> FileResult:
             elif path not in _WORKER.sources:
                 write_atomic(path, source.encode(new_text), expected=source)
             # the findings (written or, with --diff, that would be) left after the fixes
-            source = SourceFile(path, new_text, source.encoding, b"")
+            read, source = source, SourceFile(path, new_text, source.encoding, b"")
+        else:
+            read = source
         if path in _WORKER.sources:
-            result.output = source.encode(new_text)
+            result.output = read.encode(new_text)  # the file as read encodes it (a notebook: its JSON)
         if options.report_unused_suppressions and not options.diff:
             findings, _, _ = lint_text(path, source.text, settings, rules, project, True)
     except SourceError as exc:
@@ -876,9 +881,9 @@ def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list
                 results[where] = FileResult(where, errors=[SourceError(where, exc.reason, exc.line or 1, 1)])
             return None
 
-    def excluded(path: str) -> bool:
+    def excluded(path: str, parents: bool = True) -> bool:
         settings = settings_for(path)
-        return settings is None or settings.is_excluded(path)
+        return settings is None or settings.is_excluded(path, parents)
 
     if options.stdin is not None:
         path = _as_typed(paths[0])

@@ -16,9 +16,8 @@ import stat
 import tokenize
 from typing import Iterator, Optional
 
-from .config import DEFAULT_EXCLUDE, _path_matches
 
-PY_SUFFIXES = (".py", ".pyi")
+PY_SUFFIXES = (".py", ".pyi", ".ipynb")  # .ipynb: amplint/notebook.py
 
 
 class SourceError(Exception):
@@ -102,6 +101,22 @@ def keeps_bytes(encoding: str, text: str, data: bytes) -> bool:
     return b"".join(map(alone.__getitem__, text)) == data
 
 
+@dataclasses.dataclass
+class NotebookSource(SourceFile):
+    """A Jupyter notebook: ``text`` is its code cells as one module, and :meth:`encode`
+    writes a fixed module back into the cells it changed (amplint/notebook.py)."""
+
+    notebook: object = None
+
+    def encode(self, text: str) -> bytes:
+        from .notebook import NotebookError
+
+        try:
+            return self.notebook.encode(text)
+        except NotebookError as exc:
+            raise SourceError(self.path, exc.reason) from None
+
+
 def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
     """The decoded source of ``path``, or of ``data`` (read from stdin) under that name."""
     try:
@@ -114,6 +129,16 @@ def read_source(path: str, data: Optional[bytes] = None) -> SourceFile:
         raise SourceError(path, f"cannot read: {exc.strerror or exc}") from None
     if b"\0" in raw[:8192]:
         raise SourceError(path, "binary file (contains NUL bytes), not Python source")
+    if path.endswith(".ipynb"):  # its code cells as one module
+        from .notebook import Notebook, NotebookError
+
+        try:
+            notebook = Notebook(raw)
+        except NotebookError as exc:
+            raise SourceError(path, exc.reason, exc.line, exc.col) from None
+        if st is None:
+            return NotebookSource(path, notebook.text, "utf-8", raw, notebook=notebook)
+        return NotebookSource(path, notebook.text, "utf-8", raw, FileIdentity.of(st, raw), (st.st_uid, st.st_gid), notebook)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -145,6 +170,8 @@ def check_writable(source: SourceFile) -> None:
     """Refuse, before any work, to fix a file whose encoding cannot keep the bytes outside
     the edits (``# coding: unicode_escape`` would come back on one physical line, utf-7
     with other shift sequences)."""
+    if isinstance(source, NotebookSource):
+        return  # its encode() writes only the edited cells back (amplint/notebook.py)
     if not keeps_bytes(source.encoding, source.text, source.raw):
         raise SourceError(source.path, f"cannot fix: encoding {source.encoding!r} does not keep the bytes outside "
                                        f"an edit (decoding and re-encoding changes the file); file left unchanged")
@@ -297,29 +324,30 @@ def _as_typed(path: str) -> str:
 def discover(
     paths: list[str],
     is_excluded,
-    extra_exclude=(),
     respect_gitignore: bool = True,
     force_exclude: bool = False,
 ) -> Iterator[tuple[str, Optional[SourceError]]]:
     """Yield (file, None) for each file to lint and (path, error) for bad paths.
 
-    Folders are walked without following symlinked folders (no loops), skipping
-    version-control, virtualenv, build and cache folders, the ``exclude`` patterns and
-    (unless ``respect_gitignore`` is false) what ``.gitignore`` / ``.ignore`` files
-    ignore; a folder that cannot be listed is an error.  Explicitly named files are
-    linted when they look like Python (suffix or shebang), any other named file gets a
-    warning; the exclusions apply to named paths only with ``force_exclude`` (Ruff's
-    ``--force-exclude``, for pre-commit, which passes every changed file by name).
+    Folders are walked without following symlinked folders (no loops), skipping what
+    the ``exclude`` patterns match (by default version-control, virtualenv, build and
+    cache folders; ``is_excluded(path, parents)``) and (unless ``respect_gitignore`` is
+    false) what ``.gitignore`` / ``.ignore`` files ignore; a folder that cannot be
+    listed is an error.  Explicitly named files are linted when they look like Python
+    (suffix or shebang), any other named file gets a warning; the exclusions apply to
+    named paths, and the folders above them, only with ``force_exclude`` (Ruff's
+    ``--force-exclude``, for pre-commit, which passes every changed file by name): a
+    folder named on the command line is walked even inside an ignored or excluded one.
     """
     from .ignorefiles import IgnoreFiles
 
     ignore_files = IgnoreFiles() if respect_gitignore else None
     seen: set[str] = set()
-    excluded_dirs = DEFAULT_EXCLUDE + tuple(extra_exclude)
 
     def force_excluded(path: str, is_dir: bool) -> bool:
         return force_exclude and (is_excluded(path) or (
-            ignore_files is not None and ignore_files.ignored(path, is_dir, os.path.dirname(os.path.abspath(path)))))
+            ignore_files is not None and ignore_files.ignored(path, is_dir, os.path.dirname(os.path.abspath(path)),
+                                                              parents=True)))
 
     for given in paths:
         given = _as_typed(given)
@@ -339,8 +367,7 @@ def discover(
                 yield from _folder_errors(unlisted)
                 dirs[:] = sorted(
                     d for d in dirs
-                    if not any(_path_matches(d, p) for p in excluded_dirs)
-                    and not is_excluded(_as_typed(os.path.join(root, d)))
+                    if not is_excluded(_as_typed(os.path.join(root, d)), parents=False)
                     and not os.path.islink(os.path.join(root, d))
                     and not ignored(os.path.join(root, d), True)
                 )
@@ -351,13 +378,13 @@ def discover(
                     if os.path.islink(full) and not os.path.exists(full):
                         # checked before is_excluded: resolving a symlink loop raises
                         try:
-                            excluded = is_excluded(full) or ignored(full, False)
+                            excluded = is_excluded(full, parents=False) or ignored(full, False)
                         except (OSError, RuntimeError):
                             excluded = False
                         if not excluded:
                             yield full, SourceError(full, "broken symbolic link (or a symlink loop)")
                         continue
-                    if is_excluded(full) or ignored(full, False):
+                    if is_excluded(full, parents=False) or ignored(full, False):
                         continue
                     key = os.path.realpath(full)
                     if key in seen:

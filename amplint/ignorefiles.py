@@ -12,7 +12,9 @@ folder being walked down.  Pattern matching -- anchoring, ``**``, dir-only ``nam
 negation, escapes -- is ``pathspec``'s ``GitIgnoreSpec``, which follows git's rules.
 
 A folder that is ignored is not entered, so a file in it cannot be re-included (as in
-git).
+git).  As git does while it walks, a path is matched by itself -- a pattern matches the
+path, not a folder above it (the walk never entered those) -- so ``dir/**`` ignores
+what is inside ``dir`` but not ``dir`` itself, and ``!dir/keep.py`` re-includes that file.
 """
 from __future__ import annotations
 
@@ -83,18 +85,67 @@ class IgnoreFiles:
             chain = self._chains[folder] = ([(folder, spec)] if spec is not None else []) + above
         return chain
 
-    def ignored(self, path: str, is_dir: bool, walk_root: str) -> bool:
-        """Whether ``path`` (found while walking ``walk_root``) is ignored."""
+    def ignored(self, path: str, is_dir: bool, walk_root: str, parents: bool = False) -> bool:
+        """Whether ``path`` (found while walking ``walk_root``) is ignored; with
+        ``parents``, also when a folder above it (up to where the ignore files start) is:
+        for a path named on the command line with --force-exclude, which no walk reached."""
         path = os.path.abspath(path)
         found = self._roots.get(walk_root)
         if found is None:
             repository = repository_root(walk_root)
             found = self._roots[walk_root] = (repository or os.path.abspath(walk_root), repository)
         top, repository = found
+        if parents:
+            folder = os.path.dirname(path)
+            above = []
+            while folder.startswith(top) and len(folder) > len(top):
+                above.append(folder)
+                folder = os.path.dirname(folder)
+            if any(self._decide(f, True, top, repository) for f in reversed(above)):
+                return True
+        return self._decide(path, is_dir, top, repository)
+
+    def _decide(self, path: str, is_dir: bool, top: str, repository: Optional[str]) -> bool:
         for folder, spec in self._chain(os.path.dirname(path), top, repository):
             # the deepest file with a matching pattern decides
-            rel = path[len(folder):].lstrip(os.sep).replace(os.sep, "/") + ("/" if is_dir else "")
-            decision = spec.check_file(rel).include
+            rel = path[len(folder):].lstrip(os.sep).replace(os.sep, "/")
+            decision = _decision(spec, rel, is_dir)
             if decision is not None:
                 return decision
         return False
+
+
+def _decision(spec, rel: str, is_dir: bool) -> Optional[bool]:
+    """The last pattern of ``spec`` that matches ``rel`` itself: True ignores, False
+    re-includes, None no pattern matches.  pathspec's regexes also match what lies
+    below a matched folder (``dir/`` matches ``dir/x.py``); that is cut off here by
+    asking for a match that ends where the path ends (a folder with its ``/``).  A
+    pattern ending in ``/**`` matches only what is strictly inside its folder (``/**/``:
+    the folders inside it)."""
+    decision = None
+    target = rel + "/" if is_dir else rel
+    for pattern in spec.patterns:
+        if pattern.include is None or pattern.regex is None:
+            continue
+        text = pattern.pattern.rstrip()
+        if text.endswith(("/**", "/**/")):
+            # rel without the folder's "/": the folder itself does not match
+            hit = (is_dir or not text.endswith("/")) and pattern.regex.search(rel) is not None
+        else:
+            hit = _anchored(pattern.regex).search(target) is not None
+        if hit:
+            decision = pattern.include
+    return decision
+
+
+_ANCHORED: dict = {}
+
+
+def _anchored(regex):
+    """``regex`` that must end where the path ends."""
+    out = _ANCHORED.get(regex)
+    if out is None:
+        import re
+
+        out = _ANCHORED[regex] = re.compile(f"(?:{regex.pattern})\\Z", regex.flags)
+    return out

@@ -13,7 +13,7 @@ class UnusedSuppression(Rule):
     code = "AMP900"
     name = "unused-suppression"
     summary = "a `# amplint: ignore` or `# noqa` comment that silences no finding"
-    severity = Severity.INFO
+    severity = Severity.WARNING  # opted into to keep suppressions clean: it fails the run, as Ruff RUF100 does
     enabled_by_default = False
     # no markers: the engine reads the comments of every file when the rule is selected
     docs = """
@@ -71,7 +71,7 @@ def masked_scores(scores, pad):
             """,
             line=2,
             message="Unused suppression of AMP101",
-            severity="info",
+            severity="warning",
             expected_fix=None),
         Invalid("""
             y = 2  # amplint: ignore

@@ -169,7 +169,7 @@ def test_unsafe_fixes_need_the_flag(project, amplint):
     (project / "m.py").write_text("import torch\nm = torch.nn.Linear(8, 8)\nm.half()\n")
     assert amplint("rules", cwd=project).stdout.count("LOC001") == 0  # `rules` lists installed rules only
     check = amplint("check", "m.py", "--allow-local-rules", cwd=project)
-    assert check.returncode == 1 and "LOC001 [-] `.half()` call" in check.stdout
+    assert check.returncode == 1 and "LOC001 [-] warning: `.half()` call" in check.stdout
     assert "1 fixable with `amplint fix --unsafe-fixes`" in check.stdout  # no "more": nothing is safe
     assert amplint("fix", "m.py", "--allow-local-rules", cwd=project).returncode == 1
     assert (project / "m.py").read_text().endswith("m.half()\n")

@@ -142,7 +142,7 @@ def test_amp900_is_a_documented_rule_that_select_turns_on(tmp_path, amplint):
     for how in (["--extend-select", "AMP900"], ["--select", "AMP900"], ["--report-unused-suppressions"]):
         proc = amplint("check", "m.py", "--no-cache", "--format", "concise", "-q", *how, cwd=tmp_path)
         assert proc.returncode == 1 and proc.stdout == (
-            "m.py:2:8: AMP900 Unused suppression of AMP101: nothing to silence on this statement\n"), (how, proc.stdout)
+            "m.py:2:8: AMP900 warning: Unused suppression of AMP101: nothing to silence on this statement\n"), (how, proc.stdout)
     (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nextend-select = ["AMP900"]\n')
     proc = amplint("check", "m.py", "--no-cache", "--format", "json", cwd=tmp_path)
     assert [f["code"] for f in json.loads(proc.stdout)] == ["AMP900"]

@@ -295,3 +295,35 @@ def test_release_script_sets_the_version_points_the_snippets_at_the_tag_and_tags
     (tmp_path / "README.md").write_text("edited\n")
     dirty = release("--version", "0.3.0")
     assert dirty.returncode == 1 and "uncommitted changes" in dirty.stderr
+
+
+def test_amp_verify_fixture_without_torch_gives_the_install_line(tmp_path):
+    """A test that uses the fixture in a torch-free install fails with the one line of
+    advice, not a bare ModuleNotFoundError (issue 25)."""
+    (tmp_path / "test_model.py").write_text("def test_it(amp_verify):\n    amp_verify(object)\n")
+    runner = NO_TORCH.replace('runpy.run_module("amplint"', 'runpy.run_module("pytest"')
+    proc = subprocess.run([sys.executable, "-c", runner, "-q", "-p", "no:cacheprovider", "test_model.py"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"the amp_verify fixture needs torch: {TORCH_HINT}" in proc.stdout
+    assert "ModuleNotFoundError" not in proc.stdout
+
+
+def test_verify_extra_brings_numpy():
+    """torch warns "Failed to initialize NumPy" on every run without it."""
+    extras = pyproject()["project"]["optional-dependencies"]
+    for extra in ("verify", "amp", "dev"):
+        assert "numpy" in requirement_names(extras[extra]), extra
+
+
+def test_docs_install_from_a_checkout_until_a_release_exists():
+    """No command in the README or docs/ is `pip install amplint` (there is no release on the
+    index: it fails), and the CPU-only install names PyTorch's CPU wheel index (issue 25)."""
+    texts = {name: open(os.path.join(ROOT, name), encoding="utf-8").read()
+             for name in ("README.md", "docs/adoption.md", "constraints.txt")}
+    for name, text in texts.items():
+        commands = re.findall(r"^[ \t>*-]*(?:- run: |- )?(pip install [^\n]*)", text, re.M)
+        assert not [c for c in commands if re.match(r"pip install \"?amplint(\[|\"|\s|$)", c)], name
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in texts["README.md"]
+    assert "--index-url https://download.pytorch.org/whl/cpu" in texts["constraints.txt"]
+    assert "no release on PyPI yet" in texts["README.md"]

@@ -12,12 +12,64 @@ from ..rule import Applicability
 _UNPRINTABLE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
 _UNPRINTABLE.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 _UNPRINTABLE.update({c: f"\\u{c:04x}" for c in [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+#: a file name that is not UTF-8 comes from the OS with its bad bytes as surrogates
+#: (surrogateescape): shown as ``\xff``, which every output encoding can carry
+_UNPRINTABLE.update({0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)})
 _UNPRINTABLE_KEEP_TABS = {c: e for c, e in _UNPRINTABLE.items() if c != ord("\t")}
+
+
+def unicode_text(text: str) -> str:
+    """``text`` as valid Unicode: the bytes of a name that is not UTF-8 (surrogates from
+    surrogateescape) as ``\\xff``, any other lone surrogate as ``\\uXXXX``.  For the
+    structured formats (JSON, SARIF, GitLab, JUnit), which must never carry a lone
+    surrogate (strict parsers reject it; UTF-8 cannot encode it)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for c in text:
+        code = ord(c)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def unicode_data(value):
+    """``value`` (JSON-like: dicts, lists, strings) with every string through :func:`unicode_text`."""
+    if isinstance(value, str):
+        return unicode_text(value)
+    if isinstance(value, dict):
+        return {unicode_data(k): unicode_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [unicode_data(v) for v in value]
+    return value
+
+
+def is_syntax_error(error) -> bool:
+    return error.reason.startswith("syntax error")
 
 
 def printable(text: str, keep_tabs: bool = False) -> str:
     """``text`` with control characters escaped (``\\x1b``, ``\\n``), for a terminal."""
     return text.translate(_UNPRINTABLE_KEEP_TABS if keep_tabs else _UNPRINTABLE)
+
+
+def where(result, line: int) -> str:
+    """``line``, or ``cell N:line`` in a notebook (Ruff's ``nb.ipynb:cell 3:2:5``)."""
+    cells = getattr(result, "cells", None)
+    if cells:
+        from ..notebook import cell_of
+
+        cell, in_cell = cell_of(cells, line)
+        if cell is not None:
+            return f"cell {cell}:{in_cell}"
+    return str(line)
 
 
 def marker(finding) -> str:
@@ -31,7 +83,7 @@ def render_errors(results, out) -> None:
     """Errors, then warnings (paths skipped for a harmless reason), one line each."""
     for result in results:
         for e in result.errors:
-            out.write(f"{printable(e.path)}:{e.line}:{e.col}: error: {printable(e.reason)}\n")
+            out.write(f"{printable(e.path)}:{where(result, e.line)}:{e.col}: error: {printable(e.reason)}\n")
         for w in getattr(result, "warnings", ()):
             out.write(f"{printable(w.path)}:{w.line}:{w.col}: warning: {printable(w.reason)}\n")
 
@@ -80,7 +132,7 @@ def summary(results) -> str:
         if unsafe:
             extra.append(f"{unsafe} {'more ' if safe else ''}fixable with `amplint fix --unsafe-fixes`")
         parts.append(text + (f" ({'; '.join(extra)})" if extra else "") + ".")
-    elif not errors and not fixed and not (skipped and skipped == len(results)):  # not when nothing was linted
+    elif results and not errors and not fixed and not (skipped and skipped == len(results)):  # not when nothing was linted
         parts.append("All checks passed.")
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''} (files that could not be checked).")

@@ -5,7 +5,9 @@ _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def _escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    from .common import unicode_text  # a name that is not UTF-8: its bytes as \xff
+
+    return unicode_text(s).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_prop(s: str) -> str:

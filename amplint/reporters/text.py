@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import marker, printable, render_errors, render_statistics, summary
+from .common import marker, printable, render_errors, render_statistics, summary, where
 
 __all__ = ["render", "render_errors", "render_statistics", "summary"]
 
@@ -11,8 +11,8 @@ _STYLE = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "info": "\x1b[1;36m"}
 _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
 
 
-def _frame(finding, source_line: str, color: bool) -> list[str]:
-    number = str(finding.line)
+def _frame(finding, source_line: str, color: bool, shown_line: str = "") -> list[str]:
+    number = shown_line or str(finding.line)
     pad = " " * len(number)
 
     def shown(text: str) -> str:  # control characters escaped, tabs expanded
@@ -38,17 +38,20 @@ def render(results, out, *, statistics=False, color=False) -> None:
     else:
         for result in results:
             for f in result.findings:
-                head = f"{printable(f.path)}:{f.line}:{f.column}: "
-                code = f"{f.code} {marker(f)}"
+                shown_line = where(result, f.line)
+                head = f"{printable(f.path)}:{shown_line}:{f.column}: "
+                code = f"{f.code} {marker(f)}{f.severity.value}: "
                 if color:
                     head = _BOLD + head + _RESET
                     code = _STYLE[f.severity.value] + code + _RESET
                 out.write(f"{head}{code}{printable(f.message)}\n")
-                for line in _frame(f, result.frames.get(f.line, ""), color):
+                in_cell = shown_line.rpartition(":")[2]  # the gutter shows the line in its cell
+                for line in _frame(f, result.frames.get(f.line, ""), color, in_cell):
                     out.write(line.rstrip() + "\n")
-                pad = " " * len(str(f.line))
+                pad = " " * len(in_cell)
                 for r in f.related:
-                    out.write(f"{pad} = note: {printable(r.note)} ({printable(r.path)}:{r.line}:{r.column})\n")
+                    shown = where(result, r.line) if r.path == f.path else r.line
+                    out.write(f"{pad} = note: {printable(r.note)} ({printable(r.path)}:{shown}:{r.column})\n")
                 if f.fix is not None:
                     out.write(f"{pad} = fix ({f.fix.applicability.value}): {f.fix.description}\n")
                 out.write("\n")

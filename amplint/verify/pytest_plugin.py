@@ -29,11 +29,18 @@ def pytest_configure(config):
 def amp_verify():
     def run(model, inputs=None, levels=("O1", "O2"), dtype="fp16", steps=3, tolerance=None, loss="auto",
             device=None, seed=0, lint=True, optimizer="adamw", lr=1e-4):
-        from amplint.verify import _config, format_report
-        from amplint.verify.core import verify_factory
-        from amplint.verify.target import model_factory
+        from amplint.optional import is_missing_torch, missing_torch
 
-        import torch.nn as nn
+        try:
+            from amplint.verify import _config, format_report
+            from amplint.verify.core import verify_factory
+            from amplint.verify.target import model_factory
+
+            import torch.nn as nn
+        except ModuleNotFoundError as exc:
+            if not is_missing_torch(exc):
+                raise
+            pytest.fail(missing_torch("the amp_verify fixture"), pytrace=False)
 
         if isinstance(model, nn.Module):
             if inputs is None:

@@ -62,7 +62,11 @@ class Target:
             raise TargetError(f"{spec!r}: {factory!r} is not a Python name")
         full = os.path.abspath(os.path.join(base, path))
         if not os.path.isfile(full):
-            raise TargetError(f"{spec!r}: no such file: {full}")
+            # the path as typed, never this machine's absolute path; and the likely slip
+            head, colon, tail = path.rpartition(":")
+            if colon and not sep and tail.isidentifier() and os.path.isfile(os.path.join(base, head)):
+                raise TargetError(f"{spec!r}: expected PATH::FACTORY (two colons): did you mean '{head}::{tail}'?")
+            raise TargetError(f"{spec!r}: no such file: {path} (a target is PATH::FACTORY, e.g. model.py::example)")
         return cls(full, factory or "example")
 
     def __str__(self) -> str:

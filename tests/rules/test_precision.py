@@ -37,7 +37,7 @@ def test_cli_same_file_under_defaults_is_info_only(tmp_path, amplint):
     copy = tmp_path / "llama_rotary.py"
     copy.write_text(open(os.path.join(FIXTURES, "bf16_o2", "llama_rotary.py")).read())
     proc = amplint("check", str(copy), "--format", "json", "--no-cache", "--select", "AMP6")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr  # info findings do not fail the run (--fail-on info would)
     found = codes(proc)
     assert {c for _, _, c, _ in found} == {"AMP601", "AMP602"}
     assert {s for *_, s in found} == {"info"}
