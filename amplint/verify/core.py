@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, Optional
 
-from . import analysis
+from . import analysis, lintfix
 from .capture import CapturedOutput
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
@@ -136,7 +136,8 @@ def _class_files(make: Callable) -> dict[str, str]:
 
 
 def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: bool = False,
-                  config: Optional[str] = None, progress=None, lint: bool = True) -> dict:
+                  config: Optional[str] = None, progress=None, lint: bool = True,
+                  lint_settings: Optional[lintfix.LintSettings] = None) -> dict:
     """Everything ``amplint verify PATH::FACTORY`` reports, as plain data."""
     output = CapturedOutput()
     with isolated_import():
@@ -150,7 +151,8 @@ def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: boo
     for path in user_files:
         if path not in files:
             files[path] = os.path.dirname(path)
-    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output)
+    settings = lint_settings or lintfix.LintSettings(config=config)
+    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, settings, progress, lint, target, output)
 
 
 def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> dict:
@@ -162,7 +164,7 @@ def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bo
         before, ref_out = _run_all(make, user_files, cfg)
     for path in user_files:
         files.setdefault(path, os.path.dirname(path))
-    return finish(name, before, ref_out, files, cfg, False, False, None, None, lint, None, output)
+    return finish(name, before, ref_out, files, cfg, False, False, lintfix.LintSettings(), None, lint, None, output)
 
 
 def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
@@ -236,7 +238,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             report["fp32_repaired"] = True
             report["fp32_change"] = None
         maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
-        remaining = _remaining(lint_files, texts, cfg, selected, device, config, mapping)
+        remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"], device, config)
         for f in findings:
             start, end = maps[f["path"]].range(f["line"], f["end_line"])
             ev = []
@@ -345,27 +347,6 @@ def _matches(problem: dict, ev: dict, finding: dict) -> bool:
     if kind == "divergence":
         return ev["kind"] in ("divergence", "inf/NaN", "underflow")
     return False
-
-
-def _remaining(files, texts, cfg, selected, device, config, mapping) -> set:
-    """(original path, code, line in the fixed text) of findings still reported on the fixed text."""
-    from amplint.config import ConfigResolver
-    from amplint.engine import lint_text
-    from amplint.registry import all_rules, select_rules
-
-    out = set()
-    for level in selected or ["O1"]:
-        resolver = ConfigResolver({"target": cfg.dtype, "opt_level": level, "device": device if device in ("cpu", "cuda") else None}, config)
-        for path in files:
-            settings = resolver.for_path(path)
-            rules = select_rules(all_rules(settings.rule_paths), settings)
-            try:
-                findings, _, _ = lint_text(path, texts[path], settings, rules, None)
-            except Exception:
-                continue
-            for f in findings:
-                out.add((path, f.code, f.line))
-    return out
 
 
 def _rename_paths(runs: dict, back: dict, texts: dict, originals: dict) -> dict:
