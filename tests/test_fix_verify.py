@@ -82,3 +82,15 @@ def test_verify_fix_sees_local_rules_like_check(tmp_path, amplint):
     assert [f.code for f in checked.findings] == ["LOC001"], checked
     fixed = lint_sources({src: text}, resolver, LintMode(fix=True))[src]
     assert fixed.fixed == 1 and "torch.ones(2).float()" in fixed.text and not fixed.findings
+
+
+def test_sarif_rule_table_lists_local_rules(tmp_path, amplint):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "loc001.py").write_text(LOCAL_RULE)
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nrule-paths = ["rules"]\n')
+    (tmp_path / "m.py").write_text("import torch\ny = torch.ones(2).half()\n")
+    proc = amplint("check", "m.py", "--format", "sarif", "--allow-local-rules", "--no-cache", cwd=tmp_path)
+    run = json.loads(proc.stdout)["runs"][0]
+    assert [r["ruleId"] for r in run["results"]] == ["LOC001"], proc.stderr
+    table = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert "LOC001" in table and "ruleIndex" in run["results"][0]
