@@ -306,15 +306,16 @@ def epsilon_fix(ctx, use, value, format_name: str, new: str, opt_default, operan
     return None
 
 
-def norm_forward(ctx, node, where: str) -> Optional[ast.AST]:
+def norm_forward(ctx, node, rooted: bool) -> Optional[ast.AST]:
     """AMP102: the ``forward`` of a hand-written norm module that takes this root (a norm:
-    eps under ``sqrt``/``rsqrt``/a negative power, in a module's ``forward``)."""
+    eps under ``sqrt``/``rsqrt``/a negative power -- ``rooted`` -- in a module's ``forward``,
+    or any denominator of a ``*Norm*`` module's)."""
     cls, func = ctx.enclosing_method(node)
     if cls is None or func is None or func.name != "forward" or not ctx.is_module_class(cls):
         return None
     if ctx.enclosing_function(node) is not func:
         return None  # in a helper nested in forward: its arguments are not forward's
-    if not ("sqrt" in where or "negative power" in where or "norm" in cls.name.lower()):
+    if not (rooted or "norm" in cls.name.lower()):
         return None
     return func
 
@@ -342,5 +343,5 @@ def called_norm_forward(ctx, call: ast.Call, param: str) -> Optional[ast.AST]:
                     and side.attr in stored):
                 # under a root (or log, reciprocal, negative power) rather than a plain divisor
                 rooted = not isinstance(ctx.parent(node), ast.BinOp) or isinstance(ctx.parent(node).op, ast.Pow)
-                return norm_forward(ctx, node, "sqrt" if rooted else "a denominator")
+                return norm_forward(ctx, node, rooted)
     return None
