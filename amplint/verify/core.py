@@ -354,8 +354,9 @@ def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
 
 def _judge_reached(finding: dict, after_evidence: list) -> None:
     """A finding first reached after the fixes removed an earlier crash."""
-    if finding["fixed_by_lint"]:
-        # only its fixed form ran: whether the original would have failed is unknown
+    if finding["fixed_by_lint"] or finding.get("fix") == "display":
+        # only its fixed form ran (a display fix: the registrations verify made for the run):
+        # whether the original would have failed is unknown
         finding["not_executed"] += "; after the fixes it ran in its fixed form" + (
             ", which still fails" if after_evidence else " without failures")
         if after_evidence:
