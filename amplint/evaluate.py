@@ -60,6 +60,11 @@ CONFIG_NAMES = ("config", "cfg", "conf", "model_config", "hparams", "args", "par
 CONFIG_CLASS_SUFFIXES = ("Config", "Configuration", "Args", "Arguments", "Params", "HParams", "Settings")
 
 
+#: the most related locations a value carries (the nearest): a chain of 10,000 aliases or
+#: helpers must not give each of its findings a 10,000-step trail (quadratic in time and size)
+MAX_TRAIL = 8
+
+
 @dataclasses.dataclass(frozen=True)
 class Value:
     """A folded number and where it came from."""
@@ -71,7 +76,7 @@ class Value:
     literal: Optional[ast.AST] = None
 
     def via(self, related: Related) -> "Value":
-        return Value(self.value, (related,) + self.origin, self.literal)
+        return Value(self.value, ((related,) + self.origin)[:MAX_TRAIL], self.literal)
 
 
 class Evaluator:
@@ -333,7 +338,8 @@ class Evaluator:
                 if value is None:
                     return None
                 # the call site goes last: the definition stays the first related location
-                values.append(Value(value.value, value.origin + (self.ctx.related(call, f"`{name}` is passed here"),), value.literal))
+                values.append(Value(value.value, value.origin[: MAX_TRAIL - 1] + (self.ctx.related(call, f"`{name}` is passed here"),),
+                                    value.literal))
         finally:
             self._active.discard(key)
         if len({v.value for v in values}) != 1:

@@ -15,8 +15,9 @@ versioned (``documentChanges`` with the document's version) when the client supp
 it, so a client refuses one made for an older text.
 
 Linting runs on one thread of its own, never on the thread that reads the client's
-messages: a change is linted after a short pause in typing (``DEBOUNCE_S``), a result
-is published only for the version it was made from, and every request is answered --
+messages: a change is linted at once, or -- while a lint of it runs -- right after it
+(a burst of keystrokes is one lint of the latest text); a result is published only for
+the version it was made from, and every request is answered --
 invalid params with an LSP error, never a traceback in the reply.  A document over
 ``MAX_DOCUMENT_CHARS`` gets one diagnostic saying so instead of a lint that would hold
 the server for minutes; its results are dropped on ``didClose``.
@@ -27,7 +28,7 @@ plugins only with ``--allow-local-rules`` (or ``AMPLINT_ALLOW_LOCAL_RULES=1``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import gc
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -39,33 +40,16 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from . import __version__
-from .config import ConfigError, ConfigResolver
 from .context import FileContext
 from .files import SourceError
+from .lsp_lint import MAX_DOCUMENT_CHARS, DocumentLinter, Linted, init_worker, lint_in_worker
 from .rule import Applicability, Finding
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.amplint"
 _SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
              "info": types.DiagnosticSeverity.Information}
-#: seconds of quiet after a change before it is linted (a burst of keystrokes is one lint)
-DEBOUNCE_S = 0.03
-#: the largest document linted in the editor (about 50,000 lines); larger ones take
-#: ``amplint check``, which splits them across processes
-MAX_DOCUMENT_CHARS = 2_000_000
-
-
-@dataclasses.dataclass
-class Linted:
-    """One lint of one version of a document."""
-
-    version: Optional[int]
-    text: str
-    findings: list[Finding]
-    errors: list[SourceError]
-
-    @property
-    def lines(self) -> list[str]:
-        return FileContext.split_lines(self.text)
+#: seconds of quiet after the fast pass before the whole document is linted again
+WHOLE_AFTER_S = 0.3
 
 
 class _Protocol(LanguageServerProtocol):
@@ -92,7 +76,15 @@ class AmplintServer(LanguageServer):
         self._rules: Optional[dict] = None
         self._rule_sets: dict[str, list] = {}
         self._lint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._linter: Optional[DocumentLinter] = None
+        self._worker = None  # the process of the whole-document lints (started at `initialized`)
+        #: documents being linted (fast pass or first lint), and those changed meanwhile
+        self._running: set[str] = set()
+        self._dirty: set[str] = set()
+        self._help: dict[str, Optional[str]] = {}
+        #: uri -> the last lint of the whole document (the fast pass starts from it)
+        self.whole_lints: dict[str, Linted] = {}
+        self._whole_timers: dict[str, asyncio.TimerHandle] = {}
 
     # --- rules and settings ---------------------------------------------------------------
 
@@ -106,72 +98,12 @@ class AmplintServer(LanguageServer):
 
     def help_uri(self, code: str) -> Optional[str]:
         """The rule's documentation page (docs/rules/<CODE>.md for a bundled rule)."""
-        from .rule_docs import help_uri
+        if code not in self._help:
+            from .rule_docs import help_uri
 
-        rule = self.rule(code)
-        return help_uri(rule) if rule is not None else None
-
-    def _selected(self, settings) -> list:
-        from .registry import all_rules, select_rules
-
-        key = settings.fingerprint()
-        if key not in self._rule_sets:
-            self._rule_sets[key] = select_rules(all_rules(settings.rule_paths, settings.load_plugins), settings)
-        return self._rule_sets[key]
-
-    def path_of(self, uri: str) -> str:
-        if uri.startswith("file:"):
-            from pygls.uris import to_fs_path
-
-            return to_fs_path(uri) or uri
-        return os.path.join(self.workspace.root_path or os.getcwd(), "untitled.py")
-
-    # --- linting (on the lint thread) ---------------------------------------------------
-
-    def lint_text(self, uri: str, text: str, version: Optional[int]) -> Linted:
-        """The findings of ``text`` (the editor's text of ``uri``), as ``amplint check``
-        reports them for that path."""
-        from .engine import _finding_from_dict, _outgoing, lint_text
-        from .project import ProjectIndex
-
-        path = self.path_of(uri)
-        if len(text) > MAX_DOCUMENT_CHARS:
-            return Linted(version, text, [], [SourceError(
-                path, f"not linted in the editor: {len(text):,} characters is over the server's limit of "
-                      f"{MAX_DOCUMENT_CHARS:,}; run `amplint check` on it", severity="info")])
-        try:
-            settings = self._settings(path)
-            findings, _, errors = lint_text(path, text, settings, self._selected(settings), ProjectIndex(),
-                                            False)
-        except SourceError as exc:
-            return Linted(version, text, [], [exc])
-        except ConfigError as exc:
-            return Linted(version, text, [], [SourceError(exc.path or path, exc.reason, exc.line or 1, 1)])
-        return Linted(version, text, [_finding_from_dict(d) for d in _outgoing(findings, text)], list(errors))
-
-    def fix_text(self, uri: str, text: str) -> Optional[str]:
-        """``text`` with every safe fix applied, as ``amplint fix`` would (None: nothing
-        to fix, or the text cannot be fixed)."""
-        from .engine import fix_text, parse
-        from .project import ProjectIndex, summarize
-        from .registry import all_rules
-
-        path = self.path_of(uri)
-        if len(text) > MAX_DOCUMENT_CHARS:
-            return None
-        try:
-            settings = self._settings(path)
-            ctx = FileContext(path, text, parse(path, text), settings, None)
-            ctx.walk_and_bucket(set())
-            project = ProjectIndex([summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins))])
-            new_text, _, _, errors = fix_text(path, text, settings, self._selected(settings), project, False)
-        except (SourceError, ConfigError):
-            return None
-        return new_text if new_text != text and not errors else None
-
-    def _settings(self, path: str):
-        # a resolver per lint: pyproject.toml may have changed since the last one
-        return ConfigResolver({}, None, allow_local_rules=self.allow_local_rules).for_path(path)
+            rule = self.rule(code)
+            self._help[code] = help_uri(rule) if rule is not None else None
+        return self._help[code]
 
     # --- scheduling (on the event loop) -------------------------------------------------
 
@@ -185,36 +117,103 @@ class AmplintServer(LanguageServer):
             return None
         return document.source, document.version
 
-    def schedule(self, uri: str, delay: float = 0.0) -> None:
-        timer = self._timers.pop(uri, None)
-        if timer is not None:
-            timer.cancel()
-        loop = asyncio.get_running_loop()
-        if delay <= 0:
-            self._start_lint(uri, loop)
-        else:
-            self._timers[uri] = loop.call_later(delay, self._start_lint, uri, loop)
+    def schedule(self, uri: str) -> None:
+        """Lint ``uri`` now, or -- while a lint of it runs -- once that one is done: a
+        burst of keystrokes is one lint of the latest text, and the first keystroke
+        after a pause waits for nothing."""
+        if uri in self._running:
+            self._dirty.add(uri)
+            return
+        self._start_lint(uri, asyncio.get_running_loop())
 
-    def _start_lint(self, uri: str, loop) -> None:
-        self._timers.pop(uri, None)
+    def _start_lint(self, uri: str, loop, whole: bool = False) -> None:
+        if whole:
+            self._whole_timers.pop(uri, None)
         snap = self.snapshot(uri)
         if snap is None:
             return
+        if not whole:
+            self._running.add(uri)
         text, version = snap
+        base = self.whole_lints.get(uri)
+        if base is not None and base.text == text:  # an undo back to the linted text
+            job = functools.partial(Linted, version, text, base.findings, base.errors)
+        elif whole or base is None:
+            job = functools.partial(self.linter.lint_text, uri, text, version)
+        else:
+            job = functools.partial(self.linter.lint_fast, uri, text, version, base)
 
         def done(future) -> None:
             try:
                 linted = future.result()
             except Exception as exc:  # a bug must not silence the document: say so
-                linted = Linted(version, text, [], [SourceError(self.path_of(uri), f"internal error: {type(exc).__name__}: {exc}")])
-            loop.call_soon_threadsafe(self._publish, uri, linted)
+                linted = Linted(version, text, [], [SourceError(self.linter.path_of(uri), f"internal error: {type(exc).__name__}: {exc}")])
+            try:
+                loop.call_soon_threadsafe(self._publish, uri, linted, whole)
+            except RuntimeError:  # the loop closed: the server is exiting
+                pass
 
-        self._lint_thread.submit(self.lint_text, uri, text, version).add_done_callback(done)
+        if whole:
+            self._submit_whole(uri, text, version).add_done_callback(done)
+        else:
+            self._lint_thread.submit(job).add_done_callback(done)
 
-    def _publish(self, uri: str, linted: Linted) -> None:
+    def _submit_whole(self, uri: str, text: str, version: Optional[int]):
+        """The whole-document lint that follows a fast pass, in a worker process: on a
+        thread it would hold the interpreter lock against the next keystroke's fast pass."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self.worker.submit(lint_in_worker, uri, text, version)
+        except (BrokenProcessPool, OSError, RuntimeError):
+            return self._lint_thread.submit(self.linter.lint_text, uri, text, version)
+
+    def _start_worker(self) -> None:
+        try:
+            self.worker.submit(int)
+        except (OSError, RuntimeError):
+            pass
+
+    @property
+    def linter(self) -> DocumentLinter:
+        if self._linter is None:
+            try:
+                root = self.workspace.root_path
+            except RuntimeError:  # not initialized yet
+                root = None
+            self._linter = DocumentLinter(self.allow_local_rules, root)
+        return self._linter
+
+    @property
+    def worker(self):
+        if self._worker is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._worker = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=init_worker,
+                initargs=(os.getpid(), self.allow_local_rules, self.linter.root))
+        return self._worker
+
+    def _publish(self, uri: str, linted: Linted, whole: bool = False) -> None:
+        if not whole:
+            self._running.discard(uri)
+            if uri in self._dirty:  # changed while it was linted: lint the latest text
+                self._dirty.discard(uri)
+                self._start_lint(uri, asyncio.get_running_loop())
         snap = self.snapshot(uri)
         if snap is None or snap[1] != linted.version:
             return  # closed, or changed since: the newer version's lint publishes
+        if self._worker is None:  # after the first lint, not competing with it: ready by the first pause in typing
+            self._start_worker()
+        if linted.whole:
+            self.whole_lints[uri] = linted
+        else:  # the whole lint follows once typing pauses
+            timer = self._whole_timers.pop(uri, None)
+            if timer is not None:
+                timer.cancel()
+            loop = asyncio.get_running_loop()
+            self._whole_timers[uri] = loop.call_later(WHOLE_AFTER_S, self._start_lint, uri, loop, True)
         self.results[uri] = linted
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=uri, version=linted.version, diagnostics=self.diagnostics(linted)))
@@ -227,7 +226,7 @@ class AmplintServer(LanguageServer):
         found = self.results.get(uri)
         if found is not None and found.version == snap[1] and found.text == snap[0]:
             return found
-        return await asyncio.get_running_loop().run_in_executor(self._lint_thread, self.lint_text, uri, *snap)
+        return await asyncio.get_running_loop().run_in_executor(self._lint_thread, self.linter.lint_text, uri, *snap)
 
     # --- positions in the negotiated encoding -------------------------------------------
 
@@ -362,7 +361,7 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @_guarded
     def did_change(ls: AmplintServer, params: types.DidChangeTextDocumentParams):
-        ls.schedule(params.text_document.uri, DEBOUNCE_S)
+        ls.schedule(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     @_guarded
@@ -373,10 +372,12 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
     @_guarded
     def did_close(ls: AmplintServer, params: types.DidCloseTextDocumentParams):
         uri = params.text_document.uri
-        timer = ls._timers.pop(uri, None)
+        timer = ls._whole_timers.pop(uri, None)
         if timer is not None:
             timer.cancel()
+        ls._dirty.discard(uri)
         ls.results.pop(uri, None)
+        ls.whole_lints.pop(uri, None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
         gc.collect()  # a huge document's findings go now, not at some later collection
 
@@ -414,7 +415,7 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
                         edit=ls.workspace_edit(uri, version, edits),
                     ))
         if wants(FIX_ALL):
-            fixed = await asyncio.get_running_loop().run_in_executor(ls._lint_thread, ls.fix_text, uri, text)
+            fixed = await asyncio.get_running_loop().run_in_executor(ls._lint_thread, ls.linter.fix_text, uri, text)
             if fixed is not None:
                 start, end, replacement = _changed_region(text, fixed)
                 lines = FileContext.split_lines(text)
@@ -449,7 +450,11 @@ def build(allow_local_rules: bool = False) -> AmplintServer:
 
 def main(allow_local_rules: bool = False) -> int:
     server = build(allow_local_rules)
-    server.start_io()
+    try:
+        server.start_io()
+    finally:
+        if server._worker is not None:
+            server._worker.shutdown(wait=False, cancel_futures=True)
     # the spec: exit code 0 after a shutdown request, 1 when `exit` (or the end of the
     # stream) comes without one
     return 0 if getattr(server.protocol, "_shutdown", False) else 1

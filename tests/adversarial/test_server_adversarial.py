@@ -210,3 +210,29 @@ def test_n3_invalid_params_get_an_error_response(tmp_path):
     by_id = {r["id"]: r for r in _replies(proc.stdout) if "id" in r}
     assert by_id[3]["error"]["code"] == -32602 and by_id[4]["error"]["code"] == -32602
     assert "Traceback" not in json.dumps(by_id[3]) and "result" in by_id[5] and proc.returncode == 0
+
+
+TWO_CLASSES = ("import torch\n\n\nclass A(torch.nn.Module):\n    def forward(self, s, m):\n"
+               "        return s.masked_fill(m, -1e9)\n\n\nclass B(torch.nn.Module):\n    def forward(self, x):\n"
+               "        y = x + 1\n        return torch.softmax(x, -1)\n")
+
+
+@pytest.mark.asyncio
+async def test_incremental_relint_matches_a_whole_lint(client: LanguageClient):
+    uri = await _open(client, "inc.py", TWO_CLASSES)
+    before = sorted((d.code, d.range.start.line) for d in client.diagnostics[uri])
+    # an edit in class A adds a line and a hazard: B's findings move one line down
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=5, character=0), end=types.Position(line=5, character=0)),
+            text="        t = s.masked_fill(m, -1e10)\n")]))
+    edited = TWO_CLASSES.replace("        return s.masked_fill(m, -1e9)\n", "        t = s.masked_fill(m, -1e10)\n"
+                                 "        return s.masked_fill(m, -1e9)\n")
+    await asyncio.wait_for(client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), 30)
+    fast = sorted((d.code, d.range.start.line) for d in client.diagnostics[uri])
+    fresh_uri = await _open(client, "fresh.py", edited)
+    whole = sorted((d.code, d.range.start.line) for d in client.diagnostics[fresh_uri])
+    assert fast == whole and len(whole) == len(before) + 1
+    await asyncio.sleep(1.5)  # the whole-document lint that follows the fast pass
+    assert sorted((d.code, d.range.start.line) for d in client.diagnostics[uri]) == whole

@@ -67,3 +67,27 @@ def test_n69_report_path_resolved_before_the_target_runs(harness, amplint):
     assert proc.returncode == 0, proc.stderr
     assert "HTML report: r.html" in proc.stdout
     assert (harness / "r.html").is_file() and not os.path.exists(harness / "elsewhere" / "r.html")
+
+
+ONE_LINE = """\
+import torch
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        s = self.l(x)
+        m = x > 0
+        return torch.softmax(s.masked_fill(m, -1e9), -1)
+def build():
+    return M(), (torch.randn(2, 8),)
+"""
+
+
+def test_n71_evidence_is_matched_by_expression_not_by_line(tmp_path, amplint):
+    (tmp_path / "h.py").write_text(ONE_LINE)
+    proc = amplint("verify", "--device", "cpu", "--opt-level", "O1", "--steps", "1", "--threads", "1", "--format", "json",
+                   "h.py::build", cwd=tmp_path, timeout=120)
+    verdicts = {f["code"]: (f["status"], [e["kind"] for e in f["evidence"]]) for f in json.loads(proc.stdout)["results"][0]["findings"]}
+    assert verdicts["AMP101"] == ("confirmed", ["crash"])  # masked_fill's crash is the -1e9's
+    assert verdicts["AMP301"][0] != "confirmed" and "crash" not in verdicts["AMP301"][1]
