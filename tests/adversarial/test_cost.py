@@ -21,3 +21,12 @@ def test_n77_a_chain_of_3000_helpers_is_linear(tmp_path, amplint):
     findings = findings["findings"] if isinstance(findings, dict) else findings
     assert any(f["line"] == 6006 for f in findings)  # the forward's h0(s, m, -1e9)
     assert max(len(f.get("related") or ()) for f in findings) <= 9
+
+
+def test_n76_an_alias_chain_of_20000_is_folded(tmp_path, amplint):
+    from chain_cost import aliases
+
+    (tmp_path / "aliases.py").write_text(aliases(20000))
+    proc = amplint("check", "--no-cache", "--format", "concise", "aliases.py", cwd=tmp_path, timeout=90,
+                   env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert proc.returncode == 1 and "aliases.py:20004:" in proc.stdout and " AMP101 " in proc.stdout
