@@ -125,6 +125,32 @@ def one_run(root: str, text: str, edits: int, pause: float = 0.0) -> tuple[float
     return opened, times
 
 
+def cpu_costs(text: str, edits: int) -> None:
+    """CPU seconds (``time.process_time``: what a loaded machine does not inflate) of the
+    server's own work, in this process: the whole-document lint, and the fast pass after
+    each one-character edit."""
+    from amplint.incremental import relint  # noqa: F401  (imported before timing)
+    from amplint.lsp_lint import DocumentLinter
+
+    linter = DocumentLinter(False, None)
+    uri = "file:///tmp/bench/model.py"
+    linter.lint_text(uri, text, 0)  # warm: rules loaded, modules imported
+    started = time.process_time()
+    base = linter.lint_text(uri, text, 1)
+    whole = time.process_time() - started
+    lines = text.splitlines(keepends=True)
+    middle = len(lines) // 2
+    costs = []
+    for i in range(edits):
+        edited = "".join(lines[:middle] + [lines[middle].rstrip("\n") + "  # n" + "o" * i + "\n"] + lines[middle + 1:])
+        started = time.process_time()
+        fast = linter.lint_fast(uri, edited, i + 2, base)
+        costs.append(time.process_time() - started)
+        assert not fast.whole
+    print(f"CPU, in process: whole lint {whole:.3f} s ({len(base.findings)} findings); fast pass median "
+          f"{statistics.median(costs) * 1000:.1f} ms, max {max(costs) * 1000:.1f} ms ({edits} edits)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=2000)
@@ -134,6 +160,7 @@ def main() -> int:
                         help="seconds between edits (0.4: each edit lands while the previous one's whole lint runs)")
     args = parser.parse_args()
     text = model_file(args.lines)
+    cpu_costs(text, args.edits)
     with tempfile.TemporaryDirectory() as root:
         with open(os.path.join(root, "pyproject.toml"), "w") as fh:
             fh.write("[tool.amplint]\n")
