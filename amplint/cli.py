@@ -82,10 +82,10 @@ def _add_lint_options(p: argparse.ArgumentParser, fix: bool) -> None:
     if fix:
         p.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (they may change fp32 numerics or the architecture)")
         p.add_argument("--diff", action="store_true", help="print a unified diff of the fixes and write nothing")
-        p.add_argument("--verify", nargs="*", metavar="PATH::FACTORY", default=None,
-                       help="first prove the fixes at run time (`amplint verify --fix` on these targets, or on "
-                            "[tool.amplint.verify] targets when none are given) and write them only if that passes; "
-                            "this IMPORTS AND RUNS the targets' code")
+        p.add_argument("--verify", nargs="?", action="append", const="", metavar="PATH::FACTORY", default=None,
+                       help="first prove the fixes at run time (`amplint verify --fix` on this target, or on "
+                            "[tool.amplint.verify] targets when none is given; repeat the flag for more) and write "
+                            "them only if that passes; this IMPORTS AND RUNS the targets' code")
 
 
 def _add_allow_option(p) -> None:
@@ -242,9 +242,17 @@ def _lint(args) -> int:
         print(f"amplint: error: --statistics works with --format text, concise or json, not {fmt}", file=sys.stderr)
         return EXIT_ERROR
     if getattr(args, "verify", None) is not None and not args.diff:
-        status = _needs_torch("amplint fix --verify", lambda: _verify_before_fix(args))
+        for spec in args.verify:
+            if spec and "::" not in spec and not spec.endswith(".py"):  # `fix --verify T .` once took `.` as a target
+                print(f"amplint: error: --verify {spec!r} is not PATH::FACTORY; put the paths to fix before --verify "
+                      f"(`amplint fix {spec} --verify TARGET`), one target per --verify", file=sys.stderr)
+                return EXIT_ERROR
+        status = _needs_torch("amplint fix --verify", lambda: _verify_before_fix(args, overrides, allowed))
         if status != EXIT_CLEAN:
-            print("amplint: fixes not written: the run-time verification above did not pass", file=sys.stderr)
+            # "did not pass" only after a verification that ran and failed; a usage or target
+            # error (already on stderr) stops the fix before anything ran
+            print("amplint: fixes not written: " + ("the run-time verification above did not pass" if status == EXIT_FINDINGS
+                                                    else "the run-time verification could not run"), file=sys.stderr)
             return status
     progress, finish = _progress(args.quiet or fmt != "text")
     options = RunOptions(
@@ -330,10 +338,22 @@ def _report(args, fmt: str, options, results, out) -> None:
             render_findings(results, out)
             render_errors(results, sys.stderr)
         else:
-            reporter(fmt)(results, out, statistics=args.statistics, color=color)
+            extra = {"rules": _loaded_rules(args)} if fmt == "sarif" else {}  # its rule table: plugins too
+            reporter(fmt)(results, out, statistics=args.statistics, color=color, **extra)
         out.flush()
     except BrokenPipeError:  # `amplint check | head -1`: the reader has all it wanted
         _reader_went_away()
+
+
+def _loaded_rules(args):
+    """The rules the run loaded (``Settings.rules``: local rules and plugins where allowed)."""
+    from .registry import RuleLoadError
+
+    try:
+        resolver = ConfigResolver(None, args.config, allow_local_rules=_local_rules_allowed(args))
+        return resolver.for_path((args.paths or [args.stdin_filename or "."])[0]).rules()
+    except (ConfigError, RuleLoadError):
+        return None
 
 
 def _write_baseline(file: str, results) -> int:
@@ -409,16 +429,26 @@ def _reader_went_away() -> int:
     return EXIT_ERROR
 
 
-def _verify_before_fix(args) -> int:
-    """``fix --verify``: ``amplint verify --fix`` on the given (or configured) targets."""
+def _verify_before_fix(args, overrides: dict, allowed: bool) -> int:
+    """``fix --verify``: ``amplint verify --fix`` on the given (or configured) targets, with
+    this command's settings (``--target``, ``--opt-level``, ``--device``, ``--engine``,
+    ``--select``/``--ignore``..., the config file, local rules): the fixes it proves are the
+    fixes ``fix`` then writes, and its dtype is their target."""
     from .verify import cli as verify_cli
+    from .verify.lintfix import LintSettings
 
+    targets = [t for t in args.verify if t]
     parser = _Parser(prog="amplint fix --verify")
     verify_cli.add_arguments(parser)
-    argv = list(args.verify) + ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
+    argv = targets + ["--fix"] + (["--unsafe-fixes"] if args.unsafe_fixes else [])
     if args.config:
         argv += ["--config", args.config]
-    return verify_cli.main(parser.parse_args(argv))
+    if args.opt_level:  # the levels to run: the one the fixes are for
+        argv += ["--opt-level", args.opt_level]
+    if args.device in ("cpu", "cuda"):
+        argv += ["--device", args.device]
+    settings = LintSettings(tuple(sorted(overrides.items())), args.config, allowed, exact=True)
+    return verify_cli.main(parser.parse_args(argv), settings)
 
 
 def _progress(disabled: bool):

@@ -90,6 +90,14 @@ class Settings:
         """Stable hash of everything that can change findings (the cache key uses it)."""
         return self._fingerprint
 
+    def rules(self) -> list:
+        """Every rule class these settings load: the bundled ones, the local rule folders
+        and, where allowed, the plugins (selection not applied: ``registry.select_rules``).
+        The one way to load them, so that no call site forgets the plugins."""
+        from .registry import all_rules
+
+        return all_rules(self.rule_paths, self.load_plugins)
+
     def effective_alignment(self) -> int:
         from .numerics import FORMATS
 

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import warnings
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
@@ -385,7 +385,7 @@ def _rules_for(settings: Settings) -> list[type[Rule]]:
     cache = _WORKER.rule_classes
     key = settings.fingerprint()
     if key not in cache:
-        cache[key] = select_rules(all_rules(settings.rule_paths, settings.load_plugins), settings)
+        cache[key] = select_rules(settings.rules(), settings)
     return cache[key]
 
 
@@ -425,7 +425,7 @@ def _check_task(args) -> dict:
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
         if given is None:
-            entry["summary"] = summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins)).to_json()
+            entry["summary"] = summarize(ctx, settings.rules()).to_json()
             entry["queries"] = [list(q) for q in dict.fromkeys(project.queries)]
     except SourceError as exc:
         entry["errors"].append(_error_dict(exc))
@@ -564,7 +564,7 @@ def _lint_piece(path: str, lines: _Lines, first: int, end: int, preamble, settin
         "preamble": lines.preamble_of(ctx.tree, first),
     }
     if given is None:
-        summary = summarize(ctx, all_rules(settings.rule_paths))
+        summary = summarize(ctx, settings.rules())
         summary.configs = [c for c in summary.configs if first <= c.line < end]
         out["summary"] = summary.to_json()
     return out
@@ -773,7 +773,7 @@ def _fix_task(args) -> FileResult:
 
 
 def _summary_markers(settings: Settings) -> tuple[str, ...]:
-    collecting = [r for r in all_rules(settings.rule_paths, settings.load_plugins) if r.collects()]
+    collecting = [r for r in settings.rules() if r.collects()]
     if any(not r.collect_markers for r in collecting):
         return ("",)  # a rule collects from every file
     return CONFIG_MARKERS + engine_detect.MARKERS + tuple(m for r in collecting for m in r.collect_markers)
@@ -796,7 +796,7 @@ def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
         tree = parse(path, source.text)
         ctx = FileContext(path, source.text, tree, settings, None)
         ctx.walk_and_bucket(set())
-        return path, summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins)).to_json(), None
+        return path, summarize(ctx, settings.rules()).to_json(), None
     except SourceError as exc:
         return path, None, exc
 
@@ -885,6 +885,67 @@ def _end_pool(pool) -> None:
             process.join(5)
         except (OSError, AssertionError, AttributeError):
             pass
+
+
+@dataclasses.dataclass(frozen=True)
+class LintMode:
+    """What :func:`lint_sources` does: check, or fix (safe fixes; with ``unsafe`` the
+    unsafe ones too)."""
+
+    fix: bool = False
+    unsafe: bool = False
+
+
+CHECK = LintMode()
+
+
+@dataclasses.dataclass
+class SourceResult:
+    """One source after :func:`lint_sources`: ``text`` is what the findings are on (the
+    fixed text in fix mode, nothing written), ``fixed`` how many fixes were applied."""
+
+    path: str
+    text: str
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    errors: list[SourceError] = dataclasses.field(default_factory=list)
+    fixed: int = 0
+
+
+def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: LintMode = CHECK) -> dict[str, SourceResult]:
+    """The lint pipeline in memory, for callers that hold the text (verify, verify --fix,
+    fix --verify, an editor): each file's settings from ``resolver``, its rules from
+    ``Settings.rules`` (local rules and plugins included), a summary of every file, the
+    project index built from them, then each file linted -- or fixed until nothing changes
+    -- against that index (what ``run``'s second pass sees).  Findings are in report
+    coordinates, as ``run`` returns them (character columns, fingerprinted).  Nothing is
+    read from or written to disk beyond the configuration."""
+    settings: dict[str, Settings] = {}
+    out: dict[str, SourceResult] = {}
+    summaries = []
+    for path, text in sources.items():
+        try:
+            settings[path] = resolver.for_path(path)
+            tree = parse(path, text)
+        except ConfigError as exc:
+            out[path] = SourceResult(path, text, errors=[SourceError(exc.path or path, exc.reason, exc.line or 1)])
+            continue
+        except SourceError as exc:
+            out[path] = SourceResult(path, text, errors=[exc])
+            continue
+        ctx = FileContext(path, text, tree, settings[path], None)
+        ctx.walk_and_bucket(set())
+        summaries.append(summarize(ctx, settings[path].rules()))
+    project = ProjectIndex(summaries)
+    for path, text in sources.items():
+        if path in out:
+            continue
+        rules = _rules_for(settings[path])
+        if mode.fix:
+            new, fixed, findings, errors = fix_text(path, text, settings[path], rules, project, mode.unsafe)
+        else:
+            (findings, _, errors), new, fixed = lint_text(path, text, settings[path], rules, project), text, 0
+        out[path] = SourceResult(path, new, [_finding_from_dict(d) for d in _outgoing(findings, new)], list(errors), fixed)
+    return out
 
 
 def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:

@@ -6,6 +6,7 @@ from typing import Optional
 
 from amplint import fixes
 from amplint.analysis import flow
+from amplint.analysis.stabilisers import Stabiliser
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
 from amplint.dtypes import DtypeClass
 from amplint.analysis.reductions import upcast_by_policy
@@ -36,6 +37,7 @@ def _last_argument(call: ast.Call) -> Optional[ast.AST]:
 
 def _has_call(expr: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) for n in ast.walk(expr))
+
 
 
 class UnderflowEpsilon(Rule):
@@ -131,8 +133,8 @@ class RMSNorm(nn.Module):
 epsilon chosen by dtype: `x / (n + (1e-8 if n.dtype != torch.float16 else 1e-4))`.
 
 ## Fix safety
-Three fixes, in order of preference; the first two keep fp32 output bit-identical and
-are `safe`:
+Three fixes, in order of preference; the first two keep fp32 output bit-identical, and
+only the first is `safe`:
 
 1. **A hand-written norm** (eps under `sqrt`/`rsqrt`/a negative power in a module's
    `forward`, a `*Norm*` module's denominator, or its call site `MyNorm(d, eps=1e-12)`):
@@ -143,6 +145,8 @@ are `safe`:
 2. **Any other epsilon** added to, or clamping, a tensor `x`: the half-safe value for
    fp16 only, `(1e-8 if x.dtype != torch.float16 else 1e-4)`; other dtypes keep it.
    `F.normalize(x)` with its default eps gets `eps=(1e-12 if x.dtype != torch.float16 else 1e-4)`.
+   It is `unsafe`: fp16 results move by up to 1e-4 / x (a contrastive loss's
+   `log(p + 1e-8)` under O2: max error 0.0012 -> 0.11 on its example).
 3. Only where neither can be written (no tensor to test, an O3 optimizer default): the
    plain raise to the smallest "round" normal number (fp16: `1e-4`, fp8 e4m3: `0.02`), or
    `eps=1e-4`. It is `unsafe`: its description states the fp32 change.
@@ -320,41 +324,43 @@ No fix when the constant lives in another file (fix the config there). `fix` the
                 continue
             if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
                 return  # 1 + 1e-8: plain Python arithmetic
-            where = self._stabiliser(ctx, node)
-            if where is None or not self._runs_in_half(ctx, node, other):
+            use = self._stabiliser(ctx, node)
+            if use is None or not self._runs_in_half(ctx, node, other):
                 return
-            if not where.startswith("`") and not ctx.in_model_code(node) and not _has_call(other):
+            if not use.op and not ctx.in_model_code(node) and not _has_call(other):
                 return  # step / (total + 1e-8) in a schedule: Python numbers, not tensors
-            self._report(ctx, side, value, fmt_, where, operand=other, norm=fixes.norm_forward(ctx, node, where))
+            self._report(ctx, side, value, fmt_, use.why, operand=other, norm=fixes.norm_forward(ctx, node, use.rooted))
             return
 
-    def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[str]:
+    def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[Stabiliser]:
         """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
         child, parent = node, ctx.parent(node)
         if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
             exponent = ctx.evaluate(parent.right)
             if exponent is not None and exponent.value < 0:
-                return "a negative power of 0 is inf"
+                return Stabiliser("a negative power of 0 is inf", rooted=True)
             child, parent = parent, ctx.parent(parent)
         if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Div, ast.FloorDiv)) and parent.right is child:
-            return "the denominator is 0 where the other term is, so the division gives inf"
+            return Stabiliser("the denominator is 0 where the other term is, so the division gives inf")
         if isinstance(parent, ast.Call) and child in parent.args:
             name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
             qn = ctx.qualname(parent.func)
             if qn is not None and qn.startswith(_NON_TORCH):
                 return None
             if name in _STAB_FUNCS and (name not in ("div", "true_divide", "divide") or parent.args.index(child) == 1 or isinstance(parent.func, ast.Attribute) and qn is None):
-                return f"`{name}` of 0 is {'-inf' if name.startswith('log') else 'inf' if name != 'sqrt' else '0, and its gradient inf'}"
+                return Stabiliser(f"`{name}` of 0 is {'-inf' if name.startswith('log') else 'inf' if name != 'sqrt' else '0, and its gradient inf'}",
+                                  rooted="sqrt" in name, op=True)
         if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in _STAB_METHODS:
             call = ctx.parent(parent)
             if isinstance(call, ast.Call) and call.func is parent:
-                return f"`.{parent.attr}()` of 0 is {'-inf' if parent.attr.startswith('log') else 'inf' if 'sqrt' != parent.attr.rstrip('_') else '0, and its gradient inf'}"
+                return Stabiliser(f"`.{parent.attr}()` of 0 is {'-inf' if parent.attr.startswith('log') else 'inf' if 'sqrt' != parent.attr.rstrip('_') else '0, and its gradient inf'}",
+                                  rooted="sqrt" in parent.attr, op=True)
         if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr == "pow":
             call = ctx.parent(parent)
             if isinstance(call, ast.Call) and call.args:
                 exponent = ctx.evaluate(call.args[0])
                 if exponent is not None and exponent.value < 0:
-                    return "a negative power of 0 is inf"
+                    return Stabiliser("a negative power of 0 is inf", rooted=True)
         return None
 
     # --- clamp(min=eps) and optimizers -------------------------------------------------
@@ -388,10 +394,10 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         receiver = node.func.value
         if isinstance(receiver, ast.Constant) or ctx.evaluate(receiver) is not None:
             return
-        where = self._stabiliser(ctx, node)
-        if where is None or not self._runs_in_half(ctx, node, receiver) or not ctx.in_model_code(node):
+        use = self._stabiliser(ctx, node)
+        if use is None or not self._runs_in_half(ctx, node, receiver) or not ctx.in_model_code(node):
             return
-        self._report(ctx, node.args[0], value, fmt_, where, operand=receiver, norm=fixes.norm_forward(ctx, node, where))
+        self._report(ctx, node.args[0], value, fmt_, use.why, operand=receiver, norm=fixes.norm_forward(ctx, node, use.rooted))
 
     def _helper_call(self, node, ctx):
         """``MyLayerNorm(d, eps=1e-12)`` / ``l2norm(t, eps=1e-12)``: a hand-written norm or

@@ -335,8 +335,10 @@ parameter default, the use is not rewritten (a caller may pass another value).
             return
         if qn is not None:  # torch.masked_fill(x, mask, value)
             target, first = argument(node, "input", 0), 1
-        else:  # x.masked_fill(mask, value)
+        elif isinstance(func, ast.Attribute):  # x.masked_fill(mask, value)
             target, first = func.value, 0
+        else:  # a helper of the same name (ONNX symbolics' masked_fill(g, ...)): not torch's
+            return
         mask, value = argument(node, "mask", first), argument(node, "value", first + 1)
         produced = {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None
         self._check(ctx, node, value, mask, target, produced)

@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv = p.add_argument_group("what to run")
     lv.add_argument("--opt-level", dest="opt_level", nargs="+", action=_LevelsAction, metavar="LEVEL",
                     help="opt levels to check against O0 (always the fp32 reference): O1 O2 O3, as `O1 O2` or `O1,O2` (default O1 O2)")
-    lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default fp16)")
+    lv.add_argument("--dtype", choices=("fp16", "bf16"), help="low-precision dtype (default: the [tool.amplint] target of the target's file when fp16 or bf16, else fp16)")
     lv.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where to run: auto (the default) is cuda when available, else cpu")
     lv.add_argument("--steps", type=_positive_int, metavar="N", help="training steps per level: forward, loss, backward through scale_loss, optimizer step (default 3)")
     lv.add_argument("--loss", metavar="SPEC", help="how to get a scalar from the output: auto (default: the output's 'loss' key or attribute, else "
@@ -175,7 +175,7 @@ class _Progress:
 
 
 def _options(args, defaults: dict, per_target: dict) -> dict:
-    opts = {"levels": ("O1", "O2"), "dtype": "fp16", "device": None, "steps": 3, "loss": "auto", "seed": 0,
+    opts = {"levels": ("O1", "O2"), "dtype": None, "device": None, "steps": 3, "loss": "auto", "seed": 0,
             "tolerance": None, "optimizer": "adamw", "lr": 1e-4, "fix": False, "unsafe_fixes": False, "report": None}
     opts.update(defaults)
     opts.update(per_target)
@@ -191,7 +191,10 @@ def _options(args, defaults: dict, per_target: dict) -> dict:
     return opts
 
 
-def main(args) -> int:
+def main(args, lint_settings=None) -> int:
+    """``lint_settings`` (:class:`lintfix.LintSettings`): how the model's sources are linted
+    and fixed; ``fix --verify`` passes its own, so that the fixes proved are those it writes.
+    Default: the configuration alone (``--config``)."""
     from amplint.config import ConfigError
 
     from . import config as vconfig
@@ -236,7 +239,7 @@ def main(args) -> int:
 
         def child(b) -> int:
             args.verify_beacon = b
-            return main(args)
+            return main(args, lint_settings)
 
         return supervise(child, getattr(args, "timeout", None), label)
 
@@ -251,7 +254,11 @@ def main(args) -> int:
     keep_freed_memory()
 
     from .core import verify_target
+    from .lintfix import LintSettings
     from .runner import RunConfig
+
+    if lint_settings is None:
+        lint_settings = LintSettings(config=args.config)
     reports: list[dict] = []
     status = EXIT_OK
     progress = None
@@ -263,7 +270,10 @@ def main(args) -> int:
                 print("amplint: error: --device cuda: CUDA is not available in this PyTorch build/machine", file=sys.stderr)
                 return EXIT_ERROR
             device = None if opts["device"] in (None, "auto") else opts["device"]  # None: RunConfig picks cuda when available
-            cfg = RunConfig(levels=opts["levels"], dtype=opts["dtype"], device=device, steps=opts["steps"],
+            # the dtype the lint configuration gives the target's file (its [tool.amplint]
+            # target), unless --dtype or [tool.amplint.verify] dtype says otherwise
+            dtype = opts["dtype"] or lint_settings.target_of(target.path) or "fp16"
+            cfg = RunConfig(levels=opts["levels"], dtype=dtype, device=device, steps=opts["steps"],
                             loss=opts["loss"], seed=opts["seed"], tolerance=opts["tolerance"], optimizer=opts["optimizer"],
                             lr=opts["lr"], census=not args.no_trace)
             if not args.quiet and args.format == "text" and sys.stderr.isatty() and progress is None:
@@ -272,7 +282,7 @@ def main(args) -> int:
                 progress.begin_target(str(target), cfg.all_levels(), cfg.steps, bool(opts["fix"]))
             try:
                 report = verify_target(target, cfg, fix=opts["fix"], unsafe=opts["unsafe_fixes"], config=args.config,
-                                       progress=beacon.wrap(progress), lint=not args.no_lint)
+                                       progress=beacon.wrap(progress), lint=not args.no_lint, lint_settings=lint_settings)
             except TargetError as exc:
                 print(f"amplint: error: {exc}", file=sys.stderr)
                 return EXIT_ERROR

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, Optional
 
-from . import analysis
+from . import analysis, lintfix
 from .capture import CapturedOutput
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
@@ -22,6 +22,11 @@ STATUS_NOT_REPRODUCED = "not reproduced"
 STATUS_NOT_EXECUTED = "not executed"
 STATUS_STILL_FAILS = "fix did not remove it"
 STATUS_FP32_CHANGED = "fix changes fp32 results"
+#: confirmed, and its fix is one the training script makes (AMP401's registrations): verify
+#: made it for its own run, but nothing in the user's files was changed
+STATUS_DISPLAY_ONLY = "fix not applied (display only)"
+#: the fixed copy crashed where the finding is predicted (or in fp32): nothing is proved
+STATUS_FIXED_CRASHED = "fixed run crashed"
 
 
 def _user_modules(before: set) -> dict[str, str]:
@@ -73,7 +78,9 @@ def _register(findings: list[dict], mapping: dict[str, str]) -> list[str]:
     return warnings
 
 
-def _run_all(make: Callable, user_files: set, cfg: RunConfig, progress=None) -> dict:
+def _run_all(make: Callable, user_files: set, cfg: RunConfig, progress=None, name: Optional[str] = None) -> dict:
+    """Every level's run.  With ``name`` (the original code's run) a crash of the fp32
+    reference (O0) is a target error: nothing can be judged against it."""
     runner = LevelRunner(make, user_files, cfg, make_loss(cfg.loss))
     runs = {}
     for level in cfg.all_levels():
@@ -81,7 +88,24 @@ def _run_all(make: Callable, user_files: set, cfg: RunConfig, progress=None) -> 
             progress.start_level(level)
         runs[level] = runner.run_level(level, on_step=progress.step if progress else None)
         _add_class_files(runs[level], user_files)
+        if name is not None and level == "O0" and runs[level]["crash"]:
+            raise TargetError(reference_failure(name, runs[level]["crash"]))
     return runs, runner.reference.output
+
+
+_NO_CUDA = ("Torch not compiled with CUDA enabled", "no CUDA GPUs", "Found no NVIDIA driver", "CUDA driver initialization failed")
+
+
+def reference_failure(name: str, crash: dict) -> str:
+    """One line for a target whose fp32 (O0) run crashed: the harness or the machine, not
+    mixed precision (``harness.py::broken raised ValueError: ... (harness.py:33)``)."""
+    import torch
+
+    where = f" ({os.path.relpath(crash['file'])}:{crash['line']})" if crash.get("file") and crash.get("line") else ""
+    what = f"{crash['type']}: {crash['message']}" if crash.get("message") else crash["type"]
+    if any(s in (crash.get("message") or "") for s in _NO_CUDA) and not torch.cuda.is_available():
+        return f"{name} needs CUDA; use --device cpu or a machine with a GPU ({what}{where})"
+    return f"{name} raised {what}{where}"
 
 
 def _add_class_files(run: dict, user_files: set) -> None:
@@ -136,7 +160,8 @@ def _class_files(make: Callable) -> dict[str, str]:
 
 
 def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: bool = False,
-                  config: Optional[str] = None, progress=None, lint: bool = True) -> dict:
+                  config: Optional[str] = None, progress=None, lint: bool = True,
+                  lint_settings: Optional[lintfix.LintSettings] = None) -> dict:
     """Everything ``amplint verify PATH::FACTORY`` reports, as plain data."""
     output = CapturedOutput()
     with isolated_import():
@@ -145,12 +170,13 @@ def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: boo
             for path, root in _class_files(make).items():
                 files.setdefault(path, root)
             user_files = set(files)
-            before, ref_out = _run_all(make, user_files, cfg, progress)
+            before, ref_out = _run_all(make, user_files, cfg, progress, str(target))
         _add_import_lines(before, import_lines)
     for path in user_files:
         if path not in files:
             files[path] = os.path.dirname(path)
-    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output)
+    settings = lint_settings or lintfix.LintSettings(config=config)
+    return finish(str(target), before, ref_out, files, cfg, fix, unsafe, settings, progress, lint, target, output)
 
 
 def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> dict:
@@ -162,7 +188,7 @@ def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bo
         before, ref_out = _run_all(make, user_files, cfg)
     for path in user_files:
         files.setdefault(path, os.path.dirname(path))
-    return finish(name, before, ref_out, files, cfg, False, False, None, None, lint, None, output)
+    return finish(name, before, ref_out, files, cfg, False, False, lintfix.LintSettings(), None, lint, None, output)
 
 
 def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
@@ -236,7 +262,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             report["fp32_repaired"] = True
             report["fp32_change"] = None
         maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
-        remaining = _remaining(lint_files, texts, cfg, selected, device, config, mapping)
+        remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"], device, config)
         for f in findings:
             start, end = maps[f["path"]].range(f["line"], f["end_line"])
             ev = []
@@ -245,9 +271,9 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                     # the after run is in the original files' lines already (_rename_paths)
                     ev.extend(analysis.evidence(f, level, after[level], tolerance))
             f["after_evidence"] = ev
-            # gone from the fixed text (its own fix, or another fix on the same lines), or fixed
-            # by the registrations the verifier made as the training script (a display fix)
-            f["fixed_by_lint"] = bool(f.get("registrations")) or f["path"] in changed and not any(
+            # gone from the fixed text (its own fix, or another fix on the same lines); a display
+            # fix (registrations the verifier made as the training script) changed no file
+            f["fixed_by_lint"] = f["path"] in changed and not any(
                 (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
             if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
                 # the fixes removed the crash that kept this line from running: judge it now
@@ -255,13 +281,19 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                 continue
             if f["status"] != STATUS_CONFIRMED:
                 continue
+            if f.get("fix") == "display" and not f["fixed_by_lint"]:
+                f["status"] = STATUS_DISPLAY_ONLY
+                continue
             if not f["fixed_by_lint"]:
                 continue
             # the failure that manifested before (same level, same kind) is what must be gone;
             # the fp32 results are checked on their own below
             seen = {(e["level"], e["kind"]) for e in f["evidence"]}
+            crashed = [lvl for lvl in ["O0", *f["levels"]] if lvl in after and after[lvl]["crash"]]
             if any((e["level"], e["kind"]) in seen for e in ev):
                 f["status"] = STATUS_STILL_FAILS
+            elif crashed:  # a crash is never a fix: the line may simply not have been reached
+                f["status"], f["after_crash"] = STATUS_FIXED_CRASHED, crashed
             elif report["fp32_change"] is not None and report["fp32_change"] > tolerance:
                 f["status"] = STATUS_FP32_CHANGED
             else:
@@ -345,27 +377,6 @@ def _matches(problem: dict, ev: dict, finding: dict) -> bool:
     if kind == "divergence":
         return ev["kind"] in ("divergence", "inf/NaN", "underflow")
     return False
-
-
-def _remaining(files, texts, cfg, selected, device, config, mapping) -> set:
-    """(original path, code, line in the fixed text) of findings still reported on the fixed text."""
-    from amplint.config import ConfigResolver
-    from amplint.engine import lint_text
-    from amplint.registry import all_rules, select_rules
-
-    out = set()
-    for level in selected or ["O1"]:
-        resolver = ConfigResolver({"target": cfg.dtype, "opt_level": level, "device": device if device in ("cpu", "cuda") else None}, config)
-        for path in files:
-            settings = resolver.for_path(path)
-            rules = select_rules(all_rules(settings.rule_paths), settings)
-            try:
-                findings, _, _ = lint_text(path, texts[path], settings, rules, None)
-            except Exception:
-                continue
-            for f in findings:
-                out.add((path, f.code, f.line))
-    return out
 
 
 def _rename_paths(runs: dict, back: dict, texts: dict, originals: dict) -> dict:

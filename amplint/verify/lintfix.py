@@ -2,6 +2,7 @@
 text to temporary copies (never to the user's files), and map line numbers between them."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import shutil
@@ -9,28 +10,58 @@ import tempfile
 from typing import Optional
 
 from amplint.config import ConfigResolver
-from amplint.context import FileContext
-from amplint.engine import RunOptions, fix_text, parse, run
+from amplint.engine import LintMode, lint_sources
 from amplint.files import read_source
-from amplint.project import ProjectIndex, summarize
-from amplint.registry import all_rules, select_rules
 
 from .target import canonical
 
 
-def _resolver(dtype: str, level: str, device: str, config: Optional[str]) -> ConfigResolver:
-    overrides = {"target": dtype, "opt_level": level, "device": device if device in ("cpu", "cuda") else None}
-    return ConfigResolver(overrides, config)
+@dataclasses.dataclass(frozen=True)
+class LintSettings:
+    """How verify lints and fixes the model's sources: the caller's configuration -- the
+    config file, its command-line ``overrides`` (``fix --verify`` hands over its own:
+    target, opt level, device, engine, select / ignore...) and whether local rules and
+    plugins may load -- with, for each level verify runs, that level, the dtype and the
+    device on top.  ``exact`` (``fix --verify``): the fixes are computed with the caller's
+    settings alone, so that verify proves the very fix set ``fix`` then writes."""
+
+    overrides: tuple = ()  # (key, value) pairs of ConfigResolver overrides
+    config: Optional[str] = None
+    allow_local_rules: bool = False
+    exact: bool = False
+
+    def resolver(self, dtype: Optional[str] = None, level: Optional[str] = None, device: Optional[str] = None) -> ConfigResolver:
+        overrides = {k: v for k, v in self.overrides if v is not None}
+        if dtype is not None:
+            overrides["target"] = dtype
+        if level is not None:
+            overrides["opt_level"] = level
+        if device in ("cpu", "cuda"):
+            overrides["device"] = device
+        return ConfigResolver(overrides, self.config, allow_local_rules=self.allow_local_rules)
+
+    def target_of(self, path: str) -> Optional[str]:
+        """The target dtype the configuration gives ``path`` (None: not fp16 or bf16)."""
+        try:
+            target = self.resolver().for_path(path).target
+        except Exception:  # a broken config is reported by the lint itself
+            return None
+        return target if target in ("fp16", "bf16") else None
 
 
-def lint(files: list[str], dtype: str, levels: list[str], device: str, config: Optional[str] = None) -> tuple[list[dict], list[str]]:
+def _texts(files: list[str]) -> dict[str, str]:
+    return {p: read_source(p).text for p in files}
+
+
+def lint(files: list[str], dtype: str, levels: list[str], device: str, settings: LintSettings) -> tuple[list[dict], list[str]]:
     """Findings on ``files`` for each selected level (merged; each finding lists the levels
     whose settings predict it).  Returns (findings, errors)."""
     merged: dict[tuple, dict] = {}
     errors: list[str] = []
+    texts = _texts(files)
     for level in levels:
-        results = run(list(files), _resolver(dtype, level, device, config), RunOptions(use_cache=False, jobs=1))
-        for r in results:
+        results = lint_sources(texts, settings.resolver(dtype, level, device))
+        for r in results.values():
             for e in r.errors:
                 errors.append(str(e))
             for f in r.findings:
@@ -41,8 +72,8 @@ def lint(files: list[str], dtype: str, levels: list[str], device: str, config: O
                         "code": f.code, "rule": f.rule, "message": f.message, "path": canonical(f.path),
                         "line": f.line, "end_line": max(f.end_line, f.line), "column": f.column,
                         "end_column": f.end_column if f.end_line > f.line or f.end_column > f.column else None,
-                        "severity": f.severity.value if hasattr(f.severity, "value") else str(f.severity),
-                        "fix": (f.fix.applicability.value if hasattr(f.fix.applicability, "value") else str(f.fix.applicability)) if f.fix else None,
+                        "severity": f.severity.value,
+                        "fix": f.fix.applicability.value if f.fix else None,
                         "fix_description": f.fix.description if f.fix else None,
                         "registrations": [list(r) for r in f.fix.registrations] if f.fix else [],
                         "levels": [],
@@ -52,41 +83,31 @@ def lint(files: list[str], dtype: str, levels: list[str], device: str, config: O
     return sorted(merged.values(), key=lambda d: (d["path"], d["line"], d["column"], d["code"])), sorted(set(errors))
 
 
-def _project(files: list[str], texts: dict[str, str], resolver: ConfigResolver) -> ProjectIndex:
-    summaries = []
-    for path in files:
-        settings = resolver.for_path(path)
-        try:
-            tree = parse(path, texts[path])
-        except Exception:
-            continue
-        ctx = FileContext(path, texts[path], tree, settings, None)
-        ctx.walk_and_bucket(set())
-        summaries.append(summarize(ctx, all_rules(settings.rule_paths)))
-    return ProjectIndex(summaries)
-
-
 def fix(files: list[str], dtype: str, levels: list[str], device: str, unsafe: bool,
-        config: Optional[str] = None) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """Fixed text of each file (the fixes of every selected level's settings, applied in turn).
-    Returns (original texts, fixed texts, errors).  Nothing is written."""
-    originals = {p: read_source(p).text for p in files}
+        settings: LintSettings) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """Fixed text of each file: the fixes of every selected level's settings, applied in
+    turn (``exact``: the caller's settings alone, once).  Returns (original texts, fixed
+    texts, errors).  Nothing is written."""
+    originals = _texts(files)
     texts = dict(originals)
     errors: list[str] = []
-    for level in levels:
-        resolver = _resolver(dtype, level, device, config)
-        project = _project(files, texts, resolver)
-        for path in files:
-            settings = resolver.for_path(path)
-            rules = select_rules(all_rules(settings.rule_paths), settings)
-            try:
-                new, _, _, errs = fix_text(path, texts[path], settings, rules, project, unsafe=unsafe)
-            except Exception as exc:  # a file that does not parse
-                errors.append(f"{path}: {exc}")
-                continue
-            errors.extend(str(e) for e in errs)
-            texts[path] = new
+    mode = LintMode(fix=True, unsafe=unsafe)
+    resolvers = [settings.resolver()] if settings.exact else [settings.resolver(dtype, level, device) for level in levels]
+    for resolver in resolvers:
+        for path, result in lint_sources(texts, resolver, mode).items():
+            errors.extend(str(e) for e in result.errors)
+            texts[path] = result.text
     return originals, texts, errors
+
+
+def remaining(texts: dict[str, str], dtype: str, levels: list[str], device: str, settings: LintSettings) -> set:
+    """(path, code, line) of the findings still reported on the fixed ``texts``, with the
+    project index of the fixed files, as ``check`` would report them after ``fix``."""
+    out = set()
+    for level in levels:
+        for path, result in lint_sources(texts, settings.resolver(dtype, level, device)).items():
+            out.update((path, f.code, f.line) for f in result.findings)
+    return out
 
 
 def diff(path: str, old: str, new: str) -> str:

@@ -33,8 +33,10 @@ from .report_text import _rel, level_status, num
 CONTEXT_ROWS = 4
 LEVEL_COLORS = {"O0": "#546e7a", "O1": "#1e88e5", "O2": "#8e24aa", "O3": "#ef6c00"}
 STATUS_CLASS = {"confirmed": "warn", "fixed": "good", "not reproduced": "muted", "not executed": "muted",
+                "fix not applied (display only)": "warn", "fixed run crashed": "bad",
                 "fix did not remove it": "bad", "fix changes fp32 results": "bad"}
-_STATUS_ORDER = ["fix did not remove it", "fix changes fp32 results", "confirmed", "fixed", "not reproduced", "not executed"]
+_STATUS_ORDER = ["fixed run crashed", "fix did not remove it", "fix changes fp32 results", "confirmed",
+                 "fix not applied (display only)", "fixed", "not reproduced", "not executed"]
 
 
 def e(value) -> str:
@@ -132,12 +134,10 @@ def _verdicts(report: dict) -> str:
 def _result(report: dict) -> str:
     from .report_text import _why
 
-    before = ""
-    if report.get("after") is not None and report.get("failing_levels"):
-        before = f"original code: {', '.join(report['failing_levels'])} fail{'s' if len(report['failing_levels']) == 1 else ''}; "
+    from .report_text import _safe_tail
+
     if report.get("exit_status", 0) == 0:
-        text = before + "safe at the selected levels" + (" after the fixes" if report.get("after") else "")
-        return f'<p class="result good">{e(text)}</p>'
+        return f'<p class="result good">{e("safe at the selected levels" + _safe_tail(report))}</p>'
     return f'<p class="result bad">NOT safe: {e(_why(report))}</p>'
 
 
@@ -194,7 +194,11 @@ def _finding_card(f: dict, report: dict) -> str:
         body.append(f"<h4>{e(before)}</h4>" + _evidence_list(
             f.get("evidence"), "its expression ran; no crash, inf/NaN, underflow or divergence in it with these inputs"))
     if f.get("after_evidence") is not None and not f.get("reached_after_fix"):
-        fixed = "its own fix was applied" if f.get("fixed_by_lint") else "no fix was applied to it"
+        fixed = ("its own fix was applied" if f.get("fixed_by_lint")
+                 else "its display fix was made by the verifier for this run only; your files are unchanged"
+                 if f.get("fix") == "display" else "no fix was applied to it")
+        if f.get("after_crash"):
+            fixed += "; the fixed run crashed at " + ", ".join(f["after_crash"])
         body.append(f"<h4>After the fixes <span class=\"dim\">({e(fixed)})</span></h4>"
                     + _evidence_list(f["after_evidence"], "no failure in this expression"))
     diff = (report.get("fixed_files") or {}).get(f["path"])
@@ -478,7 +482,9 @@ def training_chart(level: str, runs: list[tuple[str, dict]]) -> str:
     fixed_scale = level == "O0" or all(v == 1 for _, vs, _ in scale_series for v in vs)
     svg = [f'<svg class="train" data-level="{e(level)}" width="{w}" height="{2 * (plot_h + 34) + 20}" role="img" '
            f'aria-label="loss and loss scale at {e(level)}">']
-    svg += panel(0, f"{level} · loss", loss_series, False, "no loss (crashed before it)")
+    # name what happened: a crash before any loss, or losses that were all inf/NaN
+    crashed = any(run.get("crash") and not run.get("losses") for _, run in runs)
+    svg += panel(0, f"{level} · loss", loss_series, False, "no loss (crashed before it)" if crashed else "no finite loss (inf/NaN)")
     if fixed_scale:
         svg += panel(plot_h + 34, "loss scale", [], True, "none: the fp32 reference" if level == "O0" else "static (1)")
     else:

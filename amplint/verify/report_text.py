@@ -118,6 +118,7 @@ def _dedupe_runs(values):
 
 
 STATUS_STYLE = {"confirmed": "bold yellow", "fixed": "bold green", "not reproduced": "dim", "not executed": "dim",
+                "fix not applied (display only)": "bold yellow", "fixed run crashed": "bold red",
                 "fix did not remove it": "bold red", "fix changes fp32 results": "bold red"}
 
 
@@ -194,18 +195,39 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
             console.print(f"[yellow]lint:[/] {err}")
         status = report.get("exit_status", 0)
         if status == 0:
-            console.print("[bold green]Result: safe at the selected levels[/]" + (" after the fixes" if report.get("after") else ""))
+            console.print("[bold green]Result: safe at the selected levels[/]" + _safe_tail(report))
         else:
             console.print("[bold red]Result: NOT safe[/]: " + _why(report))
         console.print()
 
 
+def failures(runs: dict, levels) -> str:
+    """What happened at each failing level, by name: ``O1 inf/NaN, O2 crash``."""
+    return ", ".join(f"{level} {level_status(runs[level]).replace('CRASH', 'crash')}" for level in levels if level in runs)
+
+
+def _safe_tail(report: dict) -> str:
+    """`` after the fixes``, naming what the original code did when it failed."""
+    if not report.get("after"):
+        return ""
+    bad = report.get("failing_levels") or []
+    return " after the fixes" + (f" (the original code: {failures(report['before'], bad)})" if bad else "")
+
+
 def _why(report: dict) -> str:
+    """The failures that happened, the original code first: ``original code: O2 crash; after
+    the fixes: O2 inf/NaN``."""
     parts = []
-    bad = report["failing_levels_after"] if report.get("after") is not None else report["failing_levels"]
-    if bad:
-        parts.append(f"{', '.join(bad)} crash, produce inf/NaN or skip most steps" + (" even after the fixes" if report.get("after") is not None else ""))
-    change = report.get("fp32_change")
-    if report.get("after") is not None and change is not None and change > report["tolerance"]:
-        parts.append(f"the fixes change fp32 results by {num(change)}")
+    before_bad = report.get("failing_levels") or []
+    if report.get("after") is not None:
+        if before_bad:
+            parts.append(f"original code: {failures(report['before'], before_bad)}")
+        after_bad = report.get("failing_levels_after") or []
+        if after_bad:
+            parts.append(f"after the fixes: {failures(report['after'], after_bad)}")
+        change = report.get("fp32_change")
+        if change is not None and change > report["tolerance"]:
+            parts.append(f"the fixes change fp32 results by {num(change)}")
+    elif before_bad:
+        parts.append(failures(report["before"], before_bad))
     return "; ".join(parts) or "see above"

@@ -114,7 +114,9 @@ def test_einsum_runs_in_fp32_at_o1_before_registration_and_half_after():
     assert before[0]["dtypes"] == ["float32"]
     assert after[0]["dtypes"] == ["float16"]
     f = _finding(report, "AMP401")
-    assert f["evidence"][0]["kind"] == "fp32 path" and f["status"] == "fixed"
+    # the registrations are the training script's to make (a display fix): verify made them
+    # for its run, the files are unchanged (issue 24)
+    assert f["evidence"][0]["kind"] == "fp32 path" and f["status"] == "fix not applied (display only)"
     # the fixed copy's register_half_function must not leak into this process
     assert dict(CASTS.registry) == registry
     assert not CASTS.is_installed

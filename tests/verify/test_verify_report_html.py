@@ -154,7 +154,7 @@ def test_report_opens_with_the_verdict_per_level(report, tmp_path):
     assert text_of(rows["O1"]).startswith("O1 ok ok")
     assert ("first non-finite at fixtures/verify/handwritten_norm.py:16:16 in self.weight * x / "
             "torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-8) (div), module norm (RMSNorm)") in text_of(rows["O2"])
-    assert "original code: O2 fails; safe at the selected levels after the fixes" in text_of(norm)
+    assert "safe at the selected levels after the fixes (the original code: O2 inf/NaN)" in text_of(norm)
     mask = _section(dom, "fixtures/verify/attention_mask.py::example")
     rows = dict(re.findall(r'<tr class="level-row [a-z]+" data-level="(O\d)" data-view="original code">(.*?)</tr>', mask, re.S))
     assert ("crash at fixtures/verify/attention_mask.py:27 in scores.masked_fill(pad_mask[:, None, None, :], -1e9): "

@@ -454,9 +454,12 @@ def test_a_finding_first_reached_after_a_crash_fix_is_judged_on_that_run(tmp_pat
     _, data = verify_json(amplint, path + "::example", "--opt-level", "O2", "--steps", "1", "--fix")
     [report] = data["results"]
     assert by_code(report, "AMP101")["status"] == "fixed"
-    # the eps has a safe fix of its own now (a float16-only value, issue 13), so only its fixed
-    # form ran after the crash fix: judged on that run, never "not reproduced"
+    # the eps's float16-only value is an unsafe fix (issue 24: it moves fp16 results), so the
+    # eps ran as written after the crash fix: judged on that run, never "not reproduced"
     eps = by_code(report, "AMP102")
+    assert eps["status"] == "confirmed" and eps["reached_after_fix"] is True, eps
+    _, data = verify_json(amplint, path + "::example", "--opt-level", "O2", "--steps", "1", "--unsafe-fixes")
+    eps = by_code(data["results"][0], "AMP102")
     assert eps["status"] == "not executed" and "after the fixes it ran in its fixed form without failures" in eps["not_executed"]
     # with the eps left unfixed (no safe fix of its own), the rerun's evidence confirms it
     unfixed = {"fixed_by_lint": False, "not_executed": "crashed at line 14", "status": "not executed"}
