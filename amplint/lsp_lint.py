@@ -40,15 +40,11 @@ class DocumentLinter:
     def __init__(self, allow_local_rules: bool = False, root: Optional[str] = None):
         self.allow_local_rules = allow_local_rules
         self.root = root
-        self._rule_sets: dict[str, list] = {}
 
     def _selected(self, settings) -> list:
-        from .registry import all_rules, select_rules
+        from .engine import _rules_for
 
-        key = settings.fingerprint()
-        if key not in self._rule_sets:
-            self._rule_sets[key] = select_rules(all_rules(settings.rule_paths, settings.load_plugins), settings)
-        return self._rule_sets[key]
+        return _rules_for(settings)  # the engine's cache of selected rules (Settings.rules)
 
     def path_of(self, uri: str) -> str:
         if uri.startswith("file:"):
@@ -59,24 +55,16 @@ class DocumentLinter:
 
     def lint_text(self, uri: str, text: str, version: Optional[int]) -> Linted:
         """The findings of ``text`` (the editor's text of ``uri``), as ``amplint check``
-        reports them for that path."""
-        from .engine import _finding_from_dict, _outgoing, lint_text
-        from .project import ProjectIndex
+        reports them for that path: the engine's in-memory pipeline (``lint_sources``)."""
+        from .engine import lint_sources
 
         path = self.path_of(uri)
         if len(text) > MAX_DOCUMENT_CHARS:
             return Linted(version, text, [], [SourceError(
                 path, f"not linted in the editor: {len(text):,} characters is over the server's limit of "
                       f"{MAX_DOCUMENT_CHARS:,}; run `amplint check` on it", severity="info")])
-        try:
-            settings = self._settings(path)
-            findings, _, errors = lint_text(path, text, settings, self._selected(settings), ProjectIndex(),
-                                            False)
-        except SourceError as exc:
-            return Linted(version, text, [], [exc])
-        except ConfigError as exc:
-            return Linted(version, text, [], [SourceError(exc.path or path, exc.reason, exc.line or 1, 1)])
-        return Linted(version, text, [_finding_from_dict(d) for d in _outgoing(findings, text)], list(errors))
+        result = lint_sources({path: text}, self._resolver())[path]
+        return Linted(version, text, result.findings, result.errors)
 
     def lint_fast(self, uri: str, text: str, version: Optional[int], base: Linted) -> Linted:
         """The fast pass after an edit: the edited top-level statements linted alone,
@@ -107,22 +95,17 @@ class DocumentLinter:
     def fix_text(self, uri: str, text: str) -> Optional[str]:
         """``text`` with every safe fix applied, as ``amplint fix`` would (None: nothing
         to fix, or the text cannot be fixed)."""
-        from .engine import fix_text, parse
-        from .project import ProjectIndex, summarize
-        from .registry import all_rules
+        from .engine import LintMode, lint_sources
 
         path = self.path_of(uri)
         if len(text) > MAX_DOCUMENT_CHARS:
             return None
-        try:
-            settings = self._settings(path)
-            ctx = FileContext(path, text, parse(path, text), settings, None)
-            ctx.walk_and_bucket(set())
-            project = ProjectIndex([summarize(ctx, all_rules(settings.rule_paths, settings.load_plugins))])
-            new_text, _, _, errors = fix_text(path, text, settings, self._selected(settings), project, False)
-        except (SourceError, ConfigError):
-            return None
-        return new_text if new_text != text and not errors else None
+        result = lint_sources({path: text}, self._resolver(), LintMode(fix=True))[path]
+        return result.text if result.text != text and not result.errors else None
+
+    def _resolver(self) -> ConfigResolver:
+        # a resolver per lint: pyproject.toml may have changed since the last one
+        return ConfigResolver({}, None, allow_local_rules=self.allow_local_rules)
 
     def _settings(self, path: str):
         # a resolver per lint: pyproject.toml may have changed since the last one
