@@ -36,14 +36,20 @@ def _segment(lines: list[str], f: Finding) -> str:
     return "\n".join(parts + [line(f.end_line)[: f.end_column - 1]])
 
 
+def code_digest(f: Finding, lines: list[str]) -> str:
+    """The hash part of ``f``'s fingerprint: its code, the first line and the flagged
+    code at its position in ``lines``."""
+    first = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
+    key = "\0".join((f.code, _squeeze(first), _squeeze(_segment(lines, f))))
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def assign_fingerprints(findings: Iterable[Finding], text: str) -> None:
     """Set ``fingerprint`` on every finding of one file whose source is ``text``."""
     lines = FileContext.split_lines(text)
     seen: Counter = Counter()
     for f in sorted(findings, key=Finding.sort_key):
-        first = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
-        key = "\0".join((f.code, _squeeze(first), _squeeze(_segment(lines, f))))
-        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        digest = code_digest(f, lines)
         f.fingerprint = f"{digest}:{seen[digest]}"
         seen[digest] += 1
 
@@ -70,9 +76,14 @@ def write_baseline(file: str, findings: Iterable[Finding]) -> int:
           "message": f.message} for f in findings),
         key=lambda r: (r["path"], r["line"], r["code"], r["fingerprint"]),
     )
-    with open(file, "w", encoding="utf-8") as fh:
-        json.dump({"amplint-baseline": BASELINE_VERSION, "findings": rows}, fh, indent=1, ensure_ascii=False)
-        fh.write("\n")
+    from .files import write_file
+
+    doc = {"amplint-baseline": BASELINE_VERSION, "findings": rows}
+    try:
+        data = (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not UTF-8: JSON escapes keep it exactly
+        data = (json.dumps(doc, indent=1) + "\n").encode("ascii")
+    write_file(file, data, create=True)
     return len(rows)
 
 
@@ -83,14 +94,17 @@ class Baseline:
     def __init__(self, file: str):
         self.file = file
         self.folder = os.path.dirname(os.path.abspath(file))
-        try:
-            with open(file, encoding="utf-8") as fh:
-                data = json.load(fh)
+        from .files import REPO_FILE_LIMIT, read_regular
+
+        try:  # a repository may commit the baseline: a FIFO or a link to /dev/zero must not hang the run
+            data = json.loads(read_regular(file, limit=REPO_FILE_LIMIT).decode("utf-8"))
         except OSError as exc:
             raise BaselineError(f"{file}: cannot read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise BaselineError(f"{file}: not a JSON baseline: {exc}") from None
-        if not isinstance(data, dict) or data.get("amplint-baseline") != BASELINE_VERSION or not isinstance(data.get("findings"), list):
+        except RecursionError:
+            raise BaselineError(f"{file}: not a JSON baseline: nested too deeply") from None
+        if not isinstance(data, dict) or type(data.get("amplint-baseline")) is not int or data["amplint-baseline"] != BASELINE_VERSION or not isinstance(data.get("findings"), list):
             raise BaselineError(f"{file}: not an amplint baseline (version {BASELINE_VERSION}); write one with --write-baseline")
         self.entries: Counter = Counter()
         for row in data["findings"]:

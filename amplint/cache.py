@@ -28,10 +28,12 @@ import hmac
 import json
 import os
 import secrets
+import stat
 import tempfile
 from typing import Any, Optional
 
 from . import __version__
+from .files import read_regular
 
 #: an entry file is JSON: _HEAD, the MAC (64 hex digits), _MIDDLE, the entry, "}" -- read
 #: by slicing, so the MAC is checked on the stored bytes without re-serialising them
@@ -51,8 +53,9 @@ def load_secret() -> Optional[bytes]:
     path = os.path.join(folder, _SECRET_NAME)
     for _ in range(2):
         try:
-            with open(path, "rb") as fh:
-                secret = fh.read()
+            from .files import read_regular
+
+            secret = read_regular(path, limit=4096)
             return secret if len(secret) >= 32 else None
         except FileNotFoundError:
             pass
@@ -74,11 +77,31 @@ def load_secret() -> Optional[bytes]:
     return None
 
 
+#: the largest entry file read (a 20 MB source's entry is about 100 MB)
+_ENTRY_LIMIT = 512 * 1024 * 1024
+
+
+def _real_folder(path: str) -> bool:
+    """``path`` is a folder itself, not a symbolic link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 class Cache:
-    def __init__(self, folder: str, secret: Optional[bytes] = None):
+    """The cache folder.  A repository may commit ``.amplint_cache`` (or a shard folder in
+    it) as a symbolic link to another repository: the cache then writes nothing (unless
+    the user named that folder with ``--cache-dir``), its ``.gitignore`` is created only
+    where nothing, not even a dangling link, is, and entries are read as regular files
+    only."""
+
+    def __init__(self, folder: str, secret: Optional[bytes] = None, named: bool = False):
         self.folder = folder
         self._ready = False
         self._secret = secret if secret is not None else load_secret()
+        if not named and os.path.islink(folder):
+            self._secret = None  # a committed link: neither read nor write through it
 
     @staticmethod
     def key(*parts: bytes | str) -> str:
@@ -99,8 +122,7 @@ class Cache:
         if self._secret is None:
             return None
         try:
-            with open(self._path(key), "rb") as fh:
-                data = fh.read()
+            data = read_regular(self._path(key), limit=_ENTRY_LIMIT, follow=False)
             start = len(_HEAD) + 64 + len(_MIDDLE)
             if not (data.startswith(_HEAD) and data[start - len(_MIDDLE):start] == _MIDDLE and data.endswith(b"}")):
                 return None
@@ -119,12 +141,18 @@ class Cache:
             blob = json.dumps(value, separators=(",", ":")).encode()
             if not self._ready:
                 os.makedirs(self.folder, exist_ok=True)
-                gitignore = os.path.join(self.folder, ".gitignore")
-                if not os.path.exists(gitignore):
-                    with open(gitignore, "w") as fh:
+                try:  # O_EXCL: never through a link, dangling or not
+                    fd = os.open(os.path.join(self.folder, ".gitignore"),
+                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                    with os.fdopen(fd, "w") as fh:
                         fh.write("# created by amplint\n*\n")
+                except FileExistsError:
+                    pass
                 self._ready = True
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            shard = os.path.dirname(path)
+            os.makedirs(shard, exist_ok=True)
+            if not _real_folder(shard):
+                return  # a planted link to a folder elsewhere
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(_HEAD + self._mac(key, blob).encode() + _MIDDLE + blob + b"}")

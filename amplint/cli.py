@@ -355,13 +355,17 @@ def _lint(args) -> int:
         sys.stdout.flush()
         _report(args, fmt, options, results, sys.stderr)
     elif args.output_file:
+        import io
+
+        from .files import write_file
+
+        out = io.StringIO()  # the report is written in one go by the one writer (no link out of the tree)
+        _report(args, fmt, options, results, out)
         try:
-            out = open(args.output_file, "w", encoding="utf-8")
+            write_file(args.output_file, out.getvalue().encode("utf-8", "backslashreplace"), create=True)
         except OSError as exc:
             print(f"amplint: error: --output-file {args.output_file}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_ERROR
-        with out:
-            _report(args, fmt, options, results, out)
     else:
         _report(args, fmt, options, results, sys.stdout)
     if any(r.errors for r in results):

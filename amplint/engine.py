@@ -736,7 +736,7 @@ def _fix_task(args) -> FileResult:
     result = FileResult(path)
     try:
         source = _read_source(path)
-        if not options.diff and path not in _WORKER.sources:
+        if not options.diff:  # stdin too: the fixed text goes back into the editor's buffer
             check_writable(source)
     except SourceError as exc:
         result.errors.append(exc)
@@ -770,6 +770,7 @@ def _fix_task(args) -> FileResult:
         return result
     except OSError as exc:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
+        result.fixed, result.changed = 0, False  # nothing was written: the summary must not count them
         return result
     result.findings = [_finding_from_dict(d) for d in _outgoing(findings, source.text)]
     result.frames = _frames(findings, source.text)
@@ -855,13 +856,42 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     mp_context = multiprocessing.get_context(method) if method else None
     out = []
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp_context, initializer=_init_worker, initargs=init_args) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp_context, initializer=_init_pool_worker,
+                               initargs=(os.getpid(), *init_args))
+    try:
         chunk = max(1, min(16, total // (jobs * 4)))
         for i, item in enumerate(pool.map(func, tasks, chunksize=chunk), 1):
             out.append(item)
             if progress:
                 progress(i, total)
+    except BaseException:  # Ctrl-C, SIGTERM turned into SystemExit, a worker's crash: end the workers now
+        _end_pool(pool)
+        raise
+    pool.shutdown()
     return out
+
+
+def _init_pool_worker(parent_pid: int, *init_args) -> None:
+    from .procs import die_with_parent
+
+    die_with_parent(parent_pid)
+    _init_worker(*init_args)
+
+
+def _end_pool(pool) -> None:
+    """Stop a pool without waiting for its queued work: kill its workers, then reap them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        try:
+            process.kill()
+        except (OSError, AttributeError):
+            pass
+    for process in processes:
+        try:
+            process.join(5)
+        except (OSError, AssertionError, AttributeError):
+            pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1003,7 +1033,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         # imported only here: hmac, secrets and tempfile are a --no-cache run's cost otherwise
         from .cache import Cache, entry_key, valid_entry
 
-        cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"))
+        cache = Cache(options.cache_dir or os.path.join(files[0][1].root, ".amplint_cache"), named=bool(options.cache_dir))
     unused = options.report_unused_suppressions
     settings_of = dict(files)
     raw: dict[str, bytes] = {}

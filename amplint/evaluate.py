@@ -60,6 +60,11 @@ CONFIG_NAMES = ("config", "cfg", "conf", "model_config", "hparams", "args", "par
 CONFIG_CLASS_SUFFIXES = ("Config", "Configuration", "Args", "Arguments", "Params", "HParams", "Settings")
 
 
+#: the most related locations a value carries (the nearest): a chain of 10,000 aliases or
+#: helpers must not give each of its findings a 10,000-step trail (quadratic in time and size)
+MAX_TRAIL = 8
+
+
 @dataclasses.dataclass(frozen=True)
 class Value:
     """A folded number and where it came from."""
@@ -71,7 +76,7 @@ class Value:
     literal: Optional[ast.AST] = None
 
     def via(self, related: Related) -> "Value":
-        return Value(self.value, (related,) + self.origin, self.literal)
+        return Value(self.value, ((related,) + self.origin)[:MAX_TRAIL], self.literal)
 
 
 class Evaluator:
@@ -84,6 +89,31 @@ class Evaluator:
         self._active: set = set()
         self._call_site_memo: dict = {}
         self._call_sites_memo: dict = {}
+        #: module constant -> its value (None: not a number), built once in source order
+        self._module_values: Optional[dict[str, Optional[Value]]] = None
+
+    def _module_constant(self, name: str):
+        """The value of module-level ``name`` from the table of the file's constants, each
+        folded once, in source order, from the ones above it: an alias chain ``K1 = K0``
+        ... ``K20000 = K19999`` costs one step per name instead of a recursion that stops
+        at ``_MAX_DEPTH``.  _MISSING: not in the table (yet)."""
+        if self._module_values is None:
+            self._module_values = {}
+            ctx = self.ctx
+            for stmt in getattr(ctx.tree, "body", ()):
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    target = stmt.targets[0].id
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+                    target = stmt.target.id
+                else:
+                    continue
+                assignments = ctx.module_assignments(target)
+                if len(assignments) != 1 or assignments[0] is not stmt:
+                    continue
+                inner = self.evaluate(stmt.value, None, 0)
+                self._module_values[target] = None if inner is None else inner.via(
+                    ctx.related(stmt, f"`{target}` is defined here"))
+        return self._module_values.get(name, _MISSING)
 
     def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
         return self.ctx.bindings(func)
@@ -159,7 +189,11 @@ class Evaluator:
             if found is not _MISSING:
                 return found
             func = ctx.enclosing_function(func)
-        assignments = ctx.module_assignments(name.id)
+        tabled = self._module_constant(name.id)
+        if tabled is not _MISSING:
+            if tabled is not None:
+                return tabled
+        assignments = ctx.module_assignments(name.id) if tabled is _MISSING else ()
         if len(assignments) == 1 and not isinstance(assignments[0], ast.AugAssign):
             stmt = assignments[0]
             inner = self.evaluate(stmt.value, None, depth + 1) if stmt.value is not None else None
@@ -333,7 +367,8 @@ class Evaluator:
                 if value is None:
                     return None
                 # the call site goes last: the definition stays the first related location
-                values.append(Value(value.value, value.origin + (self.ctx.related(call, f"`{name}` is passed here"),), value.literal))
+                values.append(Value(value.value, value.origin[: MAX_TRAIL - 1] + (self.ctx.related(call, f"`{name}` is passed here"),),
+                                    value.literal))
         finally:
             self._active.discard(key)
         if len({v.value for v in values}) != 1:

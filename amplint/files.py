@@ -181,17 +181,28 @@ def _kind(mode: int) -> str:
     return "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device or special file"
 
 
-def read_regular(path: str, with_stat: bool = False):
+#: the most amplint reads of a file a repository can commit and amplint only consults
+#: (ignore files, git config, the baseline, pyproject.toml, cache entries): a link to a
+#: huge file must not take the machine's memory
+REPO_FILE_LIMIT = 64 * 1024 * 1024
+
+
+def read_regular(path: str, with_stat: bool = False, limit: Optional[int] = None, follow: bool = True):
     """The bytes of ``path`` (and with ``with_stat`` the ``fstat`` of what was read);
-    ``OSError`` unless it is a regular file (or a link to one).  Opened non-blocking and
-    checked on the open descriptor, not the path: a FIFO opened for reading would block
-    until a writer appears, and a path swapped between a check and the open must not
-    slip through."""
+    ``OSError`` unless it is a regular file (or, with ``follow``, a link to one) of at
+    most ``limit`` bytes.  Opened non-blocking and checked on the open descriptor, not
+    the path: a FIFO opened for reading would block until a writer appears, and a path
+    swapped between a check and the open must not slip through."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a UNIX socket cannot be opened
             raise OSError(errno.EINVAL, "not a regular file (socket)", path) from None
+        if exc.errno == errno.ELOOP and not follow:
+            raise OSError(errno.ELOOP, "is a symbolic link (not followed)", path) from None
         raise
     try:
         st = os.fstat(fd)
@@ -199,13 +210,24 @@ def read_regular(path: str, with_stat: bool = False):
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", path)
+        if limit is not None and st.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
         with os.fdopen(fd, "rb", closefd=True) as fh:
             fd = -1
-            data = fh.read()
+            data = fh.read() if limit is None else fh.read(limit + 1)
+        if limit is not None and len(data) > limit:  # grew while read
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
     finally:
         if fd >= 0:
             os.close(fd)
     return (data, st) if with_stat else data
+
+
+def read_repo_text(path: str, limit: int = REPO_FILE_LIMIT) -> str:
+    """A small text file the repository may commit (``.gitignore``, git config, ...):
+    a regular file of at most ``limit`` bytes, decoded as UTF-8 with undecodable bytes
+    kept as surrogates; ``OSError`` otherwise."""
+    return read_regular(path, limit=limit).decode("utf-8", "surrogateescape")
 
 
 class FileChangedError(OSError):
@@ -222,28 +244,84 @@ def unchanged_since(path: str, identity: FileIdentity) -> bool:
     return FileIdentity.of(st, data) == identity
 
 
-def write_atomic(path: str, data: bytes, expected: Optional[SourceFile] = None) -> None:
-    """Replace ``path`` with ``data``: write a temporary file beside it, fsync, keep the
-    permission bits (and owner and group where permitted), then rename over the original
-    (readers see old or new, never half).
+class UnsafeWriteError(OSError):
+    """amplint refuses to write there: a read-only file, a link out of the tree, a
+    dangling link, or something that is not a regular file."""
 
-    With ``expected`` (the file as it was read), the file is compared with it just
+
+def _tree_of(path: str) -> str:
+    """The tree a file at ``path`` belongs to: its git work tree, else its own folder
+    (links are not resolved).  A symbolic link there may point only inside it."""
+    from .ignorefiles import repository_root
+
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.realpath(repository_root(folder) or folder)
+
+
+def _target(path: str, create: bool) -> tuple[str, Optional[os.stat_result]]:
+    """The file a write to ``path`` lands on (a link is followed only to a file inside
+    its tree) and its ``stat`` (None: it does not exist and ``create`` allows making it)."""
+    try:
+        lst = os.lstat(path)
+    except FileNotFoundError:
+        if create:
+            return path, None
+        raise FileChangedError(errno.ENOENT, "changed while amplint was fixing it; left unchanged", path) from None
+    if not stat.S_ISLNK(lst.st_mode):
+        return path, lst
+    try:
+        st = os.stat(path)  # the kernel follows /proc's magic links (/dev/stdout) too
+    except OSError:
+        raise UnsafeWriteError(errno.ELOOP, "is a symbolic link to a missing file (or a loop); amplint does not "
+                                            "create its target", path) from None
+    if not stat.S_ISREG(st.st_mode):
+        return path, st  # a link to a terminal or a pipe (-o /dev/stdout): a stream, not a file
+    real = os.path.realpath(path)
+    tree = _tree_of(path)
+    from .trust import within
+
+    if not within(real, tree):
+        raise UnsafeWriteError(errno.EXDEV, f"is a symbolic link to {real}, outside this tree ({tree}); left unchanged",
+                               path)
+    return real, st
+
+
+def write_file(path: str, data: bytes, expected: Optional[SourceFile] = None, create: bool = False) -> None:
+    """The one way amplint writes a user's file (fixes, ``--add-noqa``, the baseline,
+    ``-o`` reports).  It replaces ``path`` with ``data``: a temporary file beside it,
+    fsync, the permission bits (and owner and group where permitted) kept, then a rename
+    over the original (readers see old or new, never half).
+
+    It refuses (:class:`UnsafeWriteError`) a read-only file, a symbolic link to a file
+    outside the link's tree, a dangling link (its target is never created) and, unless
+    ``create``, anything not a regular file; with ``create`` a missing file is made, and
+    an existing FIFO or terminal (``-o /dev/stdout``) is written as a stream.
+
+    With ``expected`` (the file as it was read) the encoding must keep every byte
+    outside the edits (:func:`check_writable`), and the file is compared with it just
     before the rename and left alone -- :class:`FileChangedError` -- when it was edited,
     replaced or deleted meanwhile: an editor's save during a long ``fix`` is never lost,
     and a deleted file is not re-created.  (What remains is the moment between that
     comparison and the rename.)"""
-    directory = os.path.dirname(os.path.abspath(path))
-    real = os.path.realpath(path)  # write through symlinks, keep the link
-    try:
-        st = os.stat(real)
-        mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
-    except OSError:
-        mode, owner = 0o644, None
+    if expected is not None and expected.raw:
+        check_writable(expected)
+    real, st = _target(path, create or expected is None)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if not create:
+            raise UnsafeWriteError(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)}); left unchanged", path)
+        fd = os.open(real, os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return
+    if st is not None and (not stat.S_IMODE(st.st_mode) & 0o222 or not os.access(real, os.W_OK)):
+        raise UnsafeWriteError(errno.EACCES, "read-only file; left unchanged", path)
+    mode, owner = (stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)) if st is not None else (0o666 & ~_umask(), None)
     if expected is not None and expected.owner is not None:
         owner = expected.owner
     import tempfile  # here: only fix writes files, and tempfile's import (random, ...) is a check's cost
 
-    fd, tmp = tempfile.mkstemp(prefix=".amplint-", suffix=".tmp", dir=os.path.dirname(real) or directory)
+    directory = os.path.dirname(os.path.abspath(real))
+    fd, tmp = tempfile.mkstemp(prefix=".amplint-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -254,6 +332,8 @@ def write_atomic(path: str, data: bytes, expected: Optional[SourceFile] = None) 
         os.chmod(tmp, mode)  # after chown, which may clear setuid/setgid bits
         if expected is not None and expected.identity is not None and not unchanged_since(real, expected.identity):
             raise FileChangedError(errno.EAGAIN, "changed while amplint was fixing it; left unchanged", path)
+        if st is None and os.path.lexists(real):  # appeared meanwhile (a link planted after the check)
+            raise UnsafeWriteError(errno.EEXIST, "appeared while amplint was writing it; left unchanged", path)
         os.replace(tmp, real)
     except BaseException:
         try:
@@ -261,6 +341,16 @@ def write_atomic(path: str, data: bytes, expected: Optional[SourceFile] = None) 
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: the name the fix engine has always used
+write_atomic = write_file
 
 
 def _chown_where_permitted(path: str, uid: int, gid: int) -> None:

@@ -17,6 +17,8 @@ import os
 import re
 from typing import Iterator, Optional
 
+from .files import read_repo_text
+
 _SECTION = re.compile(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 _ESCAPES = {"n": "\n", "t": "\t", "b": "\b", "\\": "\\", '"': '"'}
 
@@ -29,8 +31,7 @@ def git_dirs(repository: str) -> tuple[Optional[str], Optional[str]]:
         git_dir = dot_git
     else:
         try:
-            with open(dot_git, encoding="utf-8") as fh:
-                first = fh.readline().strip()
+            first = (read_repo_text(dot_git).splitlines() or [""])[0].strip()
         except OSError:
             return None, None
         if not first.startswith("gitdir:"):
@@ -38,8 +39,8 @@ def git_dirs(repository: str) -> tuple[Optional[str], Optional[str]]:
         git_dir = os.path.normpath(os.path.join(repository, first[len("gitdir:"):].strip()))
     common = git_dir
     try:
-        with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as fh:
-            common = os.path.normpath(os.path.join(git_dir, fh.readline().strip()))
+        first = (read_repo_text(os.path.join(git_dir, "commondir")).splitlines() or [""])[0].strip()
+        common = os.path.normpath(os.path.join(git_dir, first))
     except OSError:
         pass
     return git_dir, common
@@ -87,8 +88,7 @@ def _entries(path: str, git_dir: Optional[str], depth: int = 0) -> Iterator[tupl
     """(section.subsection, key, value) of one config file, lowercased names, with its
     includes in place."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
+        text = read_repo_text(path)
     except OSError:
         return
     text = re.sub(r"\\\r?\n", "", text)  # a backslash at the end of a line continues it

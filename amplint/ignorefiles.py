@@ -38,9 +38,12 @@ def repository_root(folder: str) -> Optional[str]:
 
 
 def _read_lines(path: str) -> list[str]:
+    """The lines of an ignore file; none when it is not a regular file of a sane size (a
+    repository can commit ``.gitignore`` as a FIFO or a link to ``/dev/zero``)."""
+    from .files import read_repo_text
+
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            return fh.read().splitlines()
+        return read_repo_text(path).splitlines()
     except OSError:
         return []
 

@@ -15,12 +15,13 @@ import io
 import tokenize
 from typing import Iterable
 
+from .baseline import code_digest
 from .config import Settings
 from .context import FileContext
 from .engine import UNUSED_SUPPRESSION, apply_fixes, parse
-from .files import SourceError, read_source, write_atomic
+from .files import FileChangedError, SourceError, check_writable, read_source, write_file
 from .rule import Edit, Finding, Fix, Position
-from .suppress import _DIRECTIVE, parse_directives, statement_lines
+from .suppress import parse_directives, statement_lines
 
 
 def _comment_lines(text: str, count: int) -> set[int]:
@@ -57,6 +58,13 @@ def add_noqa(path: str, findings: Iterable[Finding], settings: Settings) -> tupl
     (codes added, lines changed); ``SourceError`` when the file cannot be read, parsed
     or written."""
     source = read_source(path)
+    check_writable(source)
+    findings = list(findings)
+    lines = FileContext.split_lines(source.text)
+    if any(f.fingerprint and code_digest(f, lines) != f.fingerprint.split(":")[0] for f in findings):
+        # the findings' lines are those of the bytes the check read: a comment placed by
+        # them now would land on the wrong statement
+        raise SourceError(path, "changed since amplint checked it; left unchanged (run --add-noqa again)")
     tree = parse(path, source.text)
     ctx = FileContext(path, source.text, tree, settings, None)
     ctx.walk_and_bucket(set())
@@ -87,9 +95,7 @@ def add_noqa(path: str, findings: Iterable[Finding], settings: Settings) -> tupl
         directive = directives.get(number)
         if directive is not None:
             codes = codes - directive.codes
-            match = _DIRECTIVE.search(text)
-            group = "codes1" if match.group("codes1") is not None else "codes2"
-            start, end = match.span(group)
+            start, end = directive.codes_span  # in the comment token, never in a string
             current = text[start:end].rstrip()
             merged = (current + ", " if current.strip() else current) + ", ".join(sorted(codes))
             edit = Edit(Position(number, _byte_col(text, start)), Position(number, _byte_col(text, end)), merged)
@@ -109,7 +115,9 @@ def add_noqa(path: str, findings: Iterable[Finding], settings: Settings) -> tupl
         raise SourceError(path, f"internal error: --add-noqa produced invalid code ({exc.reason}); file left unchanged",
                           exc.line, exc.col) from None
     try:
-        write_atomic(path, source.encode(new_text))
+        write_file(path, source.encode(new_text), expected=source)
+    except FileChangedError as exc:
+        raise SourceError(path, exc.strerror) from None
     except OSError as exc:
         raise SourceError(path, f"cannot write: {exc.strerror or exc}") from None
     return added, len(fixes)

@@ -28,27 +28,53 @@ class Directive:
     codes: Optional[frozenset[str]]  # None: every rule
     is_noqa: bool
     used: set = dataclasses.field(default_factory=set)
+    #: 0-based character columns of the code list on the line (``--add-noqa`` extends it)
+    codes_span: Optional[tuple[int, int]] = None
 
     def covers(self, code: str) -> bool:
         return self.codes is None or code in self.codes
+
+
+def comments(text: str) -> list[tuple[int, int, str]]:
+    """(line, 0-based character column, text) of every comment token: a ``#`` inside a
+    string is part of the string.  A text the tokenizer rejects (it parsed, so only in
+    odd corners) has its comments found line by line, as before."""
+    import io
+    import tokenize
+
+    out = []
+    try:  # newline=None: CR-only and CRLF files have the tokenizer's line numbers
+        for tok in tokenize.generate_tokens(io.StringIO(text, newline=None).readline):
+            if tok.type == tokenize.COMMENT:
+                out.append((tok.start[0], tok.start[1], tok.string))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        out = []
+        for number, line in enumerate(FileContext.split_lines(text), 1):
+            at = line.find("#")
+            if at >= 0:
+                out.append((number, at, line[at:]))
+    return out
 
 
 def parse_directives(ctx: FileContext) -> dict[int, Directive]:
     if not _QUICK.search(ctx.source):
         return {}
     out: dict[int, Directive] = {}
-    for number, text in enumerate(ctx.lines, 1):
-        if "#" not in text:
+    for number, start, comment in comments(ctx.source):
+        if number in out:
             continue
-        match = _DIRECTIVE.search(text)
+        match = _DIRECTIVE.search(comment)
         if not match:
             continue
-        raw = match.group("codes1") if match.group("codes1") is not None else match.group("codes2")
+        group = "codes1" if match.group("codes1") is not None else "codes2"
+        raw = match.group(group)
         if match.group("bracket") is not None or match.group("codes2") is not None:
             codes = frozenset(c.strip().upper() for c in re.split(r"[\s,]+", raw or "") if c.strip())
+            span = (start + match.start(group), start + match.end(group))
         else:
-            codes = None
-        out[number] = Directive(number, match.start() + 1, codes, match.group(0).lower().lstrip("# ").startswith("noqa"))
+            codes, span = None, None
+        out[number] = Directive(number, start + match.start() + 1, codes,
+                                match.group(0).lower().lstrip("# ").startswith("noqa"), codes_span=span)
     return out
 
 

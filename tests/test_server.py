@@ -72,8 +72,8 @@ async def test_quick_fixes_fix_all_and_hover(client: LanguageClient):
         text_document=types.TextDocumentIdentifier(uri=uri), range=everything,
         context=types.CodeActionContext(diagnostics=[], only=["source.fixAll.amplint"])))
     (action,) = fix_all
-    (whole,) = action.edit.changes[uri]
-    assert "torch.finfo(scores.dtype).min" in whole.new_text and "nn.Linear(768, 1001)" in whole.new_text  # safe only
+    (region,) = action.edit.changes[uri]  # the changed region only, the unsafe AMP201 fix left out
+    assert region.new_text == "torch.finfo(scores.dtype).min" and (region.range.start.line, region.range.end.line) == (4, 4)
 
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=4, character=38)))

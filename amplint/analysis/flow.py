@@ -246,24 +246,36 @@ class _Summaries:
                     continue  # h = x.float(); h * rsqrt(h.pow(2).mean(-1) + self.eps)
             if param is not None:
                 self.by_name.setdefault(name, []).append(self._sink(kind, param, use, positions, owner, func))
-        # helpers calling helpers of this file: def l1norm(t, eps=1e-8): return normalize(t, eps)
-        for name, func, positions, stored, owner in units.values():
-            if stored:
+        # helpers calling helpers of this file: def l1norm(t, eps=1e-8): return normalize(t, eps),
+        # through chains of any length.  Each call site is found once (by the function it
+        # is in) and each sink crosses each call edge once: a worklist, linear in the
+        # call edges, never a scan of every call per helper (n helpers: n^2).
+        callers: dict[str, list] = {}  # callee name -> [(caller unit, call)]
+        for call in ctx.nodes("Call"):
+            if call.func.__class__ is not ast.Name:
                 continue
-            extra = []
-            for call in ctx.nodes("Call"):
-                if call.func.__class__ is not ast.Name or call.func.id not in self.by_name or call.func.id == name:
-                    continue
-                if ctx.enclosing_function(call) is not func:
-                    continue
-                for sink in self.by_name[call.func.id]:
-                    arg = _argument(call, sink.param, sink.position)
-                    p = _is_param(arg, positions) if arg is not None else None
-                    if p:
-                        extra.append(self._sink(sink.kind, p, call, positions, owner, func))
-            if extra:
-                self.by_name[name] = self.by_name.get(name, []) + extra
+            func = ctx.enclosing_function(call)
+            unit = units.get(id(func)) if func is not None else None
+            if unit is None or unit[3] or call.func.id == unit[0]:
+                continue  # not a helper of this file, a module class's forward, or a self-call
+            callers.setdefault(call.func.id, []).append((unit, call))
         self.by_name = {k: _unique(v) for k, v in self.by_name.items()}
+        seen = {name: {(s.kind, s.param, s.when) for s in sinks} for name, sinks in self.by_name.items()}
+        todo = [(name, sink) for name, sinks in self.by_name.items() for sink in sinks]
+        while todo:
+            callee, sink = todo.pop()
+            for (name, func, positions, stored, owner), call in callers.get(callee, ()):
+                arg = _argument(call, sink.param, sink.position)
+                p = _is_param(arg, positions) if arg is not None else None
+                if not p:
+                    continue
+                new = self._sink(sink.kind, p, call, positions, owner, func)
+                key = (new.kind, new.param, new.when)
+                if key in seen.setdefault(name, set()):
+                    continue
+                seen[name].add(key)
+                self.by_name.setdefault(name, []).append(new)
+                todo.append((name, new))
         return self
 
     def _sink(self, kind, param, use, positions, owner, func) -> Sink:

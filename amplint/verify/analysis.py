@@ -81,6 +81,17 @@ def overlaps(item: dict, span: tuple, columns: bool = True) -> bool:
     return (i_line, i_col) < (end_line, end_col) and (line, col) < (i_end, i_end_col)
 
 
+def _contains(item: dict, span: tuple, columns: bool = True) -> bool:
+    """Whether a trace item's span holds all of ``span`` (by lines when either side has
+    no columns)."""
+    path, line, col, end_line, end_col = span
+    i_line, i_end = item["line"], item.get("end_line") or item["line"]
+    i_col, i_end_col = item.get("column"), item.get("end_column")
+    if not columns or None in (col, end_col, i_col, i_end_col):
+        return i_line <= line and end_line <= i_end
+    return (i_line, i_col) <= (line, col) and (end_line, end_col) <= (i_end, i_end_col)
+
+
 def _own_op(item_op: Optional[str], named: Optional[str]) -> bool:
     return named is None or (item_op is not None and op_name(item_op) == named)
 
@@ -98,7 +109,10 @@ def evidence(finding: dict, level: str, run: dict, tolerance: float, columns: bo
             op_name(s["op"]) == named and overlaps(s, span, columns) for s in run.get("sites", ())):
         named = None  # the op is reached through a wrapper on the finding's line
     crash = run.get("crash")
-    if crash and overlaps(crash, span, columns):
+    if crash and overlaps(crash, span, columns) and (not code.startswith(_OP_CODES) or _contains(crash, span, columns)):
+        # an op finding (softmax in half) is shown by a crash of that op, not by one of an
+        # expression inside it: torch.softmax(s.masked_fill(m, -1e9), -1) crashing in
+        # masked_fill is AMP101's evidence, not AMP301's
         out.append({"level": level, "kind": "crash", "detail": f"{crash['type']}: {crash['message']}", "line": crash["line"]})
     origin = run.get("origin")
     if origin and overlaps(origin, span, columns) and _own_op(origin["op"], named):

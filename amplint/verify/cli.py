@@ -104,6 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lv.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default 1e-4)")
     lv.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads for torch (default: torch's default; "
                     "small models on a busy machine run much faster with 1)")
+    lv.add_argument("--timeout", type=_positive_float, metavar="SECONDS", default=600.0,
+                    help="stop with an error when one opt level (or the import and factory call) runs longer (default 600)")
     lv.add_argument("--no-trace", action="store_true", help="skip the per-source-line trace of step 0 (faster; findings are then matched by module only)")
     fx = p.add_argument_group("fixes")
     fx.add_argument("--fix", action="store_true", default=None, help="apply the suggested fixes to temporary copies of the sources and prove them")
@@ -232,6 +234,21 @@ def main(args, lint_settings=None) -> int:
             print(f"amplint: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
 
+    beacon = getattr(args, "verify_beacon", None)
+    if beacon is None:  # the user's code runs in a child this process watches (verify/supervise.py)
+        from .supervise import supervise
+
+        # resolved now: the factory may chdir
+        report = args.report or vconfig.resolve_report_path(defaults.get("report"), base)
+        args.report, args.report_shown = (os.path.abspath(report) if report else None), report
+        label = ", ".join(str(t) for t, _ in parsed)
+
+        def child(b) -> int:
+            args.verify_beacon = b
+            return main(args, lint_settings)
+
+        return supervise(child, getattr(args, "timeout", None), label)
+
     import torch  # noqa: F401  (verify needs torch; imported only now)
 
     threads = args.threads or defaults.get("threads")
@@ -275,7 +292,7 @@ def main(args, lint_settings=None) -> int:
                 progress.begin_target(str(target), cfg.all_levels(), cfg.steps, bool(opts["fix"]))
             try:
                 report = verify_target(target, cfg, fix=opts["fix"], unsafe=opts["unsafe_fixes"], config=args.config,
-                                       progress=progress, lint=not args.no_lint, lint_settings=lint_settings)
+                                       progress=beacon.wrap(progress), lint=not args.no_lint, lint_settings=lint_settings)
             except TargetError as exc:
                 print(f"amplint: error: {exc}", file=sys.stderr)
                 return EXIT_ERROR
@@ -313,7 +330,7 @@ def main(args, lint_settings=None) -> int:
             print(f"amplint: error: cannot write {report_path}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_ERROR
         if args.format == "text":
-            out.write(f"HTML report: {report_path}\n")
+            out.write(f"HTML report: {getattr(args, 'report_shown', None) or report_path}\n")
     out.flush()
     return status
 
