@@ -201,8 +201,10 @@ def error_line(element: ET.Element) -> str:
     return first_line(element.get("message", ""))
 
 
-def run_file(python: str, path: Path, shim: Path, tests: Path, xml: Path, timeout: int):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), str(tests)]),
+def run_file(python: str, path: Path, shim: Path, tests: Path, xml: Path, timeout: int,
+             amplint_src: Path | None = None):
+    paths = [str(shim), str(tests)] + ([str(amplint_src)] if amplint_src else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths),
                PYTHONDONTWRITEBYTECODE="1")
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tests),
            f"--junitxml={xml}", str(path)]
@@ -252,6 +254,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the per-test results here")
     ap.add_argument("--python", default=sys.executable,
                     help="interpreter whose amplint is measured (default: this one)")
+    ap.add_argument("--amplint-src", type=Path,
+                    help="a checkout whose amplint/ is imported instead of the installed one "
+                         "(e.g. a `git worktree` of an older commit)")
     ap.add_argument("--no-port", action="store_true", help="run the files verbatim (CUDA)")
     ap.add_argument("--jobs", type=int, default=2, help="files run at the same time")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per file")
@@ -268,14 +273,15 @@ def main(argv=None) -> int:
         started = time.monotonic()
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:   # each job is a subprocess
             futures = {f: pool.submit(run_file, args.python, f, shim, tests,
-                                      root / f"{f.stem}.xml", args.timeout) for f in files}
+                                      root / f"{f.stem}.xml", args.timeout, args.amplint_src)
+                       for f in files}
             logs = {f: fut.result() for f, fut in futures.items()}
         results = [r for f in files for r in results_for(f, root / f"{f.stem}.xml", logs[f])]
         elapsed = time.monotonic() - started
         version = subprocess.run(
-            [args.python, "-c", "import amplint, torch, sys; print(getattr(amplint, "
-             "'__version__', '?'), torch.__version__, sys.version.split()[0])"],
-            capture_output=True, text=True).stdout.strip()
+            [args.python, "-c", "import amplint, torch, sys; print(amplint.__file__, "
+             "torch.__version__, sys.version.split()[0])"], capture_output=True, text=True, cwd=tests,
+            env=dict(os.environ, PYTHONPATH=str(args.amplint_src or ""))).stdout.strip()
     finally:
         if args.keep:
             print(f"kept {root}", file=sys.stderr)
@@ -290,7 +296,7 @@ def main(argv=None) -> int:
     print()
     print(" | ".join(f"{c}: {n}" for c, n in totals.items() if n or c in CLASSES)
           + f" | tests: {len(results)} in {len(files)} files")
-    print(f"amplint/torch/python: {version}; CPU port: {changed} lines changed"
+    print(f"amplint, torch, python: {version}; CPU port: {changed} lines changed"
           f"{' (verbatim)' if args.no_port else ''}; {elapsed:.0f} s")
     if args.json:
         args.json.write_text(json.dumps({
