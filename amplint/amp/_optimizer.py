@@ -393,6 +393,10 @@ class MasterState(OptimizerState):
         self.valid = [False] * len(self.masters)
         self.synced = [0] * len(self.masters)  # model-param versions after our last write
         self.view_versions = [None] * len(self.masters)  # p.grad versions after our last write
+        # prepare() drops the half views before each backward; a master gradient whose view we
+        # dropped (a parameter the next loss does not reach) is still the gradient, not a
+        # gradient the user cleared
+        self.view_dropped = [False] * len(self.masters)
         self._warned_lossy = False
 
     def model_side_params(self):
@@ -406,6 +410,7 @@ class MasterState(OptimizerState):
         self.valid.append(False)
         self.synced.append(p._version)
         self.view_versions.append(None)
+        self.view_dropped.append(False)
         return master
 
     def add_param_group(self, orig, group):
@@ -440,7 +445,7 @@ class MasterState(OptimizerState):
         for i, p in enumerate(self.model_params):
             g = p.grad
             if g is None:
-                if self.valid[i]:
+                if self.valid[i] and not self.view_dropped[i]:
                     self.valid[i] = False
                     self.masters[i].grad = None
             elif g._version != self.view_versions[i]:
@@ -461,7 +466,8 @@ class MasterState(OptimizerState):
     def prepare(self):
         super().prepare()
         self._reconcile_user_grads(at_step=False)
-        for p in self.model_params:
+        for i, p in enumerate(self.model_params):
+            self.view_dropped[i] = self.valid[i]
             p.grad = None
 
     def post(self, scaler):
@@ -486,6 +492,7 @@ class MasterState(OptimizerState):
             self.masters[i].grad = mg[i]
             self.valid[i] = True
             self.view_versions[i] = v._version
+            self.view_dropped[i] = False
 
     def before_step(self):
         self._reconcile_user_grads(at_step=True)
@@ -505,6 +512,7 @@ class MasterState(OptimizerState):
         for i, m in enumerate(self.masters):
             m.grad = None
             self.valid[i] = False
+            self.view_dropped[i] = False
 
     def on_skip(self):
         self._invalidate()

@@ -275,6 +275,38 @@ def test_one_optimizer_over_two_models_and_two_losses_skips_once_for_either_over
     assert (amp.skipped_steps(0), amp.skipped_steps(1)) == (0, 1)
 
 
+@pytest.mark.parametrize("cast_model_type", [None, False])
+def test_one_optimizer_two_losses_keeps_the_first_models_master_gradients(cast_model_type):
+    """O2, one optimizer over two models, one loss each: the second scale_loss drops the half
+    gradient views before its backward, which does not reach the first model; the first
+    model's master gradients must still be stepped (apex's run_amp test_multiple_models, with
+    half parameters coming in: cast_model_type=False)."""
+    m0, m1 = _tiny(0), _tiny(1)
+    ref = [copy.deepcopy(m0), copy.deepcopy(m1)]
+    if cast_model_type is False:
+        m0.half(), m1.half()
+    opt = torch.optim.SGD([{"params": m0.parameters(), "lr": 0.25},
+                           {"params": m1.parameters(), "lr": 0.5}])
+    ref_opt = torch.optim.SGD([{"params": ref[0].parameters(), "lr": 0.25},
+                               {"params": ref[1].parameters(), "lr": 0.5}])
+    [m0, m1], opt = amp.initialize([m0, m1], opt, opt_level="O2", num_losses=2, verbosity=0,
+                                   cast_model_type=cast_model_type, loss_scale=8.0,
+                                   allow_incoming_model_not_fp32=cast_model_type is False)
+    x = torch.randn(3, 4)
+    for model, r, loss_id in ((m0, ref[0], 0), (m1, ref[1], 1)):
+        inp = x.half() if cast_model_type is False else x   # O2 casts inputs only when it casts
+        with amp.scale_loss(model(inp).float().mean(), opt, loss_id=loss_id) as scaled:
+            scaled.backward()
+        r(x).mean().backward()
+    opt.step()
+    ref_opt.step()
+    for model, r in zip((m0, m1), ref):
+        for p, q in zip(model.parameters(), r.parameters()):
+            assert torch.allclose(p.float(), q, atol=2e-2), (cast_model_type, p, q)
+    masters = list(amp.master_params(opt))
+    assert all(m.dtype == S for m in masters) and len(masters) == 8
+
+
 # -- add_param_group after initialize ------------------------------------------------------------
 
 @pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
