@@ -94,7 +94,7 @@ class Baseline:
     def __init__(self, file: str):
         self.file = file
         self.folder = os.path.dirname(os.path.abspath(file))
-        from .files import REPO_FILE_LIMIT, read_regular
+        from .reading import REPO_FILE_LIMIT, read_regular
 
         try:  # a repository may commit the baseline: a FIFO or a link to /dev/zero must not hang the run
             data = json.loads(read_regular(file, limit=REPO_FILE_LIMIT).decode("utf-8"))

@@ -33,7 +33,7 @@ import tempfile
 from typing import Any, Optional
 
 from . import __version__
-from .files import read_regular
+from .reading import read_regular
 
 #: an entry file is JSON: _HEAD, the MAC (64 hex digits), _MIDDLE, the entry, "}" -- read
 #: by slicing, so the MAC is checked on the stored bytes without re-serialising them
@@ -53,7 +53,7 @@ def load_secret() -> Optional[bytes]:
     path = os.path.join(folder, _SECRET_NAME)
     for _ in range(2):
         try:
-            from .files import read_regular
+            from .reading import read_regular
 
             secret = read_regular(path, limit=4096)
             return secret if len(secret) >= 32 else None

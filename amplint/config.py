@@ -255,7 +255,7 @@ def _check_codes_known(values: dict[str, Any], path: str, text: str, plugins: bo
 
 def read_pyproject(path: Path) -> Optional[dict[str, Any]]:
     """The ``[tool.amplint]`` table of ``path`` (None when the file has none)."""
-    from .files import REPO_FILE_LIMIT, read_regular
+    from .reading import REPO_FILE_LIMIT, read_regular
 
     try:  # a regular file of a sane size only: a repository may commit a FIFO or a link to /dev/zero
         text = read_regular(str(path), limit=REPO_FILE_LIMIT).decode("utf-8")

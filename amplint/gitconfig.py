@@ -17,7 +17,7 @@ import os
 import re
 from typing import Iterator, Optional
 
-from .files import read_repo_text
+from .reading import read_repo_text
 
 _SECTION = re.compile(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 _ESCAPES = {"n": "\n", "t": "\t", "b": "\b", "\\": "\\", '"': '"'}

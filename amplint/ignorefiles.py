@@ -40,7 +40,7 @@ def repository_root(folder: str) -> Optional[str]:
 def _read_lines(path: str) -> list[str]:
     """The lines of an ignore file; none when it is not a regular file of a sane size (a
     repository can commit ``.gitignore`` as a FIFO or a link to ``/dev/zero``)."""
-    from .files import read_repo_text
+    from .reading import read_repo_text
 
     try:
         return read_repo_text(path).splitlines()

@@ -38,7 +38,7 @@ def test_quiet_statistics_prints_the_counts_only(tmp_path, amplint):
     for args in (["-q", "--statistics"], ["--statistics", "-q"]):
         proc = amplint("check", "--no-cache", *args, cwd=tmp_path)
         assert proc.returncode == 1
-        assert proc.stdout.splitlines() == ["2  AMP501  [*] apex-amp-import", "1  AMP102  [*] underflow-epsilon"], proc.stdout
+        assert proc.stdout.splitlines() == ["2  AMP501  [*] apex-amp-import", "1  AMP102  [-] underflow-epsilon"], proc.stdout
 
 
 def test_show_settings_and_show_files(tmp_path, amplint):

@@ -22,11 +22,11 @@ def test_text_and_concise_show_the_severity(tmp_path, amplint):
     (tmp_path / "a.py").write_text(INFO_ONLY)
     (tmp_path / "b.py").write_text(ERROR)
     text = amplint("check", "--no-cache", cwd=tmp_path).stdout
-    assert "a.py:9:16: AMP301 [*] info: `F.softmax`" in text and "b.py:4:29: AMP101 [-] error: " in text
+    assert "a.py:9:16: AMP301 info: `F.softmax`" in text and "b.py:4:29: AMP101 [-] error: " in text
     concise = amplint("check", "--no-cache", "--format", "concise", cwd=tmp_path).stdout.splitlines()
-    assert concise[0].startswith("a.py:9:16: AMP301 [*] info: ") and concise[1].startswith("b.py:4:29: AMP101 [-] error: ")
+    assert concise[0].startswith("a.py:9:16: AMP301 info: ") and concise[1].startswith("b.py:4:29: AMP101 [-] error: ")
     quiet = amplint("check", "--no-cache", "-q", cwd=tmp_path).stdout.splitlines()
-    assert quiet[0].startswith("a.py:9:16: AMP301 [*] info: ")
+    assert quiet[0].startswith("a.py:9:16: AMP301 info: ")
 
 
 def test_info_findings_do_not_fail_the_run_unless_fail_on_info(tmp_path, amplint):
@@ -57,5 +57,7 @@ def test_fail_on_error_lets_warnings_pass(tmp_path, amplint):
 def test_fix_leaves_only_info_findings_exit_0(tmp_path, amplint):
     (tmp_path / "m.py").write_text(INFO_ONLY)
     proc = amplint("fix", "--no-cache", "--diff", cwd=tmp_path)
-    assert proc.returncode == 1  # --diff: a change it would make
+    # no fix: O1 already runs this softmax in fp32 (issue 24), and the info finding left
+    # does not fail the run
+    assert proc.returncode == 0 and "No fixes to apply; 1 would remain." in proc.stderr
     assert amplint("check", "--no-cache", "--select", "AMP301", "--fail-on", "info", cwd=tmp_path).returncode == 1

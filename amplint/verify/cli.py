@@ -236,6 +236,12 @@ def main(args, lint_settings=None) -> int:
 
     beacon = getattr(args, "verify_beacon", None)
     if beacon is None:  # the user's code runs in a child this process watches (verify/supervise.py)
+        import importlib.util
+
+        # found, not imported: the child forks before torch is imported, and without torch
+        # the caller's one-line advice must come from this process, not from the target
+        if importlib.util.find_spec("torch") is None:
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
         from .supervise import supervise
 
         # resolved now: the factory may chdir

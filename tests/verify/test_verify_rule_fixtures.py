@@ -43,7 +43,9 @@ def test_amp102_epsilon_nan_in_half_and_the_unsafe_fix_removes_it():
 def test_amp401_op_not_covered_at_o1_and_registration_fixes_it():
     report = run("ops/perceiver_io.py", ("O1",), fix=True)
     confirmed = [f for f in with_code(report, "AMP401") if f["evidence"]]
-    assert confirmed and all(f["status"] == "fixed" for f in confirmed)
+    # the registration is a display fix for the training script, which verify makes itself:
+    # the fixed run passes, and the finding says the file was not changed (issue 24)
+    assert confirmed and all(f["status"] == "fix not applied (display only)" for f in confirmed)
     assert report["failing_levels_after"] == []
 
 
