@@ -100,7 +100,17 @@ class FileContext:
         self._precision_facts: Optional[PrecisionFacts] = None
         self._magnitude_bounds = None
         self._walked = False
+        #: the named analyses built so far (see :meth:`get`)
+        self._analyses: dict[type, Any] = {}
         self._index_module_level()
+
+    def get(self, analysis: type):
+        """The analysis ``analysis`` of this file, built on first use (``analysis(self)``)
+        and shared by every rule after that: the one memo for per-file facts."""
+        found = self._analyses.get(analysis)
+        if found is None:
+            found = self._analyses[analysis] = analysis(self)
+        return found
 
     # --- walking ---------------------------------------------------------------------
 

@@ -384,6 +384,34 @@ class Evaluator:
                 return self.dict_item(value, key, use, depth + 1)
         return None
 
+    def dict_entries(self, expr: ast.AST, use: ast.AST, depth: int = 0) -> Optional[dict[str, ast.AST]]:
+        """Every constant key -> expression of the dict ``expr`` names at ``use`` (the
+        ``{...}`` / ``dict(...)`` it was built as, then ``d['key'] = value`` before the
+        use), or None when it was built some other way."""
+        if depth > _MAX_DEPTH:
+            return None
+        if expr.__class__ is ast.Dict:
+            if any(k is None or k.__class__ is not ast.Constant for k in expr.keys):
+                return None
+            return {str(k.value): v for k, v in zip(expr.keys, expr.values)}
+        if expr.__class__ is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "dict":
+            if expr.args or any(kw.arg is None for kw in expr.keywords):
+                return None
+            return {kw.arg: kw.value for kw in expr.keywords}
+        if expr.__class__ is not ast.Name:
+            return None
+        stores = self._stores_before(expr.id, use)
+        base = None
+        items = {}
+        for target, value in stores:
+            if target.__class__ is ast.Name:
+                base, items = self.dict_entries(value, use, depth + 1), {}
+            elif target.__class__ is ast.Subscript and target.slice.__class__ is ast.Constant:
+                items[str(target.slice.value)] = value
+        if base is None:
+            return None
+        return {**base, **items}
+
     def object_field(self, expr: ast.AST, field: str, depth: int) -> Optional[Value]:
         """``field`` of the object ``expr`` evaluates to: ``Config(vocab_size=...)``,
         ``Config(**args)``, a name assigned one of those, with ``config.field = ...``
