@@ -18,6 +18,7 @@ import ast
 import dataclasses
 import math
 import os
+import re
 from typing import Optional
 
 from ..evaluate import config_fields, is_config_class
@@ -186,3 +187,41 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
         fixed_keys.add(root.key)
         found.append(UnalignedDefinition(cname, field, default, root, base, bad, extra))
     return found
+
+
+#: config fields that are layer sizes by name (a lone config's defaults are judged by them)
+SIZE_FIELD = re.compile(
+    r"^(?:vocab_size|n_vocab|num_tokens|hidden_size|hidden_dim|d_model|n_embd|n_embed|embed_dim|emb_dim|"
+    r"embedding_dim|embedding_size|intermediate_size|d_ff|ffn_dim|ffn_hidden_size|dim_feedforward|d_inner|n_inner|"
+    r"dim|model_dim|width|d_hidden|encoder_embed_dim|decoder_embed_dim|encoder_ffn_embed_dim|decoder_ffn_embed_dim)$"
+)
+
+
+def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
+    """(field, node to report, default expression, class) of this file's config-class
+    defaults named like layer sizes and written as a literal, that no layer call of
+    this file and no layer use recorded by another linted file (the facts of rule
+    ``code``) reads: the config is linted without its model."""
+    local = [c for c in ctx.classes.values() if is_config_class(c)]
+    if not local:
+        return []
+    candidates = []
+    for cls in local:
+        for field, (node, default) in config_fields(cls).items():
+            if SIZE_FIELD.match(field) is None:
+                continue
+            root = find_root(ctx, default)
+            if root is None or root.kind != "literal" or root.mult != 1 or root.key in fixed_keys:
+                continue
+            candidates.append((field, node, default, cls))
+    if not candidates:
+        return []
+    # a field read in this file outside its class: the model is here, its layers decide
+    used = {n.attr for n in ctx.nodes("Attribute")
+            if n.ctx.__class__ is ast.Load and not (n.value.__class__ is ast.Name and n.value.id == "self")}
+    if ctx.project is not None:
+        for path, data in ctx.project.facts(code):
+            if path != ctx.path:
+                used.update(u["field"] for u in data.get("uses", ()) if u["cls"] in (None, *(c.name for c in local))
+                            and _resolves_here(ctx, path, u))
+    return [c for c in candidates if c[0] not in used]

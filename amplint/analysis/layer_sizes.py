@@ -268,9 +268,9 @@ class LayerSurvey:
                 return None
             # a config default every site that builds the config overrides is not the size
             passed = ctx.get(SizeValues).overridden(value)
-            if passed is None:
-                return found
-            candidates = passed
+            if passed and all(self._aligned(v) for v in passed):
+                return None
+            return found
         else:
             candidates = ctx.get(SizeValues).values(expr)
         for candidate in candidates:
@@ -279,6 +279,10 @@ class LayerSurvey:
                 # one of several values: where to pad is the author's call, no edit is offered
                 return dataclasses.replace(found, root=None, choice=True)
         return None
+
+    def _aligned(self, value) -> bool:
+        size = as_size(value.value)
+        return size is not None and size % self.alignment == 0
 
     def _judge(self, expr: ast.AST, ctx, label: str, role: str, value, extra_names=()) -> Optional[UnalignedSize]:
         size = as_size(value.value)
