@@ -580,6 +580,8 @@ class DtypeFlow:
         is_method = parent_of(func).__class__ is ast.ClassDef
         if is_method and func.name == "__init__":
             return DtypeClass.SCALAR  # constructor arguments are sizes and settings
+        if _used_as_bool(func, name):
+            return DtypeClass.BOOL  # ~mask, x[mask], masked_fill(mask, ...): a bool mask
         if is_method and func.name in ("forward", "__call__"):
             if name in _DATA_PARAMETERS and not self.pure_half:
                 return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
@@ -1079,6 +1081,43 @@ class DtypeFlow:
                 if anc.name == "__init__":
                     return False
         return True
+
+
+#: methods whose first argument (``masked_fill``, ``masked_select``) or ``torch.where``'s
+#: condition must be a bool tensor
+_BOOL_ARGUMENT = frozenset({"masked_fill", "masked_fill_", "masked_select", "masked_scatter", "where"})
+
+
+def _names_root(expr: ast.AST) -> Optional[str]:
+    """``mask`` of ``mask``, ``mask[..., None]``, ``mask.unsqueeze(1)``, ``mask.bool()``."""
+    while True:
+        if expr.__class__ is ast.Subscript:
+            expr = expr.value
+        elif expr.__class__ is ast.Call and expr.func.__class__ is ast.Attribute and expr.func.attr in (
+                "unsqueeze", "view", "reshape", "expand", "expand_as", "transpose", "permute", "to", "squeeze"):
+            expr = expr.func.value
+        else:
+            break
+    return expr.id if expr.__class__ is ast.Name else None
+
+
+def _used_as_bool(func: ast.AST, name: str) -> bool:
+    """Whether parameter ``name`` of ``func`` is used as a bool mask: inverted with
+    ``~``, the condition of ``masked_fill``/``where``, or (a name with "mask") a
+    tensor's index (``loss[mask]``).  ``mask.sum()`` of one is then an int64 count."""
+    if "mask" not in name.lower():
+        return False
+    for node in ast.walk(func):
+        kind = node.__class__
+        if kind is ast.UnaryOp and node.op.__class__ is ast.Invert and _names_root(node.operand) == name:
+            return True
+        if kind is ast.Subscript and node.slice.__class__ is ast.Name and node.slice.id == name:
+            return True
+        if kind is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in _BOOL_ARGUMENT and node.args:
+            if _names_root(node.args[0]) == name and not (
+                    node.func.attr == "where" and node.func.value.__class__ is ast.Name and node.func.value.id == name):
+                return True
+    return False
 
 
 def _device_like(expr: ast.AST) -> bool:
