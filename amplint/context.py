@@ -215,6 +215,22 @@ class FileContext:
         module, _, name = full.rpartition(".")
         return module, name
 
+    @property
+    def relative_imports(self) -> dict[str, str]:
+        """Local name -> "module.name" of this file's relative imports (leading dots dropped)."""
+        return self._relative_imports
+
+    @property
+    def binding_nodes(self) -> list[ast.AST]:
+        """Every statement or expression that binds a name, in walk order."""
+        self.ensure_walked()
+        return self._binding_nodes
+
+    @property
+    def is_ascii(self) -> bool:
+        """Whether the source is ASCII (byte and character columns agree)."""
+        return self._ascii
+
     def import_path(self, local: str) -> Optional[str]:
         """The dotted module path a local name stands for (absolute or relative)."""
         return self._imports.get(local) or self._relative_imports.get(local)

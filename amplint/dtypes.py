@@ -153,12 +153,27 @@ def _bind(out, target, stmt, value) -> None:
                 out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None, stmt))
 
 
-def _assignments(func: ast.AST) -> dict[str, list[tuple]]:
-    """name -> [(line, col, assigned value or None when rebound otherwise, binding statement)], cached on the
-    node.  Walks statements only (not expressions): cheap on long ``forward`` methods."""
-    cached = getattr(func, "amplint_assigns", None)
-    if cached is not None:
-        return cached
+class Assignments:
+    """Per function, built on first ask and kept for the file: name -> [(line, col,
+    assigned value or None when rebound otherwise, binding statement)]."""
+
+    def __init__(self, ctx):
+        self._by_function: dict[int, dict[str, list[tuple]]] = {}
+
+    def of(self, func: ast.AST) -> dict[str, list[tuple]]:
+        found = self._by_function.get(id(func))
+        if found is None:
+            found = self._by_function[id(func)] = _function_assignments(func)
+        return found
+
+
+def _assignments(ctx, func: ast.AST) -> dict[str, list[tuple]]:
+    return ctx.get(Assignments).of(func)
+
+
+def _function_assignments(func: ast.AST) -> dict[str, list[tuple]]:
+    """See :class:`Assignments`.  Walks statements only (not expressions): cheap on long
+    ``forward`` methods."""
     out: dict[str, list[tuple]] = {}
     stack = list(func.body)
     while stack:
@@ -184,7 +199,6 @@ def _assignments(func: ast.AST) -> dict[str, list[tuple]]:
                 stack.extend(block)
     for entries in out.values():
         entries.sort(key=lambda e: (e[0], e[1]))
-    func.amplint_assigns = out
     return out
 
 
@@ -195,7 +209,7 @@ def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
     func = ctx.enclosing_function(name)
     if func is None:
         return None
-    entries = _assignments(func).get(name.id)
+    entries = _assignments(ctx, func).get(name.id)
     if not entries:
         return None
     before = [e for e in entries if (e[0], e[1]) < (name.lineno, name.col_offset)]
@@ -209,7 +223,7 @@ def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
 
 def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> bool:
     """Whether ``name`` is (re)bound in ``func`` on lines strictly between start and end."""
-    return any(start < e[0] < end for e in _assignments(func).get(name, ()))
+    return any(start < e[0] < end for e in _assignments(ctx, func).get(name, ()))
 
 
 
@@ -498,7 +512,7 @@ class DtypeFlow:
         func = ctx.enclosing_function(node)
         if func is None:
             return self._module_name(node.id)
-        entries = _assignments(func).get(node.id)
+        entries = _assignments(self.ctx, func).get(node.id)
         if entries:
             found = self._reaching(node, func, entries)
             if found is not None:
@@ -511,7 +525,7 @@ class DtypeFlow:
             return DtypeClass.UNKNOWN
         outer = ctx.enclosing_function(func)  # a closure variable
         if outer is not None:
-            values = [v for *_, v in _assignments(outer).get(node.id, ())]
+            values = [v for *_, v in _assignments(self.ctx, outer).get(node.id, ())]
             if len(values) == 1 and values[0] is not None:
                 return self.of(values[0])
             if not values and any(p.arg == node.id for p in outer.args.args + outer.args.kwonlyargs):
@@ -544,7 +558,7 @@ class DtypeFlow:
         in-place op); loop variables and unpacking are unknown."""
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
             target = stmt.target
-            prior = _assignments(self.ctx.enclosing_function(stmt)).get(name, ())
+            prior = _assignments(self.ctx, self.ctx.enclosing_function(stmt)).get(name, ())
             earlier = [e for e in prior if (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
             if earlier:
                 return self._reaching(target, self.ctx.enclosing_function(stmt), earlier) or DtypeClass.UNKNOWN
@@ -708,7 +722,7 @@ class DtypeFlow:
             return self._parameter_value(cast)
         if isinstance(value, ast.Name):  # self.dim = dim: a config value, almost always a number
             func = self.ctx.enclosing_function(value)
-            if func is not None and func.name == "__init__" and not _assignments(func).get(value.id):
+            if func is not None and func.name == "__init__" and not _assignments(self.ctx, func).get(value.id):
                 return DtypeClass.SCALAR
         got = self.of(value)
         if buffer and got is DtypeClass.UNKNOWN and self.borrowed_activations:
@@ -980,7 +994,7 @@ class DtypeFlow:
         cheap filter before :meth:`callees`."""
         if self._alias_names is None:
             found = set()
-            for node in self.ctx._binding_nodes:
+            for node in self.ctx.binding_nodes:
                 if node.__class__ is ast.Assign or node.__class__ is ast.AnnAssign:
                     value = node.value
                     if value is None or value.__class__ not in (ast.Name, ast.Attribute, ast.IfExp, ast.Call):

@@ -52,7 +52,8 @@ class FileSummary:
 def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
     from . import engine_detect
-    from .evaluate import CONSTANTS_FACT, config_fields, is_config_class
+    from .evaluate import CONSTANTS_FACT
+    from .semantic.configs import config_fields, is_config_class
     from .semantic.facts import collect_all
 
     ctx.ensure_walked()

@@ -21,7 +21,7 @@ import os
 import re
 from typing import Optional
 
-from ..evaluate import config_fields, is_config_class
+from ..semantic.configs import config_fields, is_config_class
 from .calls import argument
 from .dims import (
     CHECKPOINT_MARKERS,

@@ -19,7 +19,7 @@ import math
 from typing import Optional
 
 from ..bindings import bound_names
-from ..evaluate import annotation_class, config_fields, declares_field, is_config_class, is_config_expr, parameter
+from ..semantic.configs import annotation_class, config_fields, declares_field, is_config_class, is_config_expr, parameter
 
 _MAX_DEPTH = 12
 

@@ -297,13 +297,18 @@ def _argument(call: ast.Call, name: str, position: Optional[int]) -> Optional[as
     return None
 
 
+class FlowSummaries:
+    """This file's functions and hand-written module classes whose parameters reach a
+    fill, a mask addition or an eps: ``ctx.get(FlowSummaries).by_name``."""
+
+    def __init__(self, ctx):
+        self.by_name: dict[str, list[Sink]] = _Summaries(ctx).build().by_name
+
+
 def summaries(ctx) -> dict[str, list[Sink]]:
     """This file's functions and hand-written module classes whose parameters reach a
-    fill, a mask addition or an eps (computed once per file)."""
-    cached = getattr(ctx, "_flow_summaries", None)
-    if cached is None:
-        cached = ctx._flow_summaries = _Summaries(ctx).build().by_name
-    return cached
+    fill, a mask addition or an eps (built once per file)."""
+    return ctx.get(FlowSummaries).by_name
 
 
 def collect_facts(ctx, kind: str) -> Optional[dict]:
@@ -313,20 +318,24 @@ def collect_facts(ctx, kind: str) -> Optional[dict]:
     return {"by_name": found} if found else None
 
 
-def _callable_names(ctx) -> tuple[frozenset, frozenset]:
+class CallableNames:
     """(plain names, module aliases) a call may go through to reach a summarised
     function: this file's functions and classes and names imported from outside torch
-    and the standard library.  Computed once per file: most calls fail this test."""
-    cached = getattr(ctx, "_flow_callables", None)
-    if cached is None:
+    and the standard library.  Built once per file: most calls fail this test."""
+
+    def __init__(self, ctx):
         imported = set()
-        for local in set(ctx.imports) | set(ctx._relative_imports):
+        for local in set(ctx.imports) | set(ctx.relative_imports):
             path = ctx.import_path(local)
             if path and path.partition(".")[0] not in _NOT_LINTED:
                 imported.add(local)
-        names = frozenset(imported | set(ctx.functions) | set(ctx.classes))
-        cached = ctx._flow_callables = (names, frozenset(imported))
-    return cached
+        self.names = frozenset(imported | set(ctx.functions) | set(ctx.classes))
+        self.imported = frozenset(imported)
+
+
+def _callable_names(ctx) -> tuple[frozenset, frozenset]:
+    found = ctx.get(CallableNames)
+    return found.names, found.imported
 
 
 def sinks_of_call(ctx, call: ast.Call, kind: str, code: str) -> list[Sink]:

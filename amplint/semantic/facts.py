@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from ..analysis.calls import argument
 from ..analysis.dims import LAYER_MARKERS, LAYERS, is_torch_layer, layer_name
-from ..evaluate import CONFIG_CLASS_SUFFIXES, parameter
+from .configs import CONFIG_CLASS_SUFFIXES, parameter
 
 
 def _number(ctx, expr) -> Optional[float]:

@@ -24,7 +24,8 @@ import itertools
 import re
 from typing import Optional
 
-from ..evaluate import Value, parameter
+from ..evaluate import Value
+from .configs import config_fields, parameter
 from ..rule import Related
 from .facts import ArgparseDefaults, ConfigConstructions, ModuleSequences
 
@@ -388,8 +389,6 @@ class SizeValues:
         klass = self.ctx.classes.get(cls)
         if klass is None or not call.args:
             return None
-        from ..evaluate import config_fields
-
         order = [n for n in config_fields(klass)]
         init = self.ctx.method(klass, "__init__")
         if init is not None:
