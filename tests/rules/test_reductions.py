@@ -57,10 +57,9 @@ def test_expect_markers_match_findings(folder_findings):
 
 def test_severity_follows_folder_settings(folder_findings):
     for f in folder_findings:
-        is_mean = "`.mean()`" in f["message"] or "`torch.mean`" in f["message"]
-        if is_mean:
-            assert f["severity"] == "info" and f["fix"] is None, f
-        elif "/o2/" in f["path"] or "/cpu/" in f["path"]:
+        # a mean cannot overflow: never reported (a square under it is)
+        assert "`.mean()`" not in f["message"] and "`torch.mean`" not in f["message"], f
+        if "/o2/" in f["path"] or "/cpu/" in f["path"]:
             assert f["severity"] == "warning", f  # pure half / CPU autocast: nothing upcast
         else:
             assert f["severity"] == "info", f  # O1 + CUDA: the amplint engine runs them in fp32
