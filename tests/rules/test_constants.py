@@ -241,7 +241,7 @@ def test_bf16_folder_config_silences_overflow_but_not_nan(tmp_path, amplint):
     (tmp_path / "m.py").write_text("import torch\n"
                                    "def attend(s, pad_mask):\n"
                                    "    s = s.masked_fill(pad_mask, -1e9)\n"
-                                   "    s = s.masked_fill(pad_mask, float('-inf'))\n"
+                                   "    s = s.masked_fill(pad_mask[:, :, None] | pad_mask[:, None, :], float('-inf'))\n"
                                    "    return s.softmax(-1)\n")
     out = json.loads(amplint("check", str(tmp_path), "--no-cache", "--format", "json").stdout)
     assert [(f["code"], f["line"]) for f in out] == [("AMP103", 4)]
@@ -303,8 +303,12 @@ def test_mask_classification():
 
     assert severity("pass", "self.tri == 0") is None
     assert severity("pass", "self.look_ahead") is None
-    assert severity("pass", "src_key_padding_mask[:, None, :]") == "warning"
-    assert severity("m = torch.arange(s.size(-1))[None, :] >= lengths[:, None]", "m") == "warning"
+    # a padding mask alone masks keys: every sequence keeps its real positions
+    assert severity("pass", "src_key_padding_mask[:, None, :]") is None
+    assert severity("m = torch.arange(s.size(-1))[None, :] >= lengths[:, None]", "m") is None
+    # padded queries as well as keys: a padded row is all -inf
+    assert severity("m = src_key_padding_mask[:, :, None] | src_key_padding_mask[:, None, :]", "m") == "warning"
+    assert severity("pass", "torch.logical_or(src_key_padding_mask.unsqueeze(1), src_key_padding_mask.unsqueeze(2))") == "warning"
     assert severity("pass", "mask == 0") == "info"
     assert severity("m = mask & self.tri.bool()", "~m") == "info"
     assert severity("m = src_key_padding_mask | self.tri.bool()", "m") == "warning"
