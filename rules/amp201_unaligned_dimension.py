@@ -9,10 +9,9 @@ from __future__ import annotations
 import ast
 
 from amplint.analysis.config_dims import layer_size_uses, lone_size_defaults, unaligned_definitions
-from amplint.analysis.dims import CHECKPOINT_MARKERS, LAYER_MARKERS, MIN_SIZE, as_size, find_root, next_multiple
+from amplint.analysis.dims import CHECKPOINT_MARKERS, LAYER_MARKERS, next_multiple
 from amplint.analysis.layer_sizes import LayerSurvey, UnalignedSize
 from amplint.numerics import FORMATS
-from amplint.semantic.sizes import SizeValues
 from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 
 
@@ -407,7 +406,7 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
             self._report_config_definitions(ctx, fixed_keys)
-        self._report_lone_config_defaults(ctx, fixed_keys)
+        self._report_lone_config_defaults(ctx, fixed_keys)  # a config linted without its model
 
     def _split_note(self, st: LayerSurvey, divisors) -> str:
         divisors = sorted(d for d in divisors if st.alignment % d)
@@ -448,7 +447,7 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
                     notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(st, st.divisors.get(root.key, ())))
-            elif s.choice:
+            elif s.choice:  # one of several values
                 elsewhere.append(f"{s.label} takes several values here, {s.size} among them: pad each where it is written")
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
@@ -463,7 +462,6 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
             fixed_keys.update(edits)
             fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(dict.fromkeys(notes)) + " (changes the architecture)")
         ctx.report(self, call, message, fix=fix, related=related)
-
 
     # --- sizes defined here, used as layer sizes in another file -----------------------
 
@@ -489,32 +487,14 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
                       f"Pad `{d.field}` {d.root.node.value} -> {new}{note} (changes the architecture)")
             ctx.report(self, d.default, message, fix=fix, related=related)
 
-    # --- a config class whose size defaults no linted layer reads -----------------------
-
     def _report_lone_config_defaults(self, ctx, fixed_keys: set) -> None:
-        """A config class linted without the model that reads it (``configuration_x.py``
-        alone): its size-named defaults (``vocab_size=30522``) are reported where they are
-        written, unless a layer of a linted file uses the field (then that use decides) or
-        every site building the class passes an aligned value."""
         st = ctx.state(self)
-        for field, node, default, cls in lone_size_defaults(ctx, self.code, fixed_keys):
-            root = find_root(ctx, default)
-            base = root.node.value
-            if base % st.alignment == 0 or base < max(st.floor, MIN_SIZE):
-                continue
-            passed = ctx.get(SizeValues).construction_values(cls.name, field)
-            if passed and all(as_size(v.value) and as_size(v.value) % st.alignment == 0 for v in passed):
-                continue
-            new = st.padded(root)
-            message = (
-                f"`{cls.name}.{field}` = {base} is a layer size of the model this config builds, not a multiple of "
-                f"{st.alignment}: pad to {new} ({_why(ctx.settings, st.alignment)})"
-            )
-            fixed_keys.add(root.key)
-            if st.checkpoint:
-                ctx.report(self, node, message + "; bound to a pretrained checkpoint, so no edit is offered",
-                           severity=Severity.INFO)
-                continue
-            fix = Fix([Edit.replace(root.node, str(new))], "unsafe",
-                      f"Pad `{field}` {base} -> {new} (changes the architecture)")
-            ctx.report(self, node, message, fix=fix)
+        for d in lone_size_defaults(ctx, self.code, st.alignment, st.floor, fixed_keys):
+            new = st.padded(d.root)
+            message = (f"`{d.cls}.{d.field}` = {d.base} is a layer size of the model this config builds, not a "
+                       f"multiple of {st.alignment}: pad to {new} ({_why(ctx.settings, st.alignment)})")
+            fix = Fix([Edit.replace(d.root.node, str(new))], "unsafe", f"Pad `{d.field}` {d.base} -> {new} (changes the architecture)")
+            if st.checkpoint:  # no edit: the checkpoint's tensors have this shape
+                ctx.report(self, d.default, message + "; bound to a pretrained checkpoint", severity=Severity.INFO)
+            else:
+                ctx.report(self, d.default, message, fix=fix)

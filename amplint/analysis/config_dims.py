@@ -22,6 +22,7 @@ import re
 from typing import Optional
 
 from ..semantic.configs import config_fields, is_config_class
+from ..semantic.sizes import SizeValues
 from .calls import argument
 from .dims import (
     CHECKPOINT_MARKERS,
@@ -197,14 +198,13 @@ SIZE_FIELD = re.compile(
 )
 
 
-def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
-    """(field, node to report, default expression, class) of this file's config-class
-    defaults named like layer sizes and written as a literal, that no layer call of
-    this file and no layer use recorded by another linted file (the facts of rule
-    ``code``) reads: the config is linted without its model."""
+def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: set) -> list[UnalignedDefinition]:
+    """This file's config-class defaults named like layer sizes (``vocab_size=30522``),
+    written as a literal, not a multiple of ``alignment``, that no layer reads in this
+    file or (by the facts of rule ``code``) in another linted file -- the config is
+    linted without its model -- and that not every site building the class overrides
+    with an aligned value.  Their roots are added to ``fixed_keys``."""
     local = [c for c in ctx.classes.values() if is_config_class(c)]
-    if not local:
-        return []
     candidates = []
     for cls in local:
         for field, (node, default) in config_fields(cls).items():
@@ -213,7 +213,9 @@ def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
             root = find_root(ctx, default)
             if root is None or root.kind != "literal" or root.mult != 1 or root.key in fixed_keys:
                 continue
-            candidates.append((field, node, default, cls))
+            base = root.node.value
+            if base % alignment and base >= max(floor, MIN_SIZE):
+                candidates.append(UnalignedDefinition(cls.name, field, default, root, base, [], set()))
     if not candidates:
         return []
     # a field read in this file outside its class: the model is here, its layers decide
@@ -224,4 +226,13 @@ def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
             if path != ctx.path:
                 used.update(u["field"] for u in data.get("uses", ()) if u["cls"] in (None, *(c.name for c in local))
                             and _resolves_here(ctx, path, u))
-    return [c for c in candidates if c[0] not in used]
+    found = []
+    for d in candidates:
+        if d.field in used:
+            continue
+        passed = ctx.get(SizeValues).construction_values(d.cls, d.field)
+        if passed and all(as_size(v.value) and as_size(v.value) % alignment == 0 for v in passed):
+            continue
+        fixed_keys.add(d.root.key)
+        found.append(d)
+    return found
