@@ -21,7 +21,7 @@ import os
 import re
 from typing import Optional
 
-from ..semantic.configs import config_fields, is_config_class
+from ..semantic.configs import LocalConfigs, config_fields
 from ..semantic.sizes import SizeValues
 from .calls import argument
 from .dims import (
@@ -128,7 +128,7 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
     """This file's config defaults that layer uses in other files (the project facts of
     rule ``code``) make sizes not a multiple of ``alignment``.  Roots in ``fixed_keys``
     (already fixed at a use in this file) are skipped; those found are added to it."""
-    local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+    local = ctx.get(LocalConfigs).by_name
     if not local or ctx.project is None:
         return []
     if not any(_literal_root(ctx, default) for c in local.values() for _, default in config_fields(c).values()):
@@ -204,7 +204,7 @@ def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: s
     file or (by the facts of rule ``code``) in another linted file -- the config is
     linted without its model -- and that not every site building the class overrides
     with an aligned value.  Their roots are added to ``fixed_keys``."""
-    local = [c for c in ctx.classes.values() if is_config_class(c)]
+    local = list(ctx.get(LocalConfigs).by_name.values())
     candidates = []
     for cls in local:
         for field, (node, default) in config_fields(cls).items():
