@@ -1,37 +1,52 @@
 """Score amplint against the hand-written labels of the real-code benchmark.
 
-Reads ``corpus/*.jsonl`` (which file of which pinned distribution) and ``labels/*.jsonl``
-(line, rule, ``hazard`` or ``must-not-flag``), runs
+Reads ``corpus/*.jsonl`` (which file of which pinned distribution, optional ``"target"``)
+and ``labels/*.jsonl`` (``blind-*`` and ``adjudicated-*`` included: every file there is
+read), and lints each project in its own run with the default settings (target fp16,
+opt-level O1, engine auto, device cuda), entries with a ``"target"`` (bf16, fp8) in a
+separate run of their project with ``--target``:
 
-    python -m amplint check --format json --no-cache --exit-zero FILE...
+    python -m amplint check --format json --no-cache --exit-zero [--target T] FILE...
 
-once over every cached file (``fetch.py`` downloads them), so that value flow across the
-files of one project can work as it would for a user linting the whole tree, with the
-default settings (target fp16, opt-level O1, engine auto, device cuda: a ``--config``
-with a ``[tool.amplint]`` table holding only ``extend-select = EXTRA_SELECT`` (the off-by-default
-rules the benchmark scores, AMP604) keeps this repository's settings out).
+A ``--config`` with a ``[tool.amplint]`` table holding only ``extend-select =
+EXTRA_SELECT`` (the off-by-default rules the benchmark scores, AMP604) keeps this
+repository's settings out.
 
-A finding matches a label when the file and the rule agree and the finding's line is the
-label's line, or its span (``line`` .. ``end_line``) covers it, or both lines belong to the
-same innermost statement (a call whose arguments run over several lines) -- unless the
-finding sits on a line that carries a label of its own for that rule.  Any severity
-counts as a report (AMP301/302/303 findings are ``info`` under O1 where the policy already
-upcasts the op).  Per rule it prints TP (hazard reported), FP (must-not-flag reported),
-FN (hazard not reported), unlabelled findings, precision TP/(TP+FP) and recall
-TP/(TP+FN), then every miss and false positive with its label's reason.
+The benchmark is **exhaustive**: every finding on a scored file is judged.  A finding
+matches a label when the file and the rule agree and the finding's line is the label's
+line, or its span (``line`` .. ``end_line``) covers it, or both lines belong to the same
+innermost statement -- unless the finding sits on a line that carries a label of its own
+for that rule.  An AMP201 label may name where its value is written
+(``"value_at": "<corpus id>:<line>"``): a finding there, or one whose related locations
+name the label's line or its ``value_at``, matches too.  Label kinds:
 
-    python bench/realcode/run.py [--verbose] [--json OUT] [--corpus nlp]
+- ``hazard``: reported at any severity -> TP, else FN;
+- ``must-not-flag``: reported -> FP;
+- ``info-ok``: reported at ``info`` -> counted as info-ok (neither hit nor miss);
+  reported as a warning or error -> FP;
+- ``reviewed`` (no line, no rule): the labeller read the file; it makes a blind file
+  scored even when nothing in it needed a label.
 
-Exit status 0 (it measures), 2 when amplint's output cannot be read at all.
+A finding that matches no label is **unjudged**: it counts as an FP, is listed, and makes
+``run.py`` exit 1.  A ``blind-*`` corpus project is linted only once some label names one
+of its files, so that labels stay blind (written before amplint ever runs on the file).
+
+    python bench/realcode/run.py [--verbose] [--json OUT] [--corpus nlp] [--write-unjudged OUT]
+
+Exit status 0 when every finding is judged, 1 when some are not (or a baseline or
+import check fails), 2 when amplint's output cannot be read at all.
 
 No silent regressions: ``--write-baseline FILE`` records which hazard labels amplint
-reports and which must-not-flag labels it leaves alone; ``--check-baseline FILE`` exits 1
-when any of them changed for the worse on the files that are cached (a label newly
-reported or newly quiet for the better is listed, so the baseline can be raised).  The
-CI test (``tests/test_realcode.py``) runs ``--check-baseline baseline.json``.
+reports, which must-not-flag / info-ok labels it leaves alone (or at info), and which
+findings are still unjudged; ``--check-baseline FILE`` exits 1 when any label changed for
+the worse or a finding is unjudged that the baseline did not list (a label newly right,
+or an unjudged finding gone, is listed so the baseline can be raised).  With
+``--check-baseline`` the exit status is that comparison's (and the import check's): the
+unjudged findings the baseline lists do not fail it.  The CI test
+(``tests/test_realcode.py``) runs ``--check-baseline baseline.json``.
 
 ``--check-imports`` (implied by ``--check-baseline``) also runs ``amplint fix --unsafe-fixes
---diff`` over the same files and exits 1 when a fix would add an import of amplint to a
+--diff`` over the same runs and exits 1 when a fix would add an import of amplint to a
 project that imports neither amplint's nor apex's ``amp`` (AMP501's line-for-line
 replacement of ``from apex import amp`` is the one amplint import a fix may write).
 """
@@ -40,6 +55,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import concurrent.futures
 import glob
 import json
 import os
@@ -52,30 +68,55 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fetch  # noqa: E402  (the sibling script: corpus loading and cache paths)
 
-RULES = ["AMP101", "AMP102", "AMP103", "AMP201", "AMP301", "AMP302", "AMP303", "AMP401", "AMP501",
-         "AMP601", "AMP602", "AMP603", "AMP604"]
 #: rules off by default that the benchmark scores too (selected on top of the defaults)
 EXTRA_SELECT = ["AMP604"]
+#: label kinds; ``reviewed`` marks a file as read and carries no line or rule
+KINDS = ("hazard", "must-not-flag", "info-ok", "reviewed")
+#: corpus files whose entries are linted only once a label names them (blind labelling)
+BLIND_PREFIX = "blind-"
 
 
-def load_labels(names: list[str] | None) -> list[dict]:
+def load_labels() -> list[dict]:
+    """Every ``labels/*.jsonl`` (the authors' files, ``blind-*`` and ``adjudicated-*``)."""
     labels = []
     for path in sorted(glob.glob(os.path.join(HERE, "labels", "*.jsonl"))):
-        if names and os.path.splitext(os.path.basename(path))[0] not in names:
-            continue
         with open(path, encoding="utf-8") as f:
-            labels.extend(json.loads(line) for line in f if line.strip())
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                lab = json.loads(line)
+                where = f"{os.path.basename(path)}:{n}"
+                if lab.get("label") not in KINDS:
+                    raise SystemExit(f"{where}: unknown label kind {lab.get('label')!r} (one of {', '.join(KINDS)})")
+                if lab["label"] != "reviewed" and not (isinstance(lab.get("line"), int) and lab.get("rule")):
+                    raise SystemExit(f"{where}: a {lab['label']} label needs an integer line and a rule")
+                lab["_from"] = where
+                labels.append(lab)
     return labels
 
 
-def run_amplint(paths: list[str]) -> list[dict]:
+def corpus_name(entry: dict) -> str:
+    return entry["_corpus"].split(".jsonl")[0]
+
+
+def run_key(entry: dict) -> tuple[str, str]:
+    """One lint run per project and target: the project's files together, as its user
+    would lint the tree, with the corpus entry's target (default settings otherwise)."""
+    return entry["project"], entry.get("target", "")
+
+
+def run_options(target: str) -> tuple[str, ...]:
+    return ("--target", target) if target else ()
+
+
+def run_amplint(paths: list[str], extra: tuple[str, ...] = ()) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "pyproject.toml")
         with open(config, "w") as f:
             f.write("[tool.amplint]\n" f"extend-select = {json.dumps(EXTRA_SELECT)}\n")
         proc = subprocess.run(
             [sys.executable, "-m", "amplint", "check", "--format", "json", "--no-cache",
-             "--exit-zero", "--config", config, *paths],
+             "--exit-zero", "--config", config, *extra, *paths],
             capture_output=True, text=True)
     if proc.stderr.strip():
         print(proc.stderr.strip(), file=sys.stderr)
@@ -86,15 +127,24 @@ def run_amplint(paths: list[str]) -> list[dict]:
         raise SystemExit(2)
 
 
+def run_all(groups: dict[tuple[str, str], list[dict]], job) -> dict[tuple[str, str], object]:
+    """``job(paths, extra)`` for every run, a few at once (each is its own process)."""
+    def one(key):
+        paths = list(dict.fromkeys(fetch.source_path(e) for e in groups[key]))
+        return job(paths, run_options(key[1]))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return dict(zip(groups, pool.map(one, groups)))
+
+
 #: an import of amplint, and of apex's amp (which AMP501 replaces by amplint's, line for line)
 _AMPLINT_IMPORT = re.compile(r"^\s*(?:from\s+amplint(?:\.[\w.]+)?\s+import\b|import\s+amplint\b)")
 _APEX_AMP_IMPORT = re.compile(r"^\s*(?:from\s+apex\s+import\b.*\bamp\b|from\s+apex\.amp\b|import\s+apex\.amp\b)")
 
 
-def amplint_imports_added(paths: list[str]) -> list[str]:
+def amplint_imports_added(paths: list[str], extra: tuple[str, ...] = ()) -> list[str]:
     """Issue 13: no fix inserts an import of amplint into a project that does not use it.
-    Runs ``amplint fix --unsafe-fixes --diff`` over ``paths`` (one process, as the scoring
-    run) and returns ``path: line`` for each added amplint import that is not the AMP501
+    Runs ``amplint fix --unsafe-fixes --diff`` over ``paths`` (one project's run, with the
+    scoring run's ``extra`` options) and returns ``path: line`` for each added amplint import that is not the AMP501
     replacement of an ``apex`` amp import removed from the same file, in a project (a
     distribution of the cache) that imported neither amplint nor apex's amp."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +153,7 @@ def amplint_imports_added(paths: list[str]) -> list[str]:
             f.write("[tool.amplint]\n" f"extend-select = {json.dumps(EXTRA_SELECT)}\n")
         proc = subprocess.run(
             [sys.executable, "-m", "amplint", "fix", "--unsafe-fixes", "--diff", "--no-cache", "--exit-zero",
-             "--config", config, *paths], capture_output=True, text=True)
+             "--config", config, *extra, *paths], capture_output=True, text=True)
     if proc.returncode not in (0, 1):
         print(proc.stderr.strip(), file=sys.stderr)
         raise SystemExit(2)
@@ -163,41 +213,73 @@ def statement_of_line(path: str) -> dict[int, tuple[int, int]]:
     return spans
 
 
-def score(entries: list[dict], labels: list[dict], findings: list[dict]) -> dict:
-    # one file may sit in two corpora (asteroid's norms.py: vision and positions): its
-    # findings count for every id it has
-    ids_of = collections.defaultdict(list)
-    for e in entries:
-        ids_of[os.path.realpath(fetch.source_path(e))].append(e["id"])
+COLUMNS = ("TP", "FP", "FN", "info-ok", "unjudged", "TN", "TP at info")
+
+
+def score(groups: dict[tuple[str, str], list[dict]], labels: list[dict],
+          findings_of: dict[tuple[str, str], list[dict]]) -> dict:
+    """Judge every finding of every run against the labels of the files in that run."""
+    entries = [e for group in groups.values() for e in group]
     spans = {e["id"]: statement_of_line(fetch.source_path(e)) for e in entries}
-    by_key = collections.defaultdict(list)  # (id, rule) -> findings
+    by_key = collections.defaultdict(list)   # (id, rule) -> findings on that file
+    by_point = collections.defaultdict(list)  # (id, line, rule) -> findings naming it as related
     expanded = []
-    for f in findings:
-        for file_id in ids_of.get(os.path.realpath(f["path"]), ()):
-            copy = dict(f, id=file_id)
-            expanded.append(copy)
-            by_key[(file_id, f["code"])].append(copy)
-    findings[:] = expanded
+    for key, group in groups.items():
+        # one file may sit in two corpora (asteroid's norms.py: vision and positions): its
+        # findings count for every id it has in this run
+        ids_of = collections.defaultdict(list)
+        for e in group:
+            if not e.get("lint_only"):
+                ids_of[os.path.realpath(fetch.source_path(e))].append(e["id"])
+        for f in findings_of[key]:
+            for file_id in ids_of.get(os.path.realpath(f["path"]), ()):
+                copy = dict(f, id=file_id)
+                expanded.append(copy)
+                by_key[(file_id, f["code"])].append(copy)
+                for rel in f.get("related") or ():
+                    for rel_id in ids_of.get(os.path.realpath(rel["path"]), ()):
+                        by_point[(rel_id, rel["line"], f["code"])].append(copy)
 
     labelled_lines = collections.defaultdict(set)  # (id, rule) -> lines that carry a label
     for lab in labels:
-        labelled_lines[(lab["id"], lab["rule"])].add(lab["line"])
+        if lab["label"] != "reviewed":
+            labelled_lines[(lab["id"], lab["rule"])].add(lab["line"])
 
     def covers(f: dict, file_id: str, line: int) -> bool:
         if f["line"] == line or f["line"] <= line <= f.get("end_line", f["line"]):
             return True
         if f["line"] in labelled_lines[(file_id, f["code"])]:
             return False  # a finding on a labelled line answers that label, not a neighbour's
-        stmt = spans[file_id].get(line)
+        stmt = spans.get(file_id, {}).get(line)
         return stmt is not None and stmt == spans[file_id].get(f["line"])
 
+    def points(lab: dict) -> list[tuple[str, int]]:
+        out = [(lab["id"], lab["line"])]
+        if lab.get("value_at"):
+            where, _, line = lab["value_at"].rpartition(":")
+            out.append((where, int(line)))
+        return out
+
     matched = set()
-    rows = {r: collections.Counter() for r in RULES}
+    verdict: dict[int, str] = {}  # finding -> the first label it answers
+    rows = collections.defaultdict(collections.Counter)
     misses, false_positives = [], []
     for lab in labels:
-        hits = [f for f in by_key.get((lab["id"], lab["rule"]), []) if covers(f, lab["id"], lab["line"])]
+        if lab["label"] == "reviewed":
+            continue
+        rule = lab["rule"]
+        hits = {}
+        for file_id, line in points(lab):
+            for f in by_key.get((file_id, rule), ()):
+                if covers(f, file_id, line):
+                    hits[id(f)] = f
+            for f in by_point.get((file_id, line, rule), ()):
+                hits[id(f)] = f
+        hits = list(hits.values())
         matched.update(id(f) for f in hits)
-        counts = rows.setdefault(lab["rule"], collections.Counter())
+        for f in hits:
+            verdict.setdefault(id(f), f"{lab['label']} {lab['id']}:{lab['line']}")
+        counts = rows[rule]
         if lab["label"] == "hazard":
             if hits:
                 counts["TP"] += 1
@@ -205,57 +287,79 @@ def score(entries: list[dict], labels: list[dict], findings: list[dict]) -> dict
             else:
                 counts["FN"] += 1
                 misses.append(lab)
+        elif lab["label"] == "info-ok":
+            loud = [f for f in hits if f["severity"] != "info"]
+            if loud:
+                counts["FP"] += 1
+                false_positives.append((lab, loud))
+            elif hits:
+                counts["info-ok"] += 1
         else:
             if hits:
                 counts["FP"] += 1
                 false_positives.append((lab, hits))
             else:
                 counts["TN"] += 1
-    unlabelled = [f for f in findings if "id" in f and id(f) not in matched]
-    for f in unlabelled:
-        rows.setdefault(f["code"], collections.Counter())["unlabelled"] += 1
+    unjudged = [f for f in expanded if id(f) not in matched]
+    for f in unjudged:
+        rows[f["code"]]["unjudged"] += 1
+        rows[f["code"]]["FP"] += 1  # exhaustive: output nobody judged is not credited
     table = {}
+    total = collections.Counter()
     for rule, c in sorted(rows.items()):
-        table[rule] = {k: c[k] for k in ("TP", "FP", "FN", "TN", "TP at info", "unlabelled")}
+        total.update(c)
+        table[rule] = {k: c[k] for k in COLUMNS}
         table[rule]["precision"] = ratio(c["TP"], c["TP"] + c["FP"])
         table[rule]["recall"] = ratio(c["TP"], c["TP"] + c["FN"])
-    total = collections.Counter()
-    for c in rows.values():
-        total.update(c)
-    table["all"] = {k: total[k] for k in ("TP", "FP", "FN", "TN", "TP at info", "unlabelled")}
+    table["all"] = {k: total[k] for k in COLUMNS}
     table["all"]["precision"] = ratio(total["TP"], total["TP"] + total["FP"])
     table["all"]["recall"] = ratio(total["TP"], total["TP"] + total["FN"])
-    return {"table": table, "misses": misses, "false_positives": false_positives, "unlabelled": unlabelled}
+    return {"table": table, "misses": misses, "false_positives": false_positives,
+            "unjudged": unjudged, "findings": expanded,
+            "verdicts": [(f, verdict.get(id(f), "UNJUDGED")) for f in expanded]}
 
 
 def label_key(lab: dict) -> str:
     return f"{lab['id']}:{lab['line']}:{lab['rule']}"
 
 
+def finding_key(f: dict) -> str:
+    return f"{f['id']}:{f['line']}:{f['code']}"
+
+
 def outcomes(labels: list[dict], result: dict) -> dict[str, list[str]]:
-    """The labels amplint gets right today: hazards reported, must-not-flags left quiet."""
+    """The labels amplint gets right today (hazards reported, must-not-flag and info-ok
+    lines quiet or at info) and the findings nobody has judged yet."""
     missed = {label_key(m) for m in result["misses"]}
     flagged = {label_key(m) for m, _ in result["false_positives"]}
+    scored = [lab for lab in labels if lab["label"] != "reviewed"]
     return {
-        "reported": sorted(label_key(lab) for lab in labels
-                           if lab["label"] == "hazard" and label_key(lab) not in missed),
-        "quiet": sorted(label_key(lab) for lab in labels
-                        if lab["label"] != "hazard" and label_key(lab) not in flagged),
+        "reported": sorted({label_key(lab) for lab in scored
+                            if lab["label"] == "hazard" and label_key(lab) not in missed}),
+        "quiet": sorted({label_key(lab) for lab in scored
+                         if lab["label"] != "hazard" and label_key(lab) not in flagged}),
+        "unjudged": sorted({finding_key(f) for f in result["unjudged"]}),
     }
 
 
-def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict]) -> int:
+def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict],
+                     scored_ids: set[str]) -> int:
     with open(path, encoding="utf-8") as f:
         before = json.load(f)
-    scored = {label_key(lab) for lab in labels}  # only the files cached in this run
+    scored = {label_key(lab) for lab in labels if lab["label"] != "reviewed"}
     # a label re-labelled since (with a note saying why) is compared as what it is now
-    kind_now = {label_key(lab): "reported" if lab["label"] == "hazard" else "quiet" for lab in labels}
+    kind_now = {label_key(lab): "reported" if lab["label"] == "hazard" else "quiet"
+                for lab in labels if lab["label"] != "reviewed"}
     worse, better = [], []
     for kind, lost_as in (("reported", "no longer reported"), ("quiet", "now flagged")):
-        was = {k for k in set(before[kind]) & scored if kind_now.get(k) == kind}
+        was = {k for k in set(before.get(kind, ())) & scored if kind_now.get(k) == kind}
         is_ = set(now[kind])
         worse += [f"{key}: {lost_as}" for key in sorted(was - is_)]
-        better += [f"{key}: newly {kind}" for key in sorted(is_ - set(before[kind]))]
+        better += [f"{key}: newly {kind}" for key in sorted(is_ - set(before.get(kind, ())))]
+    known = set(before.get("unjudged", ()))
+    worse += [f"{key}: a finding no label judges" for key in now["unjudged"] if key not in known]
+    better += [f"{key}: no longer unjudged" for key in sorted(known - set(now["unjudged"]))
+               if key.split(":")[0] in scored_ids]
     for line in better:
         print(f"better than the baseline: {line}")
     for line in worse:
@@ -265,63 +369,107 @@ def compare_baseline(path: str, now: dict[str, list[str]], labels: list[dict]) -
     return 1 if worse else 0
 
 
+def select_entries(names: list[str], labels: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The corpus entries to score (cached, and for a blind corpus already labelled)
+    and the blind ones left out because no label names them yet.  A blind project is
+    scored whole once a label names any of its files (a size may be written in one file
+    and reach a layer in another: the project's files are linted together)."""
+    corpus = fetch.load_corpus()
+    # only labels on blind files count: transformers has labelled files outside the blind
+    # corpus, and they say nothing about its blind ones
+    blind_project = {e["id"]: e["project"] for e in corpus if corpus_name(e).startswith(BLIND_PREFIX)}
+    labelled = {blind_project[lab["id"]] for lab in labels if lab["id"] in blind_project}
+    # a labeller may stop inside a project: its unread files are linted with it (values
+    # cross files) but not scored, since nobody judged their lines
+    reviewed = {lab["id"] for lab in labels if lab["label"] == "reviewed"}
+    chosen, unlabelled_blind = [], []
+    for e in corpus:
+        if names and corpus_name(e) not in names:
+            continue
+        if corpus_name(e).startswith(BLIND_PREFIX) and e["project"] not in labelled:
+            unlabelled_blind.append(e)
+            continue
+        if not os.path.isfile(fetch.source_path(e)):
+            print(f"not cached (run fetch.py): {e['id']} ({e['dist']}: {e['path']})", file=sys.stderr)
+            continue
+        if corpus_name(e).startswith(BLIND_PREFIX) and e["id"] not in reviewed:
+            e = dict(e, lint_only=True)
+        chosen.append(e)
+    return chosen, unlabelled_blind
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", action="append", default=[],
-                    help="only this corpus/labels name, e.g. nlp (repeatable; default: all)")
-    ap.add_argument("--verbose", action="store_true", help="list the unlabelled findings too")
+                    help="only this corpus file, e.g. nlp or blind-speech (repeatable; default: all)")
+    ap.add_argument("--verbose", action="store_true", help="also list every finding with its verdict")
     ap.add_argument("--json", metavar="OUT", help="write the per-rule numbers to OUT")
+    ap.add_argument("--write-unjudged", metavar="OUT",
+                    help="write each unjudged finding as {id, path, line, rule} (no message, no "
+                         "severity: the packet a blind adjudicator labels)")
     ap.add_argument("--write-baseline", metavar="FILE",
-                    help="record which labels amplint gets right today")
+                    help="record which labels amplint gets right today and which findings are unjudged")
     ap.add_argument("--check-baseline", metavar="FILE",
-                    help="exit 1 when a label recorded in FILE is now wrong (implies --check-imports)")
+                    help="exit 1 when a label recorded in FILE is now wrong or a new finding is "
+                         "unjudged (implies --check-imports)")
     ap.add_argument("--check-imports", action="store_true",
                     help="exit 1 when `fix --unsafe-fixes` would add an amplint import to a project that "
                          "imports neither amplint nor apex's amp (issue 13)")
     args = ap.parse_args(argv)
 
-    entries = [e for e in fetch.load_corpus()
-               if not args.corpus or e["_corpus"].split(".jsonl")[0] in args.corpus]
-    present = [e for e in entries if os.path.isfile(fetch.source_path(e))]
-    absent = [e for e in entries if e not in present]
-    for e in absent:
-        print(f"not cached (run fetch.py): {e['id']} ({e['dist']}: {e['path']})", file=sys.stderr)
-    present_ids = {e["id"] for e in present}
-    labels = [lab for lab in load_labels(args.corpus) if lab["id"] in present_ids]
-    # Group each project's files together in the one run (order only; one process).
-    present.sort(key=lambda e: (e["project"], e["id"]))
-    findings = run_amplint(list(dict.fromkeys(fetch.source_path(e) for e in present)))
-    result = score(present, labels, findings)
+    all_labels = load_labels()
+    present, waiting = select_entries(args.corpus, all_labels)
+    if waiting:
+        print(f"{len(waiting)} blind corpus files not linted: no label names them yet "
+              f"(labels are written before amplint runs on a file)")
+    present_ids = {e["id"] for e in present if not e.get("lint_only")}
+    labels = [lab for lab in all_labels if lab["id"] in present_ids]
+    groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    for e in sorted(present, key=lambda e: (e["project"], e["id"])):
+        groups[run_key(e)].append(e)
+    findings_of = run_all(groups, run_amplint)
+    result = score(groups, labels, findings_of)
 
     projects = {e["project"] for e in present}
-    print(f"{len(present)} files from {len(projects)} projects, {len(labels)} labels, "
-          f"{sum(1 for f in findings if 'id' in f)} findings")
+    unread = sum(bool(e.get("lint_only")) for e in present)
+    if unread:
+        print(f"{unread} blind files linted with their project but not scored: not reviewed yet")
+    print(f"{len(present) - unread} files from {len(projects)} projects in {len(groups)} runs, "
+          f"{sum(lab['label'] != 'reviewed' for lab in labels)} labels, {len(result['findings'])} findings")
     print()
-    print("| rule | TP | FP | FN | unlabelled | precision | recall | TP only at info |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| rule | TP | FP | FN | info-ok | unjudged (in FP) | precision | recall | TP only at info |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for rule, row in result["table"].items():
-        print(f"| {rule} | {row['TP']} | {row['FP']} | {row['FN']} | {row['unlabelled']} | "
+        print(f"| {rule} | {row['TP']} | {row['FP']} | {row['FN']} | {row['info-ok']} | {row['unjudged']} | "
               f"{fmt(row['precision'])} | {fmt(row['recall'])} | {row['TP at info']} |")
     print()
     print(f"Misses ({len(result['misses'])}):")
     for lab in result["misses"]:
         print(f"  {lab['id']}:{lab['line']} {lab['rule']}: {lab['reason']}")
-    print(f"False positives ({len(result['false_positives'])}):")
+    print(f"False positives on labelled lines ({len(result['false_positives'])}):")
     for lab, hits in result["false_positives"]:
-        print(f"  {lab['id']}:{lab['line']} {lab['rule']}: {lab['reason']}")
+        print(f"  {lab['id']}:{lab['line']} {lab['rule']} ({lab['label']}): {lab['reason']}")
         for f in hits:
             print(f"      amplint ({f['severity']}): {f['message'][:160]}")
+    print(f"Unjudged findings, counted as false positives ({len(result['unjudged'])}):")
+    for f in sorted(result["unjudged"], key=lambda f: (f["id"], f["line"], f["code"])):
+        print(f"  {f['id']}:{f['line']} {f['code']} ({f['severity']}): {f['message'][:160]}")
     if args.verbose:
-        print(f"Unlabelled findings ({len(result['unlabelled'])}):")
-        for f in sorted(result["unlabelled"], key=lambda f: (f["id"], f["line"], f["code"])):
-            print(f"  {f['id']}:{f['line']} {f['code']} ({f['severity']}): {f['message'][:160]}")
+        print(f"Every finding with the label it answers ({len(result['findings'])}):")
+        for f, v in sorted(result["verdicts"], key=lambda p: (p[0]["id"], p[0]["line"], p[0]["code"])):
+            print(f"  {f['id']}:{f['line']} {f['code']} ({f['severity']}): {v}")
+    if args.write_unjudged:
+        path_of = {e["id"]: os.path.abspath(fetch.source_path(e)) for e in present}
+        with open(args.write_unjudged, "w", encoding="utf-8") as out:
+            for key in sorted({(f["id"], f["line"], f["code"]) for f in result["unjudged"]}):
+                out.write(json.dumps({"id": key[0], "path": path_of[key[0]], "line": key[1], "rule": key[2]}) + "\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"files": len(present), "projects": len(projects), "labels": len(labels),
-                       "rules": result["table"],
-                       "misses": [f"{m['id']}:{m['line']}:{m['rule']}" for m in result["misses"]],
-                       "false_positives": [f"{m['id']}:{m['line']}:{m['rule']}"
-                                           for m, _ in result["false_positives"]]},
+            json.dump({"files": len(present), "projects": len(projects), "runs": len(groups),
+                       "labels": len(labels), "rules": result["table"],
+                       "misses": [label_key(m) for m in result["misses"]],
+                       "false_positives": [label_key(m) for m, _ in result["false_positives"]],
+                       "unjudged": sorted({finding_key(f) for f in result["unjudged"]})},
                       out, indent=2)
     now = outcomes(labels, result)
     if args.write_baseline:
@@ -330,13 +478,17 @@ def main(argv: list[str] | None = None) -> int:
             out.write("\n")
     status = 0
     if args.check_imports or args.check_baseline:
-        bad = amplint_imports_added(list(dict.fromkeys(fetch.source_path(e) for e in present)))
+        bad = [line for lines in run_all(groups, amplint_imports_added).values() for line in lines]
         print(f"amplint imports added by `fix --unsafe-fixes` to projects that do not use amplint: {len(bad)}")
         for line in bad:
             print(f"  {line}")
         status = 1 if bad else 0
     if args.check_baseline:
-        return max(compare_baseline(args.check_baseline, now, labels), status)
+        return max(compare_baseline(args.check_baseline, now, labels, present_ids), status)
+    if result["unjudged"]:
+        print(f"FAIL: {len(result['unjudged'])} findings on lines with no label for their rule "
+              f"(exhaustive benchmark: label them, e.g. by blind adjudication)")
+        status = 1
     return status
 
 
