@@ -228,7 +228,7 @@ def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: s
                             and _resolves_here(ctx, path, u))
     found = []
     for d in candidates:
-        if d.field in used:
+        if d.field in used or d.field in _post_init_reads(ctx.get(LocalConfigs).by_name[d.cls]):
             continue
         passed = ctx.get(SizeValues).construction_values(d.cls, d.field)
         if passed and all(as_size(v.value) and as_size(v.value) % alignment == 0 for v in passed):
@@ -236,3 +236,17 @@ def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: s
         fixed_keys.add(d.root.key)
         found.append(d)
     return found
+
+
+def _post_init_reads(cls: ast.ClassDef) -> set[str]:
+    """Fields a dataclass's ``__post_init__`` derives other values from (litgpt:
+    ``self.padded_vocab_size = find_multiple(self.vocab_size, 512)``): the layer size is
+    the derived value, not the default."""
+    out = set()
+    for stmt in cls.body:
+        if stmt.__class__ is ast.FunctionDef and stmt.name == "__post_init__":
+            for n in ast.walk(stmt):
+                if (n.__class__ is ast.Attribute and n.ctx.__class__ is ast.Load
+                        and n.value.__class__ is ast.Name and n.value.id == "self"):
+                    out.add(n.attr)
+    return out
