@@ -13,6 +13,7 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
+from .analysis.calls import argument
 from .bindings import parent_of
 
 #: torch dtype attribute -> canonical name
@@ -628,7 +629,7 @@ class DtypeFlow:
             index -= 1  # self
         out = []
         for call in self._sites(func):
-            arg = _argument_at(call, name, index)
+            arg = argument(call, name, index)
             if arg is None:
                 arg = defaults.get(name)
                 if arg is None:
@@ -1137,17 +1138,6 @@ def _used_as_bool(func: ast.AST, name: str) -> bool:
 def _device_like(expr: ast.AST) -> bool:
     name = expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else ""
     return "device" in name or name in ("cuda", "cpu", "dev")
-
-
-def _argument_at(call: ast.Call, name: str, index: Optional[int]) -> Optional[ast.AST]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    if index is not None and 0 <= index < len(call.args):
-        arg = call.args[index]
-        if not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
-            return arg
-    return None
 
 
 def _dominates(ctx, earlier: ast.AST, stmt: Optional[ast.AST]) -> bool:

@@ -34,6 +34,7 @@ import math
 import operator
 from typing import Any, Iterator, Optional, Protocol
 
+from .analysis.calls import argument
 from .bindings import bound_names
 from .rule import Related
 from .semantic.configs import (  # noqa: F401 -- also this module's public names, as before
@@ -370,13 +371,10 @@ class Evaluator:
         return values[0]
 
     def _argument_at(self, call: ast.Call, name: str, position: Optional[int], depth: int) -> Optional[ast.AST]:
-        for kw in call.keywords:
-            if kw.arg == name:
-                return kw.value
-        if position is not None and position < len(call.args) and not any(
-            a.__class__ is ast.Starred for a in call.args[: position + 1]
-        ):
-            return call.args[position]
+        """:func:`~amplint.analysis.calls.argument`, else the item of a ``**kwargs`` dict."""
+        found = argument(call, name, position)
+        if found is not None:
+            return found
         for kw in call.keywords:
             if kw.arg is None:  # Model(**kwargs)
                 item = self.dict_item(kw.value, name, call, depth + 1)

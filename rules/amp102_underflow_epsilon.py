@@ -5,6 +5,7 @@ import ast
 from typing import Optional
 
 from amplint import fixes
+from amplint.analysis.calls import argument
 from amplint.analysis import flow
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
 from amplint.dtypes import DtypeClass
@@ -424,7 +425,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         operand = node.args[0] if node.args else None
         if operand is None or not self._runs_in_half(ctx, node, operand) or not ctx.in_model_code(node):
             return
-        arg = flow._argument(node, keyword, position)
+        arg = argument(node, keyword, position)
         if arg is not None:
             value = ctx.evaluate(arg)
             if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:

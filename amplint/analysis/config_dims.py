@@ -21,7 +21,8 @@ import os
 import re
 from typing import Optional
 
-from ..semantic.configs import config_fields, is_config_class
+from ..semantic.configs import LocalConfigs, config_fields
+from ..semantic.sizes import SizeValues
 from .calls import argument
 from .dims import (
     CHECKPOINT_MARKERS,
@@ -127,7 +128,7 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
     """This file's config defaults that layer uses in other files (the project facts of
     rule ``code``) make sizes not a multiple of ``alignment``.  Roots in ``fixed_keys``
     (already fixed at a use in this file) are skipped; those found are added to it."""
-    local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+    local = ctx.get(LocalConfigs).by_name
     if not local or ctx.project is None:
         return []
     if not any(_literal_root(ctx, default) for c in local.values() for _, default in config_fields(c).values()):
@@ -197,14 +198,13 @@ SIZE_FIELD = re.compile(
 )
 
 
-def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
-    """(field, node to report, default expression, class) of this file's config-class
-    defaults named like layer sizes and written as a literal, that no layer call of
-    this file and no layer use recorded by another linted file (the facts of rule
-    ``code``) reads: the config is linted without its model."""
-    local = [c for c in ctx.classes.values() if is_config_class(c)]
-    if not local:
-        return []
+def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: set) -> list[UnalignedDefinition]:
+    """This file's config-class defaults named like layer sizes (``vocab_size=30522``),
+    written as a literal, not a multiple of ``alignment``, that no layer reads in this
+    file or (by the facts of rule ``code``) in another linted file -- the config is
+    linted without its model -- and that not every site building the class overrides
+    with an aligned value.  Their roots are added to ``fixed_keys``."""
+    local = list(ctx.get(LocalConfigs).by_name.values())
     candidates = []
     for cls in local:
         for field, (node, default) in config_fields(cls).items():
@@ -213,7 +213,9 @@ def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
             root = find_root(ctx, default)
             if root is None or root.kind != "literal" or root.mult != 1 or root.key in fixed_keys:
                 continue
-            candidates.append((field, node, default, cls))
+            base = root.node.value
+            if base % alignment and base >= max(floor, MIN_SIZE):
+                candidates.append(UnalignedDefinition(cls.name, field, default, root, base, [], set()))
     if not candidates:
         return []
     # a field read in this file outside its class: the model is here, its layers decide
@@ -224,4 +226,27 @@ def lone_size_defaults(ctx, code: str, fixed_keys: set) -> list:
             if path != ctx.path:
                 used.update(u["field"] for u in data.get("uses", ()) if u["cls"] in (None, *(c.name for c in local))
                             and _resolves_here(ctx, path, u))
-    return [c for c in candidates if c[0] not in used]
+    found = []
+    for d in candidates:
+        if d.field in used or d.field in _post_init_reads(ctx.get(LocalConfigs).by_name[d.cls]):
+            continue
+        passed = ctx.get(SizeValues).construction_values(d.cls, d.field)
+        if passed and all(as_size(v.value) and as_size(v.value) % alignment == 0 for v in passed):
+            continue
+        fixed_keys.add(d.root.key)
+        found.append(d)
+    return found
+
+
+def _post_init_reads(cls: ast.ClassDef) -> set[str]:
+    """Fields a dataclass's ``__post_init__`` derives other values from (litgpt:
+    ``self.padded_vocab_size = find_multiple(self.vocab_size, 512)``): the layer size is
+    the derived value, not the default."""
+    out = set()
+    for stmt in cls.body:
+        if stmt.__class__ is ast.FunctionDef and stmt.name == "__post_init__":
+            for n in ast.walk(stmt):
+                if (n.__class__ is ast.Attribute and n.ctx.__class__ is ast.Load
+                        and n.value.__class__ is ast.Name and n.value.id == "self"):
+                    out.add(n.attr)
+    return out

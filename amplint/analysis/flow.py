@@ -18,7 +18,8 @@ import ast
 import dataclasses
 from typing import Optional
 
-from ..evaluate import parameter
+from ..semantic.configs import parameter
+from .calls import argument
 from .constants import known_not_half
 
 FILL = "fill"
@@ -257,7 +258,7 @@ class _Summaries:
                 if ctx.enclosing_function(call) is not func:
                     continue
                 for sink in self.by_name[call.func.id]:
-                    arg = _argument(call, sink.param, sink.position)
+                    arg = argument(call, sink.param, sink.position)
                     p = _is_param(arg, positions) if arg is not None else None
                     if p:
                         extra.append(self._sink(sink.kind, p, call, positions, owner, func))
@@ -286,15 +287,9 @@ def _unique(sinks: list[Sink]) -> list[Sink]:
     return out
 
 
-def _argument(call: ast.Call, name: str, position: Optional[int]) -> Optional[ast.AST]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    if position is not None and position < len(call.args) and not any(
-        isinstance(a, ast.Starred) for a in call.args[: position + 1]
-    ):
-        return call.args[position]
-    return None
+#: kept for the rules that called the private copy (the one "argument by keyword or
+#: position" is :func:`amplint.analysis.calls.argument`)
+_argument = argument
 
 
 class FlowSummaries:
@@ -384,7 +379,7 @@ def call_runs_sink(ctx, call: ast.Call, sink: Sink) -> bool:
     """Whether the branch conditions of ``sink`` hold for ``call`` (known from its
     arguments or the library defaults); an unknown condition counts as not holding."""
     for param, truth in sink.when:
-        arg = _argument(call, param, None)
+        arg = argument(call, param, None)
         if arg is None:
             return False  # the library default (False for memory_efficient) does not run it
         value = arg.value if isinstance(arg, ast.Constant) else None
@@ -401,7 +396,7 @@ def passed_arguments(ctx, call: ast.Call, kind: str, code: str) -> list[tuple[Si
     out = []
     enclosing = ctx.enclosing_function(call)
     for sink in sinks_of_call(ctx, call, kind, code):
-        arg = _argument(call, sink.param, sink.position)
+        arg = argument(call, sink.param, sink.position)
         if arg is None or arg.__class__ is ast.Starred:
             continue
         if arg.__class__ is ast.Name and enclosing is not None and parameter(enclosing, arg.id)[0] is not None:

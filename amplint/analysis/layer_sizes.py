@@ -272,7 +272,7 @@ class LayerSurvey:
                 return None
             return found
         else:
-            candidates = ctx.get(SizeValues).values(expr)
+            candidates = ctx.get(SizeValues).values(expr, folded=True)
         for candidate in candidates:
             found = self._judge(expr, ctx, label, role, candidate)
             if found is not None:

@@ -167,3 +167,10 @@ def _stored_parameters(init: ast.AST, defaults: dict) -> dict[str, tuple[ast.AST
                 default = defaults[param]
                 out[field] = (default, default)
     return out
+
+
+class LocalConfigs:
+    """This file's config classes by name: ``ctx.get(LocalConfigs).by_name``."""
+
+    def __init__(self, ctx):
+        self.by_name: dict[str, ast.ClassDef] = {c.name: c for c in ctx.classes.values() if is_config_class(c)}

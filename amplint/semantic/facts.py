@@ -214,6 +214,9 @@ class LayerParameters:
             lname = layer_name(node)
             if lname is None:
                 continue
+            dims = [(dim, argument(node, dim.keyword, dim.index)) for dim in LAYERS[lname][0]]
+            if not any(e.__class__ is ast.Name or e.__class__ is ast.BinOp for _, e in dims):
+                continue  # config.hidden_size, literals: no parameter reaches this layer as it is
             func = ctx.enclosing_function(node)
             owner = ctx.parent(func) if func is not None else None
             if owner.__class__ is ast.Module:
@@ -225,8 +228,8 @@ class LayerParameters:
             if not is_torch_layer(ctx, node, lname):
                 continue
             positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
-            for dim in LAYERS[lname][0]:
-                hit = _parameter_factor(argument(node, dim.keyword, dim.index), func)
+            for dim, expr in dims:
+                hit = _parameter_factor(expr, func)
                 if hit is None:
                     continue
                 pname, factor = hit

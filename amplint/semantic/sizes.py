@@ -55,11 +55,12 @@ class SizeValues:
 
     # --- entry -------------------------------------------------------------------------
 
-    def values(self, expr: ast.AST, depth: int = 0) -> list[Value]:
-        """The values ``expr`` can be seen to take (none: unknown)."""
+    def values(self, expr: ast.AST, depth: int = 0, folded: bool = False) -> list[Value]:
+        """The values ``expr`` can be seen to take (none: unknown).  ``folded``: the
+        caller already knows the evaluator cannot fold ``expr`` to one number."""
         if expr is None or depth > _MAX_DEPTH:
             return []
-        one = self.evaluator.evaluate(expr)
+        one = None if folded else self.evaluator.evaluate(expr)
         if one is not None:
             return [one]
         try:

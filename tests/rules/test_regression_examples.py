@@ -605,6 +605,22 @@ EXAMPLES = {
     ),
     UnalignedDimension: (
         [
+            # not computable
+            Valid("""
+                import torch.nn as nn
+                def make(n):
+                    return nn.Linear(n, 100 * n)
+                """),
+            # not torch
+            Valid("""
+                from mylib import Linear
+                fc = Linear(771, 30522)
+                """),
+            # depthwise convolution (groups != 1) is not a Tensor Core GEMM
+            Valid("""
+                import torch.nn as nn
+                c = nn.Conv2d(100, 100, 3, groups=100)
+                """),
         ],
         [
             # F.linear weight
