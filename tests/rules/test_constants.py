@@ -175,7 +175,7 @@ def test_amp101_fires_exactly_when_masked_fill_raises(value):
 def test_amp102_severity_is_what_fp16_does_with_the_constant(value):
     half = float(torch.tensor(value, dtype=torch.float16))
     normal = value >= float(torch.finfo(torch.float16).tiny)
-    findings = lint(f"import torch\ndef f(x):\n    return x / (x.norm() + {value!r})\n", ("AMP102",))
+    findings = lint(f"import torch\ndef f(x):\n    return x / (x.abs() + {value!r})\n", ("AMP102",))
     if normal:
         assert not findings
     elif half == 0.0:
@@ -380,3 +380,13 @@ def test_context_branch_runs_in_half():
     a, b, c, d = body[0].body[0], body[0].orelse[0], body[1], body[2].value
     assert [ctx.branch_runs_in_half(n) for n in (a, b, c, d.body, d.orelse)] == [True, False, None, False, True]
     assert [ctx.branch_runs_in_half(n, "bf16") for n in (a, b, d.body, d.orelse)] == [False, True, False, True]
+
+
+@pytest.mark.parametrize("level, severities", [("O1", ["info", "info", "error"]), ("O2", ["error", "error", "error"])])
+def test_amp102_is_info_on_values_fp32_under_o1_only(amplint, level, severities):
+    """An fp32 parameter (Snake's alpha) and a softmax output O1 runs in fp32: the eps is
+    added in fp32 under O1 (info); under O2 they are half (error). An activation stays an error."""
+    proc = amplint("check", "fixtures/constants/o1_fp32/snake_and_clamp.py", "--no-cache", "--format", "json",
+                   "--opt-level", level, "--select", "AMP102")
+    found = sorted({(f["line"], f["severity"]) for f in json.loads(proc.stdout) if f["severity"] != "warning"})
+    assert [s for _, s in found] == severities, found
