@@ -876,7 +876,7 @@ EXAMPLES = {
                     def forward(self, x):
                         return Scale.apply(x)
                 """,
-                line=17, message="custom_fwd", settings={"engine": "torch"},
+                line=5, message="custom_fwd", settings={"engine": "torch"},
                 expected_fix="""
                     import torch
                     from torch import nn
@@ -915,7 +915,7 @@ EXAMPLES = {
                     def forward(self, x):
                         return Scale.apply(x)
                 """,
-                line=13, settings={"device": "cpu"},
+                line=4, settings={"device": "cpu"},
                 expected_fix="""
                     import torch
                     from torch import nn
