@@ -40,6 +40,7 @@ def _related(finding) -> set:
     (("stages.py", 13), "116", ("stages.py", 4)),
     (("stages.py", 16), "116", ("stages.py", 4)),
     (("argparse_flag/argp_model.py", 7), "100", ("argparse_flag/train.py", 7)),
+    (("argparse_dict/dict_model.py", 7), "300", ("argparse_dict/dict_opts.py", 6)),
     (("width_module/width_net.py", 10), "36", ("width_module/width_config.py", 2)),
     (("layer_helper/helper_head.py", 10), "473", ("layer_helper/helper_layers.py", 6)),
 ])

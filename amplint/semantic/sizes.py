@@ -71,7 +71,14 @@ class SizeValues:
     def _values(self, expr, depth) -> list[Value]:
         kind = expr.__class__
         if kind is ast.Subscript:
-            return self._items_values(self._select(expr, depth), depth)
+            found = self._items_values(self._select(expr, depth), depth)
+            if not found and expr.slice.__class__ is ast.Constant and isinstance(expr.slice.value, str):
+                base = expr.value  # opt['embedding_size']: an argparse namespace turned into a dict
+                name = base.id if base.__class__ is ast.Name else base.attr if base.__class__ is ast.Attribute else None
+                if name in ARGS_NAMES:
+                    default = self.argparse_default(expr.slice.value)
+                    found = [default] if default is not None else []
+            return found
         if kind is ast.Name:
             return self._name(expr, depth)
         if kind is ast.Attribute:
