@@ -442,8 +442,9 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
                     notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(st, st.divisors.get(root.key, ())))
-            elif s.choice:  # one of several values
-                elsewhere.append(f"{s.label} takes several values here, {s.size} among them: pad each where it is written")
+            elif s.choice:  # followed through call sites, loops or options: no edit
+                elsewhere.append(f"{s.label} takes several values here, {s.size} among them: pad each where it is written"
+                                 if s.choice > 1 else f"{s.label} {s.size} is written where the notes point: pad it there")
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
                 elsewhere.append(

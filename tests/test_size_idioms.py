@@ -40,6 +40,7 @@ def _related(finding) -> set:
     (("stages.py", 13), "116", ("stages.py", 4)),
     (("stages.py", 16), "116", ("stages.py", 4)),
     (("argparse_flag/argp_model.py", 7), "100", ("argparse_flag/train.py", 7)),
+    (("argparse_dict/dict_model.py", 7), "300", ("argparse_dict/dict_opts.py", 6)),
     (("width_module/width_net.py", 10), "36", ("width_module/width_config.py", 2)),
     (("layer_helper/helper_head.py", 10), "473", ("layer_helper/helper_layers.py", 6)),
 ])
@@ -74,3 +75,21 @@ def test_sites_that_pass_an_unaligned_value_keep_the_default_reported(tmp_path):
     )
     proc = _run_amplint("check", str(tmp_path), "--select", "AMP201", "--format", "json", "--no-cache")
     assert [f["line"] for f in json.loads(proc.stdout)] == [11]
+
+
+def test_layer_sizes_accessor_gives_every_value_with_its_site():
+    import ast as _ast
+
+    from amplint.config import Settings
+    from amplint.context import FileContext
+    from amplint.semantic.sizes import LayerSizes
+
+    path = os.path.join(ROOT, IDIOMS, "stages.py")
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    ctx = FileContext(path, source, _ast.parse(source), Settings())
+    ctx.ensure_walked()
+    conv = next(c for c in ctx.calls if _ast.unparse(c.func) == "nn.Conv2d")
+    sizes = ctx.get(LayerSizes).of(conv)
+    assert sorted({v.value for v in sizes["in_channels"]}) == [24, 116, 176, 232, 352]
+    assert all(v.origin and v.origin[-1].line == 4 for v in sizes["in_channels"])

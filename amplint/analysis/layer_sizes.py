@@ -56,8 +56,9 @@ class UnalignedSize:
     root: Optional[Root]
     #: the definitions the value flowed through (related locations)
     origin: tuple
-    #: one of several values the size takes (no single definition to pad)
-    choice: bool = False
+    #: found by following every value the size takes (no edit offered): how many distinct
+    #: values there are, 0 when the evaluator folded it to one
+    choice: int = 0
 
 
 def _names_in(expr: ast.AST) -> list[str]:
@@ -273,11 +274,12 @@ class LayerSurvey:
             return found
         else:
             candidates = ctx.get(SizeValues).values(expr, folded=True)
+        distinct = len({c.value for c in candidates})
         for candidate in candidates:
             found = self._judge(expr, ctx, label, role, candidate)
             if found is not None:
-                # one of several values: where to pad is the author's call, no edit is offered
-                return dataclasses.replace(found, root=None, choice=True)
+                # where to pad (one of several values, another file's option) is the author's call
+                return dataclasses.replace(found, root=None, choice=distinct)
         return None
 
     def _aligned(self, value) -> bool:

@@ -71,7 +71,14 @@ class SizeValues:
     def _values(self, expr, depth) -> list[Value]:
         kind = expr.__class__
         if kind is ast.Subscript:
-            return self._items_values(self._select(expr, depth), depth)
+            found = self._items_values(self._select(expr, depth), depth)
+            if not found and expr.slice.__class__ is ast.Constant and isinstance(expr.slice.value, str):
+                base = expr.value  # opt['embedding_size']: an argparse namespace turned into a dict
+                name = base.id if base.__class__ is ast.Name else base.attr if base.__class__ is ast.Attribute else None
+                if name in ARGS_NAMES:
+                    default = self.argparse_default(expr.slice.value)
+                    found = [default] if default is not None else []
+            return found
         if kind is ast.Name:
             return self._name(expr, depth)
         if kind is ast.Attribute:
@@ -398,3 +405,31 @@ class SizeValues:
             arg = call.args[order.index(field)]
             return None if arg.__class__ is ast.Starred else arg
         return None
+
+
+class LayerSizes:
+    """The resolved sizes of one torch layer call, with where each value is written:
+    ``ctx.get(LayerSizes).of(call)`` -> {argument name (``in_features``...): [Value, ...]}
+    (every value the size takes; empty dict for a call that is no torch layer).  The
+    public accessor for rules that need layer shapes (AMP201, fp8 rules)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._by_call: dict[int, dict[str, list[Value]]] = {}
+
+    def of(self, call: ast.Call) -> dict[str, list[Value]]:
+        found = self._by_call.get(id(call))
+        if found is None:
+            from ..analysis.calls import argument
+            from ..analysis.dims import LAYERS, is_torch_layer, layer_name
+
+            found = {}
+            name = layer_name(call)
+            if name is not None and is_torch_layer(self.ctx, call, name):
+                values = self.ctx.get(SizeValues)
+                for dim in LAYERS[name][0]:
+                    expr = argument(call, dim.keyword, dim.index)
+                    if expr is not None:
+                        found[dim.keyword] = values.values(expr)
+            self._by_call[id(call)] = found
+        return found
