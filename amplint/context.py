@@ -102,7 +102,17 @@ class FileContext:
         self._fp8_survey = None
         self._fp8_setup = None
         self._walked = False
+        #: the named analyses built so far (see :meth:`get`)
+        self._analyses: dict[type, Any] = {}
         self._index_module_level()
+
+    def get(self, analysis: type):
+        """The analysis ``analysis`` of this file, built on first use (``analysis(self)``)
+        and shared by every rule after that: the one memo for per-file facts."""
+        found = self._analyses.get(analysis)
+        if found is None:
+            found = self._analyses[analysis] = analysis(self)
+        return found
 
     # --- walking ---------------------------------------------------------------------
 
@@ -206,6 +216,22 @@ class FileContext:
             return None
         module, _, name = full.rpartition(".")
         return module, name
+
+    @property
+    def relative_imports(self) -> dict[str, str]:
+        """Local name -> "module.name" of this file's relative imports (leading dots dropped)."""
+        return self._relative_imports
+
+    @property
+    def binding_nodes(self) -> list[ast.AST]:
+        """Every statement or expression that binds a name, in walk order."""
+        self.ensure_walked()
+        return self._binding_nodes
+
+    @property
+    def is_ascii(self) -> bool:
+        """Whether the source is ASCII (byte and character columns agree)."""
+        return self._ascii
 
     def import_path(self, local: str) -> Optional[str]:
         """The dotted module path a local name stands for (absolute or relative)."""

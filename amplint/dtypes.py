@@ -13,6 +13,7 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
+from .analysis.calls import argument
 from .bindings import parent_of
 
 #: torch dtype attribute -> canonical name
@@ -153,12 +154,27 @@ def _bind(out, target, stmt, value) -> None:
                 out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None, stmt))
 
 
-def _assignments(func: ast.AST) -> dict[str, list[tuple]]:
-    """name -> [(line, col, assigned value or None when rebound otherwise, binding statement)], cached on the
-    node.  Walks statements only (not expressions): cheap on long ``forward`` methods."""
-    cached = getattr(func, "amplint_assigns", None)
-    if cached is not None:
-        return cached
+class Assignments:
+    """Per function, built on first ask and kept for the file: name -> [(line, col,
+    assigned value or None when rebound otherwise, binding statement)]."""
+
+    def __init__(self, ctx):
+        self._by_function: dict[int, dict[str, list[tuple]]] = {}
+
+    def of(self, func: ast.AST) -> dict[str, list[tuple]]:
+        found = self._by_function.get(id(func))
+        if found is None:
+            found = self._by_function[id(func)] = _function_assignments(func)
+        return found
+
+
+def _assignments(ctx, func: ast.AST) -> dict[str, list[tuple]]:
+    return ctx.get(Assignments).of(func)
+
+
+def _function_assignments(func: ast.AST) -> dict[str, list[tuple]]:
+    """See :class:`Assignments`.  Walks statements only (not expressions): cheap on long
+    ``forward`` methods."""
     out: dict[str, list[tuple]] = {}
     stack = list(func.body)
     while stack:
@@ -184,7 +200,6 @@ def _assignments(func: ast.AST) -> dict[str, list[tuple]]:
                 stack.extend(block)
     for entries in out.values():
         entries.sort(key=lambda e: (e[0], e[1]))
-    func.amplint_assigns = out
     return out
 
 
@@ -195,7 +210,7 @@ def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
     func = ctx.enclosing_function(name)
     if func is None:
         return None
-    entries = _assignments(func).get(name.id)
+    entries = _assignments(ctx, func).get(name.id)
     if not entries:
         return None
     before = [e for e in entries if (e[0], e[1]) < (name.lineno, name.col_offset)]
@@ -209,7 +224,7 @@ def reaching_value(ctx, name: ast.Name) -> Optional[ast.AST]:
 
 def assignments_between(ctx, name: str, func: ast.AST, start: int, end: int) -> bool:
     """Whether ``name`` is (re)bound in ``func`` on lines strictly between start and end."""
-    return any(start < e[0] < end for e in _assignments(func).get(name, ()))
+    return any(start < e[0] < end for e in _assignments(ctx, func).get(name, ()))
 
 
 
@@ -498,7 +513,7 @@ class DtypeFlow:
         func = ctx.enclosing_function(node)
         if func is None:
             return self._module_name(node.id)
-        entries = _assignments(func).get(node.id)
+        entries = _assignments(self.ctx, func).get(node.id)
         if entries:
             found = self._reaching(node, func, entries)
             if found is not None:
@@ -511,7 +526,7 @@ class DtypeFlow:
             return DtypeClass.UNKNOWN
         outer = ctx.enclosing_function(func)  # a closure variable
         if outer is not None:
-            values = [v for *_, v in _assignments(outer).get(node.id, ())]
+            values = [v for *_, v in _assignments(self.ctx, outer).get(node.id, ())]
             if len(values) == 1 and values[0] is not None:
                 return self.of(values[0])
             if not values and any(p.arg == node.id for p in outer.args.args + outer.args.kwonlyargs):
@@ -544,7 +559,7 @@ class DtypeFlow:
         in-place op); loop variables and unpacking are unknown."""
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
             target = stmt.target
-            prior = _assignments(self.ctx.enclosing_function(stmt)).get(name, ())
+            prior = _assignments(self.ctx, self.ctx.enclosing_function(stmt)).get(name, ())
             earlier = [e for e in prior if (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
             if earlier:
                 return self._reaching(target, self.ctx.enclosing_function(stmt), earlier) or DtypeClass.UNKNOWN
@@ -580,6 +595,8 @@ class DtypeFlow:
         is_method = parent_of(func).__class__ is ast.ClassDef
         if is_method and func.name == "__init__":
             return DtypeClass.SCALAR  # constructor arguments are sizes and settings
+        if _used_as_bool(func, name):
+            return DtypeClass.BOOL  # ~mask, x[mask], masked_fill(mask, ...): a bool mask
         if is_method and func.name in ("forward", "__call__"):
             if name in _DATA_PARAMETERS and not self.pure_half:
                 return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
@@ -612,7 +629,7 @@ class DtypeFlow:
             index -= 1  # self
         out = []
         for call in self._sites(func):
-            arg = _argument_at(call, name, index)
+            arg = argument(call, name, index)
             if arg is None:
                 arg = defaults.get(name)
                 if arg is None:
@@ -706,7 +723,7 @@ class DtypeFlow:
             return self._parameter_value(cast)
         if isinstance(value, ast.Name):  # self.dim = dim: a config value, almost always a number
             func = self.ctx.enclosing_function(value)
-            if func is not None and func.name == "__init__" and not _assignments(func).get(value.id):
+            if func is not None and func.name == "__init__" and not _assignments(self.ctx, func).get(value.id):
                 return DtypeClass.SCALAR
         got = self.of(value)
         if buffer and got is DtypeClass.UNKNOWN and self.borrowed_activations:
@@ -978,7 +995,7 @@ class DtypeFlow:
         cheap filter before :meth:`callees`."""
         if self._alias_names is None:
             found = set()
-            for node in self.ctx._binding_nodes:
+            for node in self.ctx.binding_nodes:
                 if node.__class__ is ast.Assign or node.__class__ is ast.AnnAssign:
                     value = node.value
                     if value is None or value.__class__ not in (ast.Name, ast.Attribute, ast.IfExp, ast.Call):
@@ -1081,20 +1098,46 @@ class DtypeFlow:
         return True
 
 
+#: methods whose first argument (``masked_fill``, ``masked_select``) or ``torch.where``'s
+#: condition must be a bool tensor
+_BOOL_ARGUMENT = frozenset({"masked_fill", "masked_fill_", "masked_select", "masked_scatter", "where"})
+
+
+def _names_root(expr: ast.AST) -> Optional[str]:
+    """``mask`` of ``mask``, ``mask[..., None]``, ``mask.unsqueeze(1)``, ``mask.bool()``."""
+    while True:
+        if expr.__class__ is ast.Subscript:
+            expr = expr.value
+        elif expr.__class__ is ast.Call and expr.func.__class__ is ast.Attribute and expr.func.attr in (
+                "unsqueeze", "view", "reshape", "expand", "expand_as", "transpose", "permute", "to", "squeeze"):
+            expr = expr.func.value
+        else:
+            break
+    return expr.id if expr.__class__ is ast.Name else None
+
+
+def _used_as_bool(func: ast.AST, name: str) -> bool:
+    """Whether parameter ``name`` of ``func`` is used as a bool mask: inverted with
+    ``~``, the condition of ``masked_fill``/``where``, or (a name with "mask") a
+    tensor's index (``loss[mask]``).  ``mask.sum()`` of one is then an int64 count."""
+    if "mask" not in name.lower():
+        return False
+    for node in ast.walk(func):
+        kind = node.__class__
+        if kind is ast.UnaryOp and node.op.__class__ is ast.Invert and _names_root(node.operand) == name:
+            return True
+        if kind is ast.Subscript and node.slice.__class__ is ast.Name and node.slice.id == name:
+            return True
+        if kind is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in _BOOL_ARGUMENT and node.args:
+            if _names_root(node.args[0]) == name and not (
+                    node.func.attr == "where" and node.func.value.__class__ is ast.Name and node.func.value.id == name):
+                return True
+    return False
+
+
 def _device_like(expr: ast.AST) -> bool:
     name = expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else ""
     return "device" in name or name in ("cuda", "cpu", "dev")
-
-
-def _argument_at(call: ast.Call, name: str, index: Optional[int]) -> Optional[ast.AST]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    if index is not None and 0 <= index < len(call.args):
-        arg = call.args[index]
-        if not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
-            return arg
-    return None
 
 
 def _dominates(ctx, earlier: ast.AST, stmt: Optional[ast.AST]) -> bool:

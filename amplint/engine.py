@@ -71,6 +71,16 @@ class _Rules:
         self.markers = tuple(markers)
 
     @classmethod
+    def of(cls, rules: Sequence[type[Rule]]) -> "_Rules":
+        """The instances for ``rules``, made once per process: one rule instance lints
+        many files (rules keep per-file state in ``ctx.state``, never on ``self``)."""
+        key = tuple(rules)
+        found = _WORKER.instances.get(key)
+        if found is None:
+            found = _WORKER.instances[key] = cls(rules)
+        return found
+
+    @classmethod
     def for_settings(cls, settings: Settings) -> "_Rules":
         key = settings.fingerprint()
         found = _WORKER.rule_sets.get(key)
@@ -115,7 +125,7 @@ def lint_text(
     tree = parse(path, text)
     settings = engine_detect.resolve(settings, path, text, tree, project)
     ctx = FileContext(path, text, tree, settings, project)
-    selected = _Rules(rules)
+    selected = _Rules.of(rules)
     errors: list[SourceError] = []
     # AMP900's findings come from the suppressions, after the other rules: selecting it
     # is the same as --report-unused-suppressions
@@ -364,6 +374,8 @@ class WorkerState:
     rule_classes: dict[str, list[type[Rule]]] = dataclasses.field(default_factory=dict)
     #: settings fingerprint -> those rules instantiated, with their dispatch table
     rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
+    #: tuple of rule classes -> their instances (one instance lints many files)
+    instances: dict[tuple, _Rules] = dataclasses.field(default_factory=dict)
     #: the large file whose pieces this worker is linting: (path, identity, lines)
     large_file: Optional[tuple] = None
     #: path -> the bytes to lint instead of the file's (``--stdin-filename``)

@@ -201,6 +201,8 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
     found = evidence(tree, path, source)
     for other, data in _project_facts(project, path, settings.root):
         found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
+    if not any(e.target for e in found) and not settings.target_given and cast_target(tree, source) == "bf16":
+        settings = dataclasses.replace(settings, target="bf16")  # the file runs its tensors in bf16 itself
     if not found:
         return dataclasses.replace(settings, engine="amplint", amp_module=None, engine_configured="auto")
     engine = min((e.engine for e in found), key=_RANK.__getitem__)
@@ -216,6 +218,32 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
     return dataclasses.replace(settings, engine="amplint" if engine == "apex" else engine,
                                amp_module=engine if engine != "torch" else None,
                                engine_configured="auto", engine_origin=origin, **changes)
+
+
+#: how many explicit casts to bf16 (and none to fp16) make a file's own target bf16
+_CASTS_FOR_TARGET = 2
+
+
+def cast_target(tree: ast.Module, source: str) -> Optional[str]:
+    """``"bf16"`` when the file casts its tensors to bfloat16 itself, throughout:
+    ``.to(torch.bfloat16)``, ``dtype=torch.bfloat16``, ``.bfloat16()`` at least
+    :data:`_CASTS_FOR_TARGET` times and never to float16 (gpt-fast's ``quantize.py``).
+    Such code runs in bf16 with or without an autocast setup, so bf16's limits apply."""
+    if "bfloat16" not in source:
+        return None
+    bf16 = 0
+    for node in ast.walk(tree):
+        if node.__class__ is ast.Attribute:
+            if node.attr in ("float16", "half") and _dotted(node.value) == "torch":
+                return None
+            if node.attr == "bfloat16" and _dotted(node.value) == "torch":
+                bf16 += 1
+        elif node.__class__ is ast.Call and node.func.__class__ is ast.Attribute and not node.args:
+            if node.func.attr == "half":
+                return None
+            if node.func.attr == "bfloat16":
+                bf16 += 1
+    return "bf16" if bf16 >= _CASTS_FOR_TARGET else None
 
 
 def label(settings) -> str:

@@ -32,13 +32,48 @@ import ast
 import dataclasses
 import math
 import operator
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Iterator, Optional, Protocol
 
+from .analysis.calls import argument
 from .bindings import bound_names
 from .rule import Related
+from .semantic.configs import (  # noqa: F401 -- also this module's public names, as before
+    CONFIG_CLASS_SUFFIXES,
+    CONFIG_NAMES,
+    _stored_parameter_names,
+    annotation_class,
+    config_fields,
+    declares_field,
+    is_config_class,
+    is_config_expr,
+    parameter,
+)
 
-if TYPE_CHECKING:
-    from .context import FileContext
+
+
+class Scope(Protocol):
+    """What the evaluator reads of a file (:class:`amplint.context.FileContext` is one):
+    named here so that this module does not depend on the context, which builds it."""
+
+    path: str
+    tree: ast.Module
+    project: Any
+    classes: dict
+    functions: dict
+    calls: list
+
+    def parent(self, node: ast.AST) -> Optional[ast.AST]: ...
+    def enclosing_function(self, node: ast.AST) -> Optional[ast.AST]: ...
+    def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
+    def bindings(self, func: ast.AST) -> dict: ...
+    def self_assignments(self, func: ast.AST) -> dict: ...
+    def module_assignments(self, name: str) -> list: ...
+    def method(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]: ...
+    def base_classes(self, cls: ast.ClassDef) -> Iterator[ast.ClassDef]: ...
+    def qualname(self, expr: ast.AST) -> Optional[str]: ...
+    def import_origin(self, local: str) -> Optional[tuple[str, str]]: ...
+    def import_path(self, local: str) -> Optional[str]: ...
+    def related(self, node: ast.AST, note: str, path: Optional[str] = None) -> Related: ...
 
 _MAX_DEPTH = 12
 #: the key of the project fact holding each file's numeric module constants (collected by
@@ -55,11 +90,6 @@ _BINOPS = {
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-#: names of the variable that usually holds a model config
-CONFIG_NAMES = ("config", "cfg", "conf", "model_config", "hparams", "args", "params", "opt", "hp")
-CONFIG_CLASS_SUFFIXES = ("Config", "Configuration", "Args", "Arguments", "Params", "HParams", "Settings")
-
-
 #: the most related locations a value carries (the nearest): a chain of 10,000 aliases or
 #: helpers must not give each of its findings a 10,000-step trail (quadratic in time and size)
 MAX_TRAIL = 8
@@ -80,7 +110,7 @@ class Value:
 
 
 class Evaluator:
-    def __init__(self, ctx: "FileContext"):
+    def __init__(self, ctx: Scope):
         self.ctx = ctx
         self._config_fields: Optional[dict[str, dict[str, tuple[ast.AST, ast.AST]]]] = None
         self._call_index: Optional[dict[str, list[ast.Call]]] = None
@@ -376,13 +406,10 @@ class Evaluator:
         return values[0]
 
     def _argument_at(self, call: ast.Call, name: str, position: Optional[int], depth: int) -> Optional[ast.AST]:
-        for kw in call.keywords:
-            if kw.arg == name:
-                return kw.value
-        if position is not None and position < len(call.args) and not any(
-            a.__class__ is ast.Starred for a in call.args[: position + 1]
-        ):
-            return call.args[position]
+        """:func:`~amplint.analysis.calls.argument`, else the item of a ``**kwargs`` dict."""
+        found = argument(call, name, position)
+        if found is not None:
+            return found
         for kw in call.keywords:
             if kw.arg is None:  # Model(**kwargs)
                 item = self.dict_item(kw.value, name, call, depth + 1)
@@ -418,6 +445,34 @@ class Evaluator:
             if target.__class__ is ast.Name:
                 return self.dict_item(value, key, use, depth + 1)
         return None
+
+    def dict_entries(self, expr: ast.AST, use: ast.AST, depth: int = 0) -> Optional[dict[str, ast.AST]]:
+        """Every constant key -> expression of the dict ``expr`` names at ``use`` (the
+        ``{...}`` / ``dict(...)`` it was built as, then ``d['key'] = value`` before the
+        use), or None when it was built some other way."""
+        if depth > _MAX_DEPTH:
+            return None
+        if expr.__class__ is ast.Dict:
+            if any(k is None or k.__class__ is not ast.Constant for k in expr.keys):
+                return None
+            return {str(k.value): v for k, v in zip(expr.keys, expr.values)}
+        if expr.__class__ is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "dict":
+            if expr.args or any(kw.arg is None for kw in expr.keywords):
+                return None
+            return {kw.arg: kw.value for kw in expr.keywords}
+        if expr.__class__ is not ast.Name:
+            return None
+        stores = self._stores_before(expr.id, use)
+        base = None
+        items = {}
+        for target, value in stores:
+            if target.__class__ is ast.Name:
+                base, items = self.dict_entries(value, use, depth + 1), {}
+            elif target.__class__ is ast.Subscript and target.slice.__class__ is ast.Constant:
+                items[str(target.slice.value)] = value
+        if base is None:
+            return None
+        return {**base, **items}
 
     def object_field(self, expr: ast.AST, field: str, depth: int) -> Optional[Value]:
         """``field`` of the object ``expr`` evaluates to: ``Config(vocab_size=...)``,
@@ -552,151 +607,3 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def parameter(func: ast.AST, name: str):
-    """(arg node, default expr or None) of parameter ``name`` of ``func``, or (None, None)."""
-    args = func.args
-    positional = args.posonlyargs + args.args
-    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    for arg, default in zip(positional, defaults):
-        if arg.arg == name:
-            return arg, default
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-        if arg.arg == name:
-            return arg, default
-    for arg in (args.vararg, args.kwarg):
-        if arg is not None and arg.arg == name:
-            return arg, None
-    return None, None
-
-
-def is_config_expr(expr: ast.AST) -> bool:
-    """``config`` / ``self.config`` / ``cfg`` / ``self.cfg`` ..."""
-    if isinstance(expr, ast.Name):
-        return expr.id in CONFIG_NAMES or expr.id.endswith(("_config", "_cfg"))
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-        return expr.attr in CONFIG_NAMES or expr.attr.endswith(("_config", "_cfg"))
-    return False
-
-
-def annotation_class(ctx, base: ast.AST, use: ast.AST) -> Optional[str]:
-    """The class a config parameter is annotated with (``config: GPT2Config``)."""
-    if not isinstance(base, ast.Name):
-        return None
-    func = ctx.enclosing_function(use)
-    while func is not None:
-        param, _ = parameter(func, base.id)
-        if param is not None:
-            ann = param.annotation
-            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-                return ann.value.split(".")[-1]
-            if isinstance(ann, ast.Name):
-                return ann.id
-            if isinstance(ann, ast.Attribute):
-                return ann.attr
-            return None
-        func = ctx.enclosing_function(func)
-    return None
-
-
-def is_config_class(cls: ast.ClassDef) -> bool:
-    if cls.name.endswith(CONFIG_CLASS_SUFFIXES):
-        return True
-    for deco in cls.decorator_list:
-        target = deco.func if isinstance(deco, ast.Call) else deco
-        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-        if name == "dataclass":
-            return True
-    for base in cls.bases:
-        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
-        if name.endswith(("Config", "PretrainedConfig", "NamedTuple")):
-            return True
-    return False
-
-
-def config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
-    """field -> (definition node, default expression) of a config-like class (computed
-    once per class node)."""
-    cached = getattr(cls, "amplint_config_fields", None)
-    if cached is None:
-        cached = cls.amplint_config_fields = _config_fields(cls)
-    return cached
-
-
-def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
-    fields: dict[str, tuple[ast.AST, ast.AST]] = {}
-    for stmt in cls.body:
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            value = stmt.value
-            # dataclasses.field(default=...)
-            if isinstance(value, ast.Call):
-                for kw in value.keywords:
-                    if kw.arg == "default":
-                        value = kw.value
-            fields[stmt.target.id] = (stmt, value)
-        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            fields[stmt.targets[0].id] = (stmt, stmt.value)
-    for stmt in cls.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
-            args = stmt.args
-            positional = args.posonlyargs + args.args
-            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-            pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
-            for arg, default in pairs:
-                if default is not None and arg.arg != "self":
-                    fields.setdefault(arg.arg, (default, default))
-            for name, value in _stored_parameters(stmt, dict((a.arg, d) for a, d in pairs)).items():
-                fields.setdefault(name, value)
-    return fields
-
-
-def declares_field(cls: ast.ClassDef, field: str) -> bool:
-    """Whether a config class has ``field`` at all, with or without a default
-    (``vocab_size: int``, ``self.vocab_size = vocab_size``): then the field is this
-    file's, and another file's default of the same name is not it."""
-    if field in config_fields(cls):
-        return True
-    for stmt in cls.body:
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == field:
-            return True
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "__init__":
-            if field in _stored_parameter_names(stmt):
-                return True
-    return False
-
-
-def _stored_parameter_names(init: ast.AST) -> dict[str, str]:
-    """field -> the ``__init__`` parameter stored in it (``self.vocab_size = vocab``)."""
-    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs}
-    out = {}
-    for node in ast.walk(init):
-        if node.__class__ is ast.Assign and node.value.__class__ is ast.Name and node.value.id in params:
-            for target in node.targets:
-                if target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id == "self":
-                    out.setdefault(target.attr, node.value.id)
-    return out
-
-
-def _stored_parameters(init: ast.AST, defaults: dict) -> dict[str, tuple[ast.AST, ast.AST]]:
-    """``self.vocab_size = vocab_size_or_config_json_file`` anywhere in ``__init__``, also
-    under branches (``elif isinstance(x, int):``, pytorch-pretrained-bert's configs): field
-    -> (default, default) of the parameter stored.  The union of the values a field may
-    get is taken: a field stored from several different parameters (or assigned
-    anything else as well) has no single default and is left out."""
-    stored: dict[str, set] = {}
-    for node in ast.walk(init):
-        if node.__class__ is not ast.Assign:
-            continue
-        for target in node.targets:
-            if (target.__class__ is ast.Attribute and target.value.__class__ is ast.Name
-                    and target.value.id == "self"):
-                value = node.value
-                key = value.id if value.__class__ is ast.Name and defaults.get(value.id) is not None else None
-                stored.setdefault(target.attr, set()).add(key)
-    out = {}
-    for field, sources in stored.items():
-        if len(sources) == 1:
-            (param,) = sources
-            if param is not None:
-                default = defaults[param]
-                out[field] = (default, default)
-    return out

@@ -52,8 +52,10 @@ class FileSummary:
 def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
     from . import engine_detect
-    from .evaluate import CONSTANTS_FACT, config_fields, is_config_class
+    from .evaluate import CONSTANTS_FACT
     from .fp8 import setup as fp8_setup
+    from .semantic.configs import config_fields, is_config_class
+    from .semantic.facts import collect_all
 
     ctx.ensure_walked()
     summary = FileSummary(ctx.path)
@@ -75,6 +77,7 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     constants = module_constants(ctx)
     if constants:
         summary.facts[CONSTANTS_FACT] = {"by_name": constants}
+    summary.facts.update(collect_all(ctx))
     for rule in rules:
         if not rule.collects():
             continue
@@ -93,7 +96,12 @@ _CONSTANT_LINE = re.compile(r"^[A-Z_][A-Z0-9_]*\s*(?::[^=\n]*)?=\s*[-+(]*\s*[0-9
 
 
 def defines_constants(text: str) -> bool:
-    return _CONSTANT_LINE.search(text) is not None
+    """Whether ``text`` may hold a fact worth summarising without any other marker: a
+    numeric constant, or one of :mod:`amplint.semantic.facts`' (width lists, argparse
+    defaults, config constructions, layer helpers)."""
+    from .semantic.facts import worth_collecting
+
+    return _CONSTANT_LINE.search(text) is not None or worth_collecting(text)
 
 
 def module_constants(ctx) -> dict[str, list]:

@@ -98,6 +98,9 @@ class MagnitudeBounds:
         unpacked = self._unpacked_from_map(name, func)
         if unpacked is not None:
             return self.of(unpacked, depth + 1)
+        picked = self._picked_values(name, func)
+        if picked is not None:  # values, indices = x.topk(2): the values are some of x's
+            return self.of(picked, depth + 1)
         params = func.args.posonlyargs + func.args.args + func.args.kwonlyargs
         if not any(p.arg == name.id for p in params) or func.name in ("forward", "__init__", "__call__"):
             return None
@@ -132,6 +135,35 @@ class MagnitudeBounds:
                     and call.args and isinstance(call.args[0], ast.Lambda)):
                 return call.args[0].body
         return None
+
+    def _picked_values(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
+        """The tensor ``name`` holds some elements of, when its last assignment before the
+        use is the values of ``topk`` / ``sort`` / ``max`` / ``min`` / ``kthvalue``
+        (``w, idx = torch.topk(w, 2)``): their bound is that tensor's."""
+        stmt = self.ctx.enclosing_statement(name)
+        last = None
+        for node in ast.walk(func):
+            if node.__class__ is not ast.Assign or stmt is None or node.lineno >= stmt.lineno:
+                continue
+            for target in node.targets:
+                names = target.elts if target.__class__ is ast.Tuple else [target]
+                if any(t.__class__ is ast.Name and t.id == name.id for t in names):
+                    if last is None or node.lineno > last[0].lineno:
+                        last = (node, target)
+        if last is None:
+            return None
+        node, target = last
+        call = node.value
+        if (target.__class__ is not ast.Tuple or not target.elts or target.elts[0].__class__ is not ast.Name
+                or target.elts[0].id != name.id or call.__class__ is not ast.Call):
+            return None
+        f = call.func
+        attr = f.attr if f.__class__ is ast.Attribute else None
+        if attr not in ("topk", "sort", "max", "min", "kthvalue", "median", "mode", "cummax", "cummin"):
+            return None
+        if self.ctx.qualname(f) == f"torch.{attr}":
+            return call.args[0] if call.args else None
+        return f.value
 
     def _call(self, call: ast.Call, depth: int) -> Optional[float]:
         func = call.func

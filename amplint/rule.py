@@ -200,11 +200,12 @@ class Rule:
     """Base class of every rule.
 
     Subclasses set the class attributes and define ``visit_<ast node class
-    name>(self, node, ctx)`` methods, which the engine calls in source order during its
-    one walk of each file.  The hooks below are no-ops here; override the ones a rule
+    name>(self, node, ctx)`` methods, which the engine calls after its one walk of each
+    file, grouped by node type: every node of a type in source order, then the next type.  The hooks below are no-ops here; override the ones a rule
     needs.  The engine calls every hook on every rule, so none is looked up by name.
 
-    One instance of a rule lints many files (one per worker process and settings), so a
+    One instance of a rule lints many files (one per worker process and set of selected
+    rules), so a
     rule keeps nothing about a file on ``self``: what it needs across visits of one
     file lives in the state object ``begin_file`` returns, read back with
     ``ctx.state(self)``."""

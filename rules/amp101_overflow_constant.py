@@ -16,6 +16,7 @@ from amplint.dtypes import dtype_literal
 from amplint.evaluate import Value
 from amplint.numerics import FORMATS, Format, fmt
 from amplint.fixes import finfo_text
+from amplint.analysis.calls import argument
 from amplint.analysis import flow
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -403,7 +404,7 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             return
         callee = ctx.segment(node.func)
         for sink in (s for s in sinks if flow.call_runs_sink(ctx, node, s)):
-            arg = flow._argument(node, sink.param, sink.position)
+            arg = argument(node, sink.param, sink.position)
             what = (f"`{callee}` uses its `{sink.param}` as a fill value or additive mask "
                     f"({sink.source or f'{sink.path}:{sink.line}'}): half scores overflow")
             found = self._overflow(ctx, arg, fmt_) if arg is not None else None

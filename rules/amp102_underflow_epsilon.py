@@ -5,6 +5,7 @@ import ast
 from typing import Optional
 
 from amplint import fixes
+from amplint.analysis.calls import argument
 from amplint.analysis import flow
 from amplint.analysis.stabilisers import Stabiliser
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
@@ -76,7 +77,10 @@ The epsilon may be reached through names: a module constant, a default argument,
 `self.eps` a hand-written norm sets from its `__init__(..., eps=1e-6)`, a config default
 (`config.layer_norm_eps`, also in another linted file). An epsilon that **becomes 0**
 (below about 3e-8 in fp16) is an error; one that becomes **subnormal** (3e-8 to 6.1e-5)
-a warning.
+a warning. Under `opt-level = "O1"`, where the operand is fp32 only because the selected
+policy upcasts it (a `norm`, `pow` or softmax output) or it is an fp32 weight or buffer,
+the finding is `info`: the eps is added in fp32 there and vanishes only once the model
+runs in half (O2/O3, `model.half()`).
 
 Not flagged: the `eps` of `nn.LayerNorm`, `F.layer_norm`, `nn.GroupNorm`,
 `nn.BatchNorm*` and other library kernels (they add eps in fp32), `F.normalize` under O1, optimizer
@@ -188,7 +192,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
             def f(x):
                 return x / (x.norm(dim=-1, keepdim=True) + 1e-8)
             """,
-            line=3, severity="error", message="becomes 0",
+            line=3, severity="error", message="becomes 0", settings={"opt_level": "O2"},
             expected_fix="""
                 import torch
                 def f(x):
@@ -221,7 +225,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
                     s = (x - u).pow(2).mean(-1, keepdim=True)
                     return (x - u) / torch.sqrt(s + self.eps)
             """,
-            line=10, severity="warning", message="subnormal",
+            line=10, severity="info", message="fp32 under O1 only",  # O1 runs pow in fp32
             expected_fix="""
                 import torch
                 import torch.nn as nn
@@ -280,8 +284,13 @@ No fix when the constant lives in another file (fix the config there). `fix` the
                        f"it keeps few significant bits and is flushed to 0 where denormals are: {where}")
         fix = fixes.epsilon_fix(ctx, use, value, fmt_.name, _literal_text(normal_replacement(fmt_.smallest_normal)),
                                 opt_default, operand, norm)
+        severity = Severity.ERROR if zero else Severity.WARNING
+        if operand is not None and ctx.settings.opt_level == "O1" and ctx.dtype_of(operand).known_not_half:
+            severity = Severity.INFO  # fp32 only because O1 upcasts it or it is an fp32 weight / buffer
+            message += (f" (`{ctx.segment(operand)}` is fp32 under O1 only because the O1 policy or an fp32 weight "
+                        "or buffer makes it so; under O2/O3 or `model.half()` it is half)")
         ctx.report(self, use if use is not None else at, message, fix=fix, related=value.origin,
-                   severity=Severity.ERROR if zero else Severity.WARNING)
+                   severity=severity)
 
     def _runs_in_half(self, ctx, node, operand) -> bool:
         if ctx.branch_runs_in_half(node) is False:
@@ -430,7 +439,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         operand = node.args[0] if node.args else None
         if operand is None or not self._runs_in_half(ctx, node, operand) or not ctx.in_model_code(node):
             return
-        arg = flow._argument(node, keyword, position)
+        arg = argument(node, keyword, position)
         if arg is not None:
             value = ctx.evaluate(arg)
             if value is None or not isinstance(value.value, (int, float)) or not 0 < value.value < fmt_.smallest_normal:

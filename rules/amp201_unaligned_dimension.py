@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from amplint.analysis.config_dims import layer_size_uses, unaligned_definitions
+from amplint.analysis.config_dims import layer_size_uses, lone_size_defaults, unaligned_definitions
 from amplint.analysis.dims import CHECKPOINT_MARKERS, LAYER_MARKERS, next_multiple
 from amplint.analysis.layer_sizes import LayerSurvey, UnalignedSize
 from amplint.numerics import FORMATS
@@ -41,7 +41,8 @@ class UnalignedDimension(Rule):
     severity = Severity.WARNING
     options = ("target", "alignment")
     fix_applicability = "unsafe"
-    markers = LAYER_MARKERS + ("Config", "dataclass")
+    #: "Module": a model built only from another file's layer helpers (``conv_bn(True, 473, 256)``)
+    markers = LAYER_MARKERS + ("Config", "dataclass", "Module")
     #: a file can only use another file's config field through a config-like name
     collect_markers = ("config", "cfg", "hparams", "params.", "args.", "opt.", "hp.", "conf.")
     docs = """
@@ -59,8 +60,19 @@ weights used with `F.linear`/`matmul`/`@`.
 Sizes are followed wherever they are written: literals, module constants, default
 arguments, `self.attr` set in `__init__`, config-class defaults (`vocab_size=30522`,
 `n_embd: int = 770`) and arithmetic on them (`4 * n_embd`), also across files when the
-config file is linted together with the model. The finding points at the layer; its
-related locations say where the number is defined.
+config file is linted together with the model. A size is every value it takes over the
+call sites that reach the layer: keyword and positional arguments
+(`LM(LMConfig(vocab_size=30522))`, `Net(input_dim=81 + 64)`, a factory's
+`Net(cells=6, planes=44)`), attributes set on a config before use, `**kwargs` dicts,
+defaults passed down several constructors, argparse defaults read as `args.hidden` in
+another file, width tuples and lists indexed or iterated in loops (`STAGES = {"small":
+(24, 116, 232)}`, a config module's `NUM_CHANNELS = [18, 36]`), and helpers of another
+file whose parameters reach a layer (`conv_bn(True, 473, 256)`). A config class linted
+without its model is reported at its size-named defaults. A config default that every
+site building the config overrides with an aligned value (`GPTConfig(vocab_size=50304)`)
+is not reported. The finding points at the layer (or the helper call); its related
+locations say where the number is written. Where a size takes several values, no edit is
+offered.
 
 Not flagged, because the data fixes them rather than the design, and they are too
 small for the alignment to cost measurable time:
@@ -226,22 +238,6 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
                 return bias, patches, pixels
             """
         ),
-        # not computable
-        Valid("""
-            import torch.nn as nn
-            def make(n):
-                return nn.Linear(n, 100 * n)
-            """),
-        # not torch
-        Valid("""
-            from mylib import Linear
-            fc = Linear(771, 30522)
-            """),
-        # depthwise convolution (groups != 1) is not a Tensor Core GEMM
-        Valid("""
-            import torch.nn as nn
-            c = nn.Conv2d(100, 100, 3, groups=100)
-            """),
         Valid("""
             import torch.nn as nn
             fc = nn.Linear(768, 50304)
@@ -405,6 +401,7 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
             self._report_use(ctx, call, label, sizes, fixed_keys)
         if ctx.project is not None:
             self._report_config_definitions(ctx, fixed_keys)
+        self._report_lone_config_defaults(ctx, fixed_keys)  # a config linted without its model
 
     def _split_note(self, st: LayerSurvey, divisors) -> str:
         divisors = sorted(d for d in divisors if st.alignment % d)
@@ -445,6 +442,9 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
                     edits[root.key] = Edit.replace(root.node, str(new))
                     what = f"`{root.names[-1]}`" if root.names else "the literal"
                     notes.append(f"{what} {root.node.value} -> {new}" + self._split_note(st, st.divisors.get(root.key, ())))
+            elif s.choice:  # followed through call sites, loops or options: no edit
+                elsewhere.append(f"{s.label} takes several values here, {s.size} among them: pad each where it is written"
+                                 if s.choice > 1 else f"{s.label} {s.size} is written where the notes point: pad it there")
             elif s.origin and s.origin[-1].path != ctx.path:
                 where = s.origin[-1]
                 elsewhere.append(
@@ -458,7 +458,6 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
             fixed_keys.update(edits)
             fix = Fix(list(edits.values()), "unsafe", "Pad " + ", ".join(dict.fromkeys(notes)) + " (changes the architecture)")
         ctx.report(self, call, message, fix=fix, related=related)
-
 
     # --- sizes defined here, used as layer sizes in another file -----------------------
 
@@ -483,3 +482,15 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
             fix = Fix([Edit.replace(d.root.node, str(new))], "unsafe",
                       f"Pad `{d.field}` {d.root.node.value} -> {new}{note} (changes the architecture)")
             ctx.report(self, d.default, message, fix=fix, related=related)
+
+    def _report_lone_config_defaults(self, ctx, fixed_keys: set) -> None:
+        st = ctx.state(self)
+        for d in lone_size_defaults(ctx, self.code, st.alignment, st.floor, fixed_keys):
+            new = st.padded(d.root)
+            message = (f"`{d.cls}.{d.field}` = {d.base} is a layer size of the model this config builds, not a "
+                       f"multiple of {st.alignment}: pad to {new} ({_why(ctx.settings, st.alignment)})")
+            fix = Fix([Edit.replace(d.root.node, str(new))], "unsafe", f"Pad `{d.field}` {d.base} -> {new} (changes the architecture)")
+            if st.checkpoint:  # no edit: the checkpoint's tensors have this shape
+                ctx.report(self, d.default, message + "; bound to a pretrained checkpoint", severity=Severity.INFO)
+            else:
+                ctx.report(self, d.default, message, fix=fix)

@@ -12,7 +12,7 @@ from amplint.rule import Fix, Invalid, Rule, Severity, Valid
 _DTYPE_OPS = frozenset({"sum", "nansum", "cumsum", "cumprod", "prod", "norm", "vector_norm"})
 #: ops without ``dtype=``: the operand is upcast with ``.float()``
 _UPCAST_OPS = frozenset({"var", "exp", "pow"})
-_NAMES = _DTYPE_OPS | _UPCAST_OPS | {"mean"}
+_NAMES = _DTYPE_OPS | _UPCAST_OPS  # `mean` cannot overflow (docs): only a square under it
 _MODULES = ("torch.", "torch.Tensor.", "torch.linalg.")
 _QUALNAMES = frozenset(module + name for module in _MODULES for name in _NAMES)
 
@@ -109,10 +109,12 @@ methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x
 `torch.logsumexp` and `exp(x - x.max(...))` (stable forms), and the exp / sum of a
 hand-written softmax (AMP303 reports those).
 
-`mean` is reported as `info` only: fp16 `mean` accumulates in fp32 and its result cannot
-leave the inputs' range -- measured on CPU (PyTorch 2.13) and on an H200 (PyTorch 2.11), the
-mean of 100,000 fp16 values of 300 is exactly 300 while their sum is `inf` -- so it never
-overflows; the finding marks a value rounded to fp16 that often feeds a variance or a loss.
+`mean` is not reported: fp16 `mean` accumulates in fp32 and its result cannot leave the
+inputs' range -- measured on CPU (PyTorch 2.13) and on an H200 (PyTorch 2.11), the mean of
+100,000 fp16 values of 300 is exactly 300 while their sum is `inf` -- so it never
+overflows, and its rounding to fp16 is the rounding of any half activation. What can
+overflow under a mean is a square (`(x - u).pow(2).mean(-1)`, `torch.mean(d ** 2)`): the
+square is reported.
 `std` is not reported for the same reason (fp16 `std` of values around +-300 is about 300
 on both, while their `var` is `inf`).
 
@@ -241,6 +243,13 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
                     h = x.float()
                     return (h * h).mean(-1), torch.sum(targets ** 2, -1), x ** 2
             """),
+        # a mean cannot overflow, even in pure half (O2): not reported
+        Valid("""
+            import torch
+            class R(torch.nn.Module):
+                def forward(self, x):
+                    return x.mean((2, 3)) + torch.mean(x, -1, keepdim=True)
+            """, settings={"opt_level": "O2"}),
     ]
 
     INVALID = [
@@ -286,7 +295,7 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
                 def forward(self, x):
                     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
             """,
-            count=2,  # pow (a warning on CPU autocast) and mean (info)
+            count=1,  # the pow (a warning on CPU autocast); the mean around it cannot overflow
             settings={"engine": "torch", "device": "cpu"},
             expected_fix="""
                 import torch
@@ -333,18 +342,6 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
             settings={"opt_level": "O3"},
             expected_fix=None,
         ),
-        # mean: info only, never a fix
-        Invalid("""
-            import torch
-            class R(torch.nn.Module):
-                def forward(self, x):
-                    return x.mean((2, 3))
-            """,
-            severity="info",
-            message="accumulates in fp32",
-            settings={"opt_level": "O2"},
-            expected_fix=None,
-        ),
         # an in-place renormalisation: the target keeps its dtype, no cast back needed
         Invalid("""
             import torch
@@ -384,7 +381,7 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
                 def forward(self, x):
                     return (x - x.mean(0)) / x.var(0).sqrt()
             """,
-            count=2,
+            count=1,  # the var; the mean cannot overflow
             settings={"opt_level": "O2"},
             expected_fix="""
                 import torch
@@ -420,18 +417,6 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
         if attr in ("exp", "sum") and reductions.in_handwritten(ctx, node):
             return
         if attr == "exp" and reductions.max_subtracted(ctx, operand):
-            return
-        if attr == "mean":
-            if ctx.settings.opt_level == "O0":
-                return
-            ctx.report(
-                self, node,
-                f"`{shown}` runs in half inside `forward`: it accumulates in fp32 and cannot overflow, "
-                f"but its result is rounded to {'bf16' if ctx.settings.target == 'bf16' else 'fp16'}; "
-                "pass `dtype=torch.float32` where it feeds a variance or a loss"
-                + (f" ({reductions.later_note(ctx, operand)})" if call.later else ""),
-                severity=Severity.INFO,
-            )
             return
         severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:

@@ -41,7 +41,8 @@ not cover and that no linted file registers:
   `torch.inverse`/`det`/`logdet`/`svd`/`cholesky`/`pinverse` (also as tensor methods,
   `cov.inverse()`), `torch.cdist`/`pdist`, and `torch.fft.*` / `torch.stft`;
 - `.apply` of a custom `torch.autograd.Function` (defined in the file) whose `forward` has
-  neither `@torch.amp.custom_fwd` nor an `@amp.*_function` decorator;
+  neither `@torch.amp.custom_fwd` nor an `@amp.*_function` decorator: reported once, at the
+  `class` line (where the decorator is missing), with each `.apply` call as a related location;
 - calls through `torch.ops.<namespace>.<op>` and into compiled extension modules the file imports
   (`import fused_layer_norm_cuda`, `torch.utils.cpp_extension.load(...)`): no policy sees them.
 
@@ -446,9 +447,19 @@ the forward computes in); it adds `@amp.float_function` only in a project on tha
         if not pending:
             return
         registration_fix = self._registration_fix(ctx, [p.registration for p in pending if p.registration is not None])
+        uses_of: dict = {}  # a custom Function's class -> its `.apply` calls: one finding per class
         for p in pending:
+            if p.at is not None:
+                uses_of.setdefault(p.at, []).append(p)
+                continue
             fix = registration_fix if p.registration is not None else p.fix
             ctx.report(self, p.node, p.message, fix=fix, severity=p.severity)
+        for cls, uses in uses_of.items():
+            name = ast.Name(id=cls.name, ctx=ast.Load(), lineno=cls.lineno, end_lineno=cls.lineno)
+            name.col_offset = ctx.line_text(cls.lineno).index(cls.name, cls.col_offset)
+            name.end_col_offset = name.col_offset + len(cls.name)
+            ctx.report(self, name, uses[0].message, fix=uses[0].fix, severity=uses[0].severity,
+                       related=[ctx.related(u.node, f"`{cls.name}.apply` called here") for u in uses])
 
     # --- what counts as covered ------------------------------------------------------
 

@@ -214,7 +214,8 @@ class RotaryEmbedding(nn.Module):
             if before is not None and before.kind in ("half", "fp32"):
                 return  # already half (reported where it became half) or a float value
             root = positions.position_root(receiver)
-            named = isinstance(root, ast.Name) and positions.is_position_like(ctx, root)
+            # a position name, or arithmetic on positions (ALiBi's `(j - i).abs()` distances)
+            named = isinstance(root, (ast.Name, ast.BinOp)) and positions.is_position_like(ctx, root)
             end = _range_end(ctx, receiver)
             if end is None and not named:
                 return

@@ -333,5 +333,4 @@ def test_softmax_of_buffer_promoted_scores_is_reported(amplint, level, severity)
         assert found == [(23, "info")]  # the softmax over the mixing weights is not an activation
         means = amplint("check", "fixtures/dtypes/buffer_promoted.py", "--no-cache", "--format", "json",
                         "--select", "AMP302")
-        assert [(f["line"], f["severity"], "fp32 under O1 only because" in f["message"])
-                for f in json.loads(means.stdout)] == [(24, "info", True)]
+        assert json.loads(means.stdout) == []  # a mean cannot overflow: not reported

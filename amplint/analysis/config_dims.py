@@ -18,9 +18,11 @@ import ast
 import dataclasses
 import math
 import os
+import re
 from typing import Optional
 
-from ..evaluate import config_fields, is_config_class
+from ..semantic.configs import LocalConfigs, config_fields
+from ..semantic.sizes import SizeValues
 from .calls import argument
 from .dims import (
     CHECKPOINT_MARKERS,
@@ -126,7 +128,7 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
     """This file's config defaults that layer uses in other files (the project facts of
     rule ``code``) make sizes not a multiple of ``alignment``.  Roots in ``fixed_keys``
     (already fixed at a use in this file) are skipped; those found are added to it."""
-    local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+    local = ctx.get(LocalConfigs).by_name
     if not local or ctx.project is None:
         return []
     if not any(_literal_root(ctx, default) for c in local.values() for _, default in config_fields(c).values()):
@@ -186,3 +188,65 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
         fixed_keys.add(root.key)
         found.append(UnalignedDefinition(cname, field, default, root, base, bad, extra))
     return found
+
+
+#: config fields that are layer sizes by name (a lone config's defaults are judged by them)
+SIZE_FIELD = re.compile(
+    r"^(?:vocab_size|n_vocab|num_tokens|hidden_size|hidden_dim|d_model|n_embd|n_embed|embed_dim|emb_dim|"
+    r"embedding_dim|embedding_size|intermediate_size|d_ff|ffn_dim|ffn_hidden_size|dim_feedforward|d_inner|n_inner|"
+    r"dim|model_dim|width|d_hidden|encoder_embed_dim|decoder_embed_dim|encoder_ffn_embed_dim|decoder_ffn_embed_dim)$"
+)
+
+
+def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: set) -> list[UnalignedDefinition]:
+    """This file's config-class defaults named like layer sizes (``vocab_size=30522``),
+    written as a literal, not a multiple of ``alignment``, that no layer reads in this
+    file or (by the facts of rule ``code``) in another linted file -- the config is
+    linted without its model -- and that not every site building the class overrides
+    with an aligned value.  Their roots are added to ``fixed_keys``."""
+    local = list(ctx.get(LocalConfigs).by_name.values())
+    candidates = []
+    for cls in local:
+        for field, (node, default) in config_fields(cls).items():
+            if SIZE_FIELD.match(field) is None:
+                continue
+            root = find_root(ctx, default)
+            if root is None or root.kind != "literal" or root.mult != 1 or root.key in fixed_keys:
+                continue
+            base = root.node.value
+            if base % alignment and base >= max(floor, MIN_SIZE):
+                candidates.append(UnalignedDefinition(cls.name, field, default, root, base, [], set()))
+    if not candidates:
+        return []
+    # a field read in this file outside its class: the model is here, its layers decide
+    used = {n.attr for n in ctx.nodes("Attribute")
+            if n.ctx.__class__ is ast.Load and not (n.value.__class__ is ast.Name and n.value.id == "self")}
+    if ctx.project is not None:
+        for path, data in ctx.project.facts(code):
+            if path != ctx.path:
+                used.update(u["field"] for u in data.get("uses", ()) if u["cls"] in (None, *(c.name for c in local))
+                            and _resolves_here(ctx, path, u))
+    found = []
+    for d in candidates:
+        if d.field in used or d.field in _post_init_reads(ctx.get(LocalConfigs).by_name[d.cls]):
+            continue
+        passed = ctx.get(SizeValues).construction_values(d.cls, d.field)
+        if passed and all(as_size(v.value) and as_size(v.value) % alignment == 0 for v in passed):
+            continue
+        fixed_keys.add(d.root.key)
+        found.append(d)
+    return found
+
+
+def _post_init_reads(cls: ast.ClassDef) -> set[str]:
+    """Fields a dataclass's ``__post_init__`` derives other values from (litgpt:
+    ``self.padded_vocab_size = find_multiple(self.vocab_size, 512)``): the layer size is
+    the derived value, not the default."""
+    out = set()
+    for stmt in cls.body:
+        if stmt.__class__ is ast.FunctionDef and stmt.name == "__post_init__":
+            for n in ast.walk(stmt):
+                if (n.__class__ is ast.Attribute and n.ctx.__class__ is ast.Load
+                        and n.value.__class__ is ast.Name and n.value.id == "self"):
+                    out.add(n.attr)
+    return out

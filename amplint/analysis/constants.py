@@ -200,6 +200,10 @@ _FACTORIES = ("ones", "zeros", "full", "empty", "arange", "ones_like", "zeros_li
               "as_tensor", "rand", "randn", "randint", "linspace")
 
 
+#: ops that combine two masks elementwise or as an outer product
+_PAIRING_METHODS = ("logical_and", "logical_or", "mul", "bmm", "matmul")
+
+
 def _word_kind(word: str) -> str:
     low = word.lower()
     if any(w in low for w in _PADDING_WORDS):
@@ -210,22 +214,29 @@ def _word_kind(word: str) -> str:
 
 
 def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
-    """``"padding"``, ``"causal"`` or ``"unknown"``: follows the mask tensor's own data
-    path (operands, method receivers, local names back to their assignments, ``self.X``
-    to its ``__init__`` assignment or ``register_buffer``) to its sources.  A source
-    built with ``tril``/``triu`` (or named causal) is causal; a name mentioning padding,
-    ``attention_mask`` or lengths is padding; any other argument is unknown.  Padding
-    wins over unknown, unknown over causal: ``causal & mask`` can still empty a row."""
-    func = ctx.enclosing_function(use)
+    """``"pairwise"``, ``"padding"``, ``"causal"`` or ``"unknown"``: follows the mask
+    tensor's own data path (operands, method receivers, local names back to their
+    assignments, ``self.X`` to its assignments in any method of the class or its
+    ``register_buffer``, each in its own method's scope) to its sources.  A source built
+    with ``tril``/``triu`` (or named causal) is causal; a name or a helper mentioning
+    padding, ``attention_mask`` or lengths is padding; any other argument is unknown.
+
+    ``"pairwise"``: padding on both axes of the scores -- two padding masks combined by
+    ``&`` / ``|`` / ``*`` / a matmul (``m[:, :, None] & m[:, None, :]``), or padding
+    combined with a causal mask (a left-padded prefix keeps no key): a padded query row
+    is empty.  A padding mask alone masks keys, and every sequence keeps its real
+    positions.  Pairwise wins over padding, padding over unknown, unknown over causal:
+    ``causal & mask`` can still empty a row."""
     cls = ctx.enclosing_class(use)
     kinds: set[str] = set()
     seen: set[str] = set()
-    budget = [60]
+    budget = [80]
 
-    def name_sources(word: str, depth: int) -> None:
-        if word in seen or func is None:
+    def name_sources(word: str, depth: int, func) -> None:
+        key = f"{id(func)}:{word}"
+        if key in seen or func is None:
             return
-        seen.add(word)
+        seen.add(key)
         assigned = assignments(ctx, func, word)
         if not assigned:
             kinds.add(_word_kind(word))  # a parameter (or a global): judge by its name
@@ -234,7 +245,7 @@ def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
         if kind != "unknown":
             kinds.add(kind)
         for node in assigned:
-            walk(node.value, depth + 1)
+            walk(node.value, depth + 1, func)
 
     def self_sources(word: str, depth: int) -> None:
         key = "self." + word
@@ -244,48 +255,73 @@ def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
         kind = _word_kind(word)
         if kind != "unknown":
             kinds.add(kind)
-        init = ctx.method(cls, "__init__") if cls is not None else None
-        values = []
-        if init is not None:
-            for node in ast.walk(init):
+        values = []  # (value, the method it is written in)
+        for method in (cls.body if cls is not None else ()):
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(method):
                 if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and t.attr == word for t in node.targets
+                    isinstance(t, ast.Attribute) and t.attr == word and isinstance(t.value, ast.Name)
+                    and t.value.id == "self" for t in node.targets
                 ):
-                    values.append(node.value)
+                    if not (isinstance(node.value, ast.Constant) and node.value.value is None):
+                        values.append((node.value, method))  # `self.mask = None` resets it
                 elif (isinstance(node, ast.Call) and _func_name(node) == "register_buffer" and len(node.args) >= 2
                       and isinstance(node.args[0], ast.Constant) and node.args[0].value == word):
-                    values.append(node.args[1])
+                    values.append((node.args[1], method))
         if not values and kind == "unknown":
             kinds.add("unknown")
-        for v in values:
-            walk(v, depth + 1)
+        for v, method in values:
+            walk(v, depth + 1, method)
 
-    def walk(expr: ast.AST, depth: int) -> None:
+    def combined(left: ast.AST, right: ast.AST, depth: int, func) -> None:
+        """Both sides walked on their own: padding on both (or padding and causal) is pairwise."""
+        sides = []
+        for side in (left, right):
+            outer = set(kinds)
+            kinds.clear()
+            seen_before = set(seen)
+            walk(side, depth + 1, func)
+            sides.append(set(kinds))
+            seen.clear()
+            seen.update(seen_before)
+            kinds.clear()
+            kinds.update(outer)
+        for side in sides:
+            kinds.update(side)
+        a, b = sides
+        if ("padding" in a and ("padding" in b or "causal" in b)) or ("padding" in b and "causal" in a):
+            kinds.add("pairwise")
+
+    def walk(expr: ast.AST, depth: int, func) -> None:
         budget[0] -= 1
         if budget[0] < 0 or depth > 6:
             kinds.add("unknown")
             return
         if isinstance(expr, ast.Name):
-            name_sources(expr.id, depth)
+            name_sources(expr.id, depth, func)
         elif isinstance(expr, ast.Attribute):
             if isinstance(expr.value, ast.Name) and expr.value.id == "self":
                 self_sources(expr.attr, depth)
             else:
                 kind = _word_kind(expr.attr)
-                kinds.add(kind) if kind != "unknown" else walk(expr.value, depth + 1)
+                kinds.add(kind) if kind != "unknown" else walk(expr.value, depth + 1, func)
         elif isinstance(expr, ast.Subscript):
-            walk(expr.value, depth + 1)
-        elif isinstance(expr, (ast.BinOp,)):
-            walk(expr.left, depth + 1)
-            walk(expr.right, depth + 1)
+            walk(expr.value, depth + 1, func)
+        elif isinstance(expr, ast.BinOp):
+            if isinstance(expr.op, (ast.BitAnd, ast.BitOr, ast.Mult, ast.MatMult)):
+                combined(expr.left, expr.right, depth, func)
+            else:
+                walk(expr.left, depth + 1, func)
+                walk(expr.right, depth + 1, func)
         elif isinstance(expr, ast.BoolOp):
             for v in expr.values:
-                walk(v, depth + 1)
+                walk(v, depth + 1, func)
         elif isinstance(expr, ast.Compare):
             for v in [expr.left, *expr.comparators]:
-                walk(v, depth + 1)
+                walk(v, depth + 1, func)
         elif isinstance(expr, ast.UnaryOp):
-            walk(expr.operand, depth + 1)
+            walk(expr.operand, depth + 1, func)
         elif isinstance(expr, ast.Call):
             name = _func_name(expr)
             if name in _CAUSAL_CALLS or "causal" in name.lower():
@@ -295,18 +331,27 @@ def mask_kind(ctx, mask: ast.AST, use: ast.AST) -> str:
                 return  # a fresh tensor: neutral
             func_node = expr.func
             if isinstance(func_node, ast.Attribute) and ctx.qualname(func_node) is None:
-                walk(func_node.value, depth + 1)  # m.bool(), m.unsqueeze(1), m.to(x.device)
+                if func_node.attr in _PAIRING_METHODS and expr.args:  # m.logical_and(n), m.bmm(n)
+                    combined(func_node.value, expr.args[0], depth, func)
+                else:
+                    walk(func_node.value, depth + 1, func)  # m.bool(), m.unsqueeze(1), m.to(x.device)
+            elif name in _PAIRING_METHODS and len(expr.args) >= 2:  # torch.logical_and(m, n), torch.bmm(m, n)
+                combined(expr.args[0], expr.args[1], depth, func)
             else:
+                if _word_kind(name) == "padding":  # make_pad_mask(lengths), sequence_mask(lens)
+                    kinds.add("padding")
                 for a in expr.args:
-                    walk(a, depth + 1)
+                    if not (isinstance(a, ast.Name) and a.id == "self"):
+                        walk(a, depth + 1, func)
         elif isinstance(expr, ast.Constant):
             return
         else:
             kinds.add("unknown")
 
-    walk(mask, 0)
-    if "padding" in kinds:
-        return "padding"
+    walk(mask, 0, ctx.enclosing_function(use))
+    for kind in ("pairwise", "padding"):
+        if kind in kinds:
+            return kind
     if "unknown" in kinds or not kinds:
         return "unknown"
     return "causal"

@@ -19,7 +19,7 @@ import math
 from typing import Optional
 
 from ..bindings import bound_names
-from ..evaluate import annotation_class, config_fields, declares_field, is_config_class, is_config_expr, parameter
+from ..semantic.configs import LocalConfigs, annotation_class, config_fields, declares_field, is_config_expr, parameter
 
 _MAX_DEPTH = 12
 
@@ -241,7 +241,7 @@ def _attribute_root(ctx, attr: ast.Attribute, depth: int) -> Optional[Root]:
         return None
     if is_config_expr(base):
         class_name = annotation_class(ctx, base, attr)
-        local = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+        local = ctx.get(LocalConfigs).by_name
         names = [class_name] if class_name in local else ([] if class_name else list(local))
         found = []
         for cname in names:

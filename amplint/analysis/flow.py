@@ -18,7 +18,8 @@ import ast
 import dataclasses
 from typing import Optional
 
-from ..evaluate import parameter
+from ..semantic.configs import parameter
+from .calls import argument
 from .constants import known_not_half
 
 FILL = "fill"
@@ -265,7 +266,7 @@ class _Summaries:
         while todo:
             callee, sink = todo.pop()
             for (name, func, positions, stored, owner), call in callers.get(callee, ()):
-                arg = _argument(call, sink.param, sink.position)
+                arg = argument(call, sink.param, sink.position)
                 p = _is_param(arg, positions) if arg is not None else None
                 if not p:
                     continue
@@ -298,24 +299,23 @@ def _unique(sinks: list[Sink]) -> list[Sink]:
     return out
 
 
-def _argument(call: ast.Call, name: str, position: Optional[int]) -> Optional[ast.AST]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    if position is not None and position < len(call.args) and not any(
-        isinstance(a, ast.Starred) for a in call.args[: position + 1]
-    ):
-        return call.args[position]
-    return None
+#: kept for the rules that called the private copy (the one "argument by keyword or
+#: position" is :func:`amplint.analysis.calls.argument`)
+_argument = argument
+
+
+class FlowSummaries:
+    """This file's functions and hand-written module classes whose parameters reach a
+    fill, a mask addition or an eps: ``ctx.get(FlowSummaries).by_name``."""
+
+    def __init__(self, ctx):
+        self.by_name: dict[str, list[Sink]] = _Summaries(ctx).build().by_name
 
 
 def summaries(ctx) -> dict[str, list[Sink]]:
     """This file's functions and hand-written module classes whose parameters reach a
-    fill, a mask addition or an eps (computed once per file)."""
-    cached = getattr(ctx, "_flow_summaries", None)
-    if cached is None:
-        cached = ctx._flow_summaries = _Summaries(ctx).build().by_name
-    return cached
+    fill, a mask addition or an eps (built once per file)."""
+    return ctx.get(FlowSummaries).by_name
 
 
 def collect_facts(ctx, kind: str) -> Optional[dict]:
@@ -325,20 +325,24 @@ def collect_facts(ctx, kind: str) -> Optional[dict]:
     return {"by_name": found} if found else None
 
 
-def _callable_names(ctx) -> tuple[frozenset, frozenset]:
+class CallableNames:
     """(plain names, module aliases) a call may go through to reach a summarised
     function: this file's functions and classes and names imported from outside torch
-    and the standard library.  Computed once per file: most calls fail this test."""
-    cached = getattr(ctx, "_flow_callables", None)
-    if cached is None:
+    and the standard library.  Built once per file: most calls fail this test."""
+
+    def __init__(self, ctx):
         imported = set()
-        for local in set(ctx.imports) | set(ctx._relative_imports):
+        for local in set(ctx.imports) | set(ctx.relative_imports):
             path = ctx.import_path(local)
             if path and path.partition(".")[0] not in _NOT_LINTED:
                 imported.add(local)
-        names = frozenset(imported | set(ctx.functions) | set(ctx.classes))
-        cached = ctx._flow_callables = (names, frozenset(imported))
-    return cached
+        self.names = frozenset(imported | set(ctx.functions) | set(ctx.classes))
+        self.imported = frozenset(imported)
+
+
+def _callable_names(ctx) -> tuple[frozenset, frozenset]:
+    found = ctx.get(CallableNames)
+    return found.names, found.imported
 
 
 def sinks_of_call(ctx, call: ast.Call, kind: str, code: str) -> list[Sink]:
@@ -387,7 +391,7 @@ def call_runs_sink(ctx, call: ast.Call, sink: Sink) -> bool:
     """Whether the branch conditions of ``sink`` hold for ``call`` (known from its
     arguments or the library defaults); an unknown condition counts as not holding."""
     for param, truth in sink.when:
-        arg = _argument(call, param, None)
+        arg = argument(call, param, None)
         if arg is None:
             return False  # the library default (False for memory_efficient) does not run it
         value = arg.value if isinstance(arg, ast.Constant) else None
@@ -404,7 +408,7 @@ def passed_arguments(ctx, call: ast.Call, kind: str, code: str) -> list[tuple[Si
     out = []
     enclosing = ctx.enclosing_function(call)
     for sink in sinks_of_call(ctx, call, kind, code):
-        arg = _argument(call, sink.param, sink.position)
+        arg = argument(call, sink.param, sink.position)
         if arg is None or arg.__class__ is ast.Starred:
             continue
         if arg.__class__ is ast.Name and enclosing is not None and parameter(enclosing, arg.id)[0] is not None:

@@ -17,6 +17,10 @@ import math
 import re
 from typing import Optional
 
+from ..evaluate import Value
+from ..rule import Related
+from ..semantic.facts import LayerParameters
+from ..semantic.sizes import SizeValues
 from .calls import argument
 from .dims import (
     GEMM_FUNCTIONS,
@@ -52,6 +56,9 @@ class UnalignedSize:
     root: Optional[Root]
     #: the definitions the value flowed through (related locations)
     origin: tuple
+    #: found by following every value the size takes (no edit offered): how many distinct
+    #: values there are, 0 when the evaluator folded it to one
+    choice: int = 0
 
 
 def _names_in(expr: ast.AST) -> list[str]:
@@ -127,6 +134,8 @@ class LayerSurvey:
             return
         func = node.func
         attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if ctx.project is not None and attr is not None:
+            self._helper_call(node, attr, ctx)
         if attr == "Parameter":
             if ctx.qualname(func) in _PARAMETER_QUALNAMES:
                 self._parameter(node, ctx)
@@ -198,6 +207,46 @@ class LayerSurvey:
         if sizes:
             self.pending.append((call, f"`nn.{name}`", sizes))
 
+    def _helper_call(self, call: ast.Call, name: str, ctx) -> None:
+        """A call of another file's function or class whose parameters reach a layer
+        size (``conv_bn(True, 473, 256)``): the sizes this call passes, reported here."""
+        func = call.func
+        if func.__class__ is ast.Name:
+            origin = ctx.import_origin(func.id)
+            module = origin[0] if origin is not None else None
+        elif func.__class__ is ast.Attribute and func.value.__class__ is ast.Name:
+            module = ctx.import_path(func.value.id)
+        else:
+            module = None
+        if module is None:
+            return
+        found = ctx.project.named(LayerParameters.KEY, name, module, exclude_path=ctx.path)
+        if len(found) != 1:
+            return
+        path, entries = found[0]
+        sizes = []
+        for position, pname, factor, layer, arg, role, line, column in entries:
+            expr = None
+            for kw in call.keywords:
+                if kw.arg == pname:
+                    expr = kw.value
+            if expr is None and position is not None and position < len(call.args):
+                if not any(a.__class__ is ast.Starred for a in call.args[: position + 1]):
+                    expr = call.args[position]
+            if expr is None:
+                continue
+            layer_at = Related(path, line, column, f"`{pname}` reaches `{layer}` {arg} here")
+            for value in ctx.get(SizeValues).values(expr):
+                scaled = Value(value.value * factor, value.origin + (layer_at,), value.literal if factor == 1 else None)
+                size = self._judge(expr, ctx, f"{arg} of `{layer}`", role, scaled, (pname,))
+                if size is not None:
+                    if factor != 1:
+                        size = dataclasses.replace(size, root=None)
+                    sizes.append(size)
+                    break
+        if sizes:
+            self.pending.append((call, f"`{name}`", sizes))
+
     def _parameter(self, call: ast.Call, ctx) -> None:
         shape = parameter_shape(ctx, call)
         if shape is None:
@@ -214,8 +263,30 @@ class LayerSurvey:
 
     def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[UnalignedSize]:
         value = ctx.evaluate(expr)
-        if value is None:
-            return None
+        if value is not None:
+            found = self._judge(expr, ctx, label, role, value)
+            if found is None:
+                return None
+            # a config default every site that builds the config overrides is not the size
+            passed = ctx.get(SizeValues).overridden(value)
+            if passed and all(self._aligned(v) for v in passed):
+                return None
+            return found
+        else:
+            candidates = ctx.get(SizeValues).values(expr, folded=True)
+        distinct = len({c.value for c in candidates})
+        for candidate in candidates:
+            found = self._judge(expr, ctx, label, role, candidate)
+            if found is not None:
+                # where to pad (one of several values, another file's option) is the author's call
+                return dataclasses.replace(found, root=None, choice=distinct)
+        return None
+
+    def _aligned(self, value) -> bool:
+        size = as_size(value.value)
+        return size is not None and size % self.alignment == 0
+
+    def _judge(self, expr: ast.AST, ctx, label: str, role: str, value, extra_names=()) -> Optional[UnalignedSize]:
         size = as_size(value.value)
         if size is None or size % self.alignment == 0 or size < max(self.floor, MIN_SIZE):
             return None
@@ -226,6 +297,7 @@ class LayerSurvey:
         root = find_root(ctx, expr)
         names = list(root.names) if root is not None else _names_in(expr)
         names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
+        names += list(extra_names)
         if data_named(names):
             return None
         if role == "vocab" and not (

@@ -22,6 +22,7 @@ _SHAPE = frozenset({
     "unsqueeze", "squeeze", "view", "reshape", "expand", "expand_as", "repeat", "flatten", "contiguous",
     "transpose", "permute", "clone", "detach", "to_dense", "exp", "log", "sqrt", "neg", "mul", "div",
     "add", "sub", "flip", "chunk", "cuda", "cpu", "__getitem__", "t", "narrow", "unbind",
+    "abs",  # ALiBi distances: |j - i|
 })
 
 

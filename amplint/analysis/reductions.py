@@ -335,7 +335,7 @@ def upcast_edits(ctx, operand: ast.AST) -> list[Edit]:
     end_line = ctx.line_text(operand.end_lineno)
     before = line[: operand.col_offset].rstrip()
     after = end_line[operand.end_col_offset:]
-    if before.endswith("(") and after.lstrip().startswith(")") and ctx._ascii:
+    if before.endswith("(") and after.lstrip().startswith(")") and ctx.is_ascii:
         close = operand.end_col_offset + after.index(")") + 1
         opener = ctx.parent(operand)
         # the parenthesis belongs to the operand, not to a call's argument list
@@ -499,16 +499,27 @@ def handwritten_parts(ctx, node: ast.AST) -> set:
     func = ctx.enclosing_function(node)
     if func is None:
         return set()
-    cached = getattr(func, "amplint_handwritten_parts", None)
-    if cached is None:
-        cached = set()
-        for sub in ast.walk(func):
-            if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Div, ast.Sub)):
-                found = match_handwritten(ctx, sub)
-                if found is not None:
-                    cached |= found.parts
-        func.amplint_handwritten_parts = cached
-    return cached
+    return ctx.get(HandwrittenParts).of(func)
+
+
+class HandwrittenParts:
+    """Per function: the nodes that are parts of a hand-written softmax / log-softmax
+    (built for a function on first ask, kept for the file)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._by_function: dict[int, set] = {}
+
+    def of(self, func: ast.AST) -> set:
+        cached = self._by_function.get(id(func))
+        if cached is None:
+            cached = self._by_function[id(func)] = set()
+            for sub in ast.walk(func):
+                if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Div, ast.Sub)):
+                    found = match_handwritten(self.ctx, sub)
+                    if found is not None:
+                        cached |= found.parts
+        return cached
 
 
 def already_cast_back(ctx, node: ast.AST) -> bool:

@@ -150,6 +150,9 @@ class Pending:
     severity: Severity
     registration: Optional[Registration] = None
     fix: Optional[Fix] = None
+    #: where to report instead of ``node`` (a custom Function's ``class`` line: the defect
+    #: is the class's undecorated ``forward``; its ``.apply`` calls are related locations)
+    at: Optional[ast.AST] = None
 
 
 class CallSurvey:
@@ -211,6 +214,13 @@ class CallSurvey:
                 for base in cls.bases:
                     if (ctx.qualname(base) or "") in _AUTOGRAD_FUNCTION:
                         found[cls.name] = cls
+            grew = True
+            while grew:  # subclasses of this file's Functions are Functions (entmax's bisect ones)
+                grew = False
+                for cls in ctx.classes.values():
+                    if cls.name not in found and any(isinstance(b, ast.Name) and b.id in found for b in cls.bases):
+                        found[cls.name] = cls
+                        grew = True
             self._functions = found
         return self._functions
 
@@ -482,7 +492,7 @@ def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered
         message = (f"`{cls_name}.apply`: the custom autograd Function gets half inputs at "
                    f"{ctx.settings.opt_level}; cast them to fp32 inside `forward` if its kernel needs fp32")
     fix = Fix(edits, "unsafe", "Run the Function's forward in fp32 (custom_fwd / custom_bwd)") if edits else None
-    return Pending(node, message, Severity.WARNING, None, fix)
+    return Pending(node, message, Severity.WARNING, None, fix, at=cls)
 
 
 def _check_opaque(ctx, survey: "CallSurvey", use: Use, engine: str) -> Optional[Pending]:

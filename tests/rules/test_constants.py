@@ -176,7 +176,7 @@ def test_amp101_fires_exactly_when_masked_fill_raises(value):
 def test_amp102_severity_is_what_fp16_does_with_the_constant(value):
     half = float(torch.tensor(value, dtype=torch.float16))
     normal = value >= float(torch.finfo(torch.float16).tiny)
-    findings = lint(f"import torch\ndef f(x):\n    return x / (x.norm() + {value!r})\n", ("AMP102",))
+    findings = lint(f"import torch\ndef f(x):\n    return x / (x.abs() + {value!r})\n", ("AMP102",))
     if normal:
         assert not findings
     elif half == 0.0:
@@ -242,7 +242,7 @@ def test_bf16_folder_config_silences_overflow_but_not_nan(tmp_path, amplint):
     (tmp_path / "m.py").write_text("import torch\n"
                                    "def attend(s, pad_mask):\n"
                                    "    s = s.masked_fill(pad_mask, -1e9)\n"
-                                   "    s = s.masked_fill(pad_mask, float('-inf'))\n"
+                                   "    s = s.masked_fill(pad_mask[:, :, None] | pad_mask[:, None, :], float('-inf'))\n"
                                    "    return s.softmax(-1)\n")
     out = json.loads(amplint("check", str(tmp_path), "--no-cache", "--format", "json").stdout)
     assert [(f["code"], f["line"]) for f in out] == [("AMP103", 4)]
@@ -304,8 +304,12 @@ def test_mask_classification():
 
     assert severity("pass", "self.tri == 0") is None
     assert severity("pass", "self.look_ahead") is None
-    assert severity("pass", "src_key_padding_mask[:, None, :]") == "warning"
-    assert severity("m = torch.arange(s.size(-1))[None, :] >= lengths[:, None]", "m") == "warning"
+    # a padding mask alone masks keys: every sequence keeps its real positions
+    assert severity("pass", "src_key_padding_mask[:, None, :]") is None
+    assert severity("m = torch.arange(s.size(-1))[None, :] >= lengths[:, None]", "m") is None
+    # padded queries as well as keys: a padded row is all -inf
+    assert severity("m = src_key_padding_mask[:, :, None] | src_key_padding_mask[:, None, :]", "m") == "warning"
+    assert severity("pass", "torch.logical_or(src_key_padding_mask.unsqueeze(1), src_key_padding_mask.unsqueeze(2))") == "warning"
     assert severity("pass", "mask == 0") == "info"
     assert severity("m = mask & self.tri.bool()", "~m") == "info"
     assert severity("m = src_key_padding_mask | self.tri.bool()", "m") == "warning"
@@ -377,3 +381,13 @@ def test_context_branch_runs_in_half():
     a, b, c, d = body[0].body[0], body[0].orelse[0], body[1], body[2].value
     assert [ctx.branch_runs_in_half(n) for n in (a, b, c, d.body, d.orelse)] == [True, False, None, False, True]
     assert [ctx.branch_runs_in_half(n, "bf16") for n in (a, b, d.body, d.orelse)] == [False, True, False, True]
+
+
+@pytest.mark.parametrize("level, severities", [("O1", ["info", "info", "error"]), ("O2", ["error", "error", "error"])])
+def test_amp102_is_info_on_values_fp32_under_o1_only(amplint, level, severities):
+    """An fp32 parameter (Snake's alpha) and a softmax output O1 runs in fp32: the eps is
+    added in fp32 under O1 (info); under O2 they are half (error). An activation stays an error."""
+    proc = amplint("check", "fixtures/constants/o1_fp32/snake_and_clamp.py", "--no-cache", "--format", "json",
+                   "--opt-level", level, "--select", "AMP102")
+    found = sorted({(f["line"], f["severity"]) for f in json.loads(proc.stdout) if f["severity"] != "warning"})
+    assert [s for _, s in found] == severities, found

@@ -170,8 +170,10 @@ def test_cross_file_needs_both_files(amplint):
     alone = findings(amplint, "fixtures/dims/bert/modeling_bert.py")
     # the config is not linted: its default is unknown, nothing can be said
     assert alone == []
+    # the config alone: its size-named default is reported where it is written (#23)
     config_alone = findings(amplint, "fixtures/dims/bert/configuration_bert.py")
-    assert config_alone == []
+    assert [(f["line"], f["code"]) for f in config_alone] == [(13, "AMP201")]
+    assert "`BertConfig.vocab_size` = 30522" in config_alone[0]["message"]
 
 
 def test_safe_fix_changes_nothing_and_unsafe_fix_converges(tmp_path, amplint):

@@ -615,6 +615,22 @@ EXAMPLES = {
     ),
     UnalignedDimension: (
         [
+            # not computable
+            Valid("""
+                import torch.nn as nn
+                def make(n):
+                    return nn.Linear(n, 100 * n)
+                """),
+            # not torch
+            Valid("""
+                from mylib import Linear
+                fc = Linear(771, 30522)
+                """),
+            # depthwise convolution (groups != 1) is not a Tensor Core GEMM
+            Valid("""
+                import torch.nn as nn
+                c = nn.Conv2d(100, 100, 3, groups=100)
+                """),
         ],
         [
             # F.linear weight
@@ -870,7 +886,7 @@ EXAMPLES = {
                     def forward(self, x):
                         return Scale.apply(x)
                 """,
-                line=17, message="custom_fwd", settings={"engine": "torch"},
+                line=5, message="custom_fwd", settings={"engine": "torch"},
                 expected_fix="""
                     import torch
                     from torch import nn
@@ -909,7 +925,7 @@ EXAMPLES = {
                     def forward(self, x):
                         return Scale.apply(x)
                 """,
-                line=13, settings={"device": "cpu"},
+                line=4, settings={"device": "cpu"},
                 expected_fix="""
                     import torch
                     from torch import nn

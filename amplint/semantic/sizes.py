@@ -1,0 +1,435 @@
+"""Every value a size takes: ``ctx.get(SizeValues).values(expr)``.
+
+:class:`~amplint.evaluate.Evaluator` folds an expression to one number.  A layer size in
+real code often has several, or reaches the layer in ways a single fold does not
+follow; this analysis gives the list of values that can be seen, each a
+:class:`~amplint.evaluate.Value` whose origin says where it is written:
+
+* items of width tuples and lists, also in dicts and in config modules, indexed in
+  loops or iterated (``STAGES = {"small": (24, 116, 232)}``, ``widths[i]``, ``for c in
+  NUM_CHANNELS``, ``zip(widths[:-1], widths[1:])``);
+* a parameter over all the call sites in this file (``conv(True, 473, 256)`` and
+  ``conv(False, 256, 256)``), also through ``**kwargs`` dicts;
+* argparse defaults read as ``args.hidden`` (this file's parser or another file's);
+* a config default that every construction site overrides (``GPTConfig(vocab_size=
+  50304)``): the sites' values, not the default;
+* both branches of ``a if c else b`` and literal arithmetic over all of the above.
+
+Never imports torch or the code it reads.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from typing import Optional
+
+from ..evaluate import Value
+from .configs import config_fields, parameter
+from ..rule import Related
+from .facts import ArgparseDefaults, ConfigConstructions, ModuleSequences
+
+_MAX_DEPTH = 10
+#: values kept per expression (a product of two lists stays small)
+_MAX_VALUES = 24
+#: ``args.hidden``: the names an argparse namespace goes by
+ARGS_NAMES = frozenset({"args", "arg", "opt", "opts", "options", "flags", "FLAGS", "hparams", "hp", "params", "cfg", "config", "conf", "argv"})
+_DEFAULT_NOTE = re.compile(r"^default of `(\w+)\.(\w+)`")
+
+
+class _Seq:
+    """A sequence or dict seen at module or function level: items are AST nodes (this
+    file) or Values (another file's constants), keyed for dicts."""
+
+    __slots__ = ("items", "keys", "origin")
+
+    def __init__(self, items: list, keys: Optional[list] = None, origin: tuple = ()):
+        self.items, self.keys, self.origin = items, keys, origin
+
+
+class SizeValues:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.evaluator = ctx.evaluator
+        self._active: set = set()
+
+    # --- entry -------------------------------------------------------------------------
+
+    def values(self, expr: ast.AST, depth: int = 0, folded: bool = False) -> list[Value]:
+        """The values ``expr`` can be seen to take (none: unknown).  ``folded``: the
+        caller already knows the evaluator cannot fold ``expr`` to one number."""
+        if expr is None or depth > _MAX_DEPTH:
+            return []
+        one = None if folded else self.evaluator.evaluate(expr)
+        if one is not None:
+            return [one]
+        try:
+            return self._values(expr, depth)[:_MAX_VALUES]
+        except (ArithmeticError, ValueError, TypeError, RecursionError):
+            return []
+
+    def _values(self, expr, depth) -> list[Value]:
+        kind = expr.__class__
+        if kind is ast.Subscript:
+            found = self._items_values(self._select(expr, depth), depth)
+            if not found and expr.slice.__class__ is ast.Constant and isinstance(expr.slice.value, str):
+                base = expr.value  # opt['embedding_size']: an argparse namespace turned into a dict
+                name = base.id if base.__class__ is ast.Name else base.attr if base.__class__ is ast.Attribute else None
+                if name in ARGS_NAMES:
+                    default = self.argparse_default(expr.slice.value)
+                    found = [default] if default is not None else []
+            return found
+        if kind is ast.Name:
+            return self._name(expr, depth)
+        if kind is ast.Attribute:
+            return self._attribute(expr, depth)
+        if kind is ast.IfExp:
+            return self.values(expr.body, depth + 1) + self.values(expr.orelse, depth + 1)
+        if kind is ast.BinOp and expr.op.__class__ in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
+            left, right = self.values(expr.left, depth + 1), self.values(expr.right, depth + 1)
+            op = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}[expr.op.__class__]
+            out = []
+            for a, b in itertools.islice(itertools.product(left, right), _MAX_VALUES):
+                if type(a.value) is int and type(b.value) is int:
+                    out.append(Value(op(a.value, b.value), a.origin + b.origin))
+            return out
+        if kind is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "int" and len(expr.args) == 1:
+            return [Value(int(v.value), v.origin) for v in self.values(expr.args[0], depth + 1)]
+        return []
+
+    # --- names -------------------------------------------------------------------------
+
+    def _name(self, name: ast.Name, depth: int) -> list[Value]:
+        ctx = self.ctx
+        loop = self._loop_binding(name)
+        if loop is not None:
+            return self._items_values(loop, depth)
+        func = ctx.enclosing_function(name)
+        while func is not None:
+            assigned = ctx.bindings(func).get(name.id, ())
+            param, default = parameter(func, name.id)
+            if assigned:
+                if param is not None:
+                    return []
+                out = []
+                for stmt in assigned[:4]:
+                    if stmt.__class__ in (ast.Assign, ast.AnnAssign) and stmt.value is not None:
+                        note = ctx.related(stmt, f"`{name.id}` is assigned here")
+                        out += [v.via(note) for v in self.values(stmt.value, depth + 1)]
+                    elif stmt.__class__ in (ast.For, ast.AsyncFor):
+                        seq = self._loop_items(stmt.target, stmt.iter, name.id, depth)
+                        out += self._items_values(seq, depth)
+                    else:
+                        return []
+                return out
+            if param is not None:
+                if default is not None:
+                    return self.values(default, depth + 1)
+                return self._call_site_values(func, name.id, depth)
+            func = ctx.enclosing_function(func)
+        assignments = ctx.module_assignments(name.id)
+        if len(assignments) == 1 and assignments[0].__class__ in (ast.Assign, ast.AnnAssign):
+            stmt = assignments[0]
+            note = ctx.related(stmt, f"`{name.id}` is defined here")
+            return [v.via(note) for v in self.values(stmt.value, depth + 1)]
+        return []
+
+    def _loop_binding(self, name: ast.Name) -> Optional[_Seq]:
+        """The items a comprehension's ``for`` binds ``name`` to (``[nn.Conv2d(c, c, 3)
+        for c in NUM_CHANNELS]``), or None."""
+        ctx = self.ctx
+        for anc in ctx.ancestors(name):
+            if anc.__class__ in (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp):
+                for gen in anc.generators:
+                    seq = self._loop_items(gen.target, gen.iter, name.id, 0)
+                    if seq is not None:
+                        return seq
+            elif anc.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef):
+                return None
+        return None
+
+    def _loop_items(self, target: ast.AST, iterable: ast.AST, name: str, depth: int) -> Optional[_Seq]:
+        if target.__class__ is ast.Name:
+            return self._sequence(iterable, depth + 1) if target.id == name else None
+        if target.__class__ is not ast.Tuple:
+            return None
+        for i, elt in enumerate(target.elts):
+            if elt.__class__ is not ast.Name or elt.id != name:
+                continue
+            if iterable.__class__ is ast.Call and iterable.func.__class__ is ast.Name:
+                fname, args = iterable.func.id, iterable.args
+                if fname == "zip" and i < len(args):
+                    return self._sequence(args[i], depth + 1)
+                if fname == "enumerate" and i == 1 and args:
+                    return self._sequence(args[0], depth + 1)
+            return None
+        return None
+
+    def _call_site_values(self, func: ast.AST, name: str, depth: int) -> list[Value]:
+        key = (id(func), name)
+        if key in self._active or func.__class__ is ast.Lambda:
+            return []
+        evaluator = self.evaluator
+        calls, offset = evaluator._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        self._active.add(key)
+        try:
+            out = []
+            for call in calls[:12]:
+                arg = evaluator._argument_at(call, name, position, depth)
+                if arg is None:
+                    continue
+                note = self.ctx.related(call, f"`{name}` is passed here")
+                out += [Value(v.value, v.origin + (note,), v.literal) for v in self.values(arg, depth + 1)]
+            return out
+        finally:
+            self._active.discard(key)
+
+    # --- attributes ----------------------------------------------------------------------
+
+    def _attribute(self, attr: ast.Attribute, depth: int) -> list[Value]:
+        base = attr.value
+        names = base.id if base.__class__ is ast.Name else base.attr if base.__class__ is ast.Attribute else None
+        if names in ARGS_NAMES:
+            found = self.argparse_default(attr.attr)
+            if found is not None:
+                return [found]
+        return []
+
+    def argparse_default(self, dest: str) -> Optional[Value]:
+        """``dest``'s default in this file's argparse parser, else in exactly one other
+        linted file's."""
+        ctx = self.ctx
+        local = ctx.get(ArgparseDefaults).default(dest)
+        if local is not None:
+            default, call = local
+            value = self.evaluator.evaluate(default, None, 1)
+            if value is not None:
+                return value.via(ctx.related(call, f"default of `--{dest}`"))
+            return None
+        if ctx.project is None:
+            return None
+        found = ctx.project.named(ArgparseDefaults.KEY, dest, exclude_path=ctx.path)
+        if len({tuple(d[:1]) for _, d in found}) != 1:
+            return None
+        path, (value, line, column) = found[0]
+        return Value(value, (Related(path, line, column, f"default of `--{dest}`"),))
+
+    # --- sequences -----------------------------------------------------------------------
+
+    def _sequence(self, expr: ast.AST, depth: int) -> Optional[_Seq]:
+        """The sequence (or dict) ``expr`` names: a literal, a name assigned one, a
+        module constant of another file, ``list(x)``, an item of a dict of them, a slice."""
+        if expr is None or depth > _MAX_DEPTH:
+            return None
+        ctx = self.ctx
+        kind = expr.__class__
+        if kind in (ast.List, ast.Tuple):
+            return _Seq(list(expr.elts))
+        if kind is ast.Dict:
+            if any(k is None or k.__class__ is not ast.Constant for k in expr.keys):
+                return _Seq(list(expr.values))
+            return _Seq(list(expr.values), [k.value for k in expr.keys])
+        if kind is ast.Call and expr.func.__class__ is ast.Name and expr.func.id in ("list", "tuple", "reversed", "sorted") and len(expr.args) == 1:
+            return self._sequence(expr.args[0], depth + 1)
+        if kind is ast.Subscript:
+            picked = self._select(expr, depth)
+            if picked is None:
+                return None
+            if picked.keys is None and expr.slice.__class__ is ast.Slice:
+                return picked
+            merged: list = []
+            for item in picked.items:
+                inner = self._item_sequence(item, depth)
+                if inner is None:
+                    return None
+                merged += inner.items
+            return _Seq(merged, None, picked.origin)
+        if kind is ast.Name:
+            return self._named_sequence(expr, depth)
+        if kind is ast.Attribute:
+            base = expr.value
+            if base.__class__ is ast.Name and base.id == "self":
+                cls = ctx.enclosing_class(expr)
+                init = ctx.method(cls, "__init__") if cls is not None else None
+                stores = ctx.self_assignments(init).get(expr.attr, ()) if init is not None else ()
+                if len(stores) == 1 and stores[0].value is not None:
+                    return self._sequence(stores[0].value, depth + 1)
+                return None
+            if base.__class__ is ast.Name and ctx.project is not None:
+                module = ctx.import_path(base.id)  # import config as C; C.NUM_CHANNELS
+                if module is not None:
+                    return self._imported_sequence(module, expr.attr)
+        return None
+
+    def _item_sequence(self, item, depth) -> Optional[_Seq]:
+        if isinstance(item, Value):
+            return None
+        if isinstance(item, _Seq):
+            return item
+        return self._sequence(item, depth + 1)
+
+    def _named_sequence(self, name: ast.Name, depth: int) -> Optional[_Seq]:
+        ctx = self.ctx
+        func = ctx.enclosing_function(name)
+        while func is not None:
+            assigned = ctx.bindings(func).get(name.id, ())
+            param, default = parameter(func, name.id)
+            if assigned:
+                if param is not None or len(assigned) != 1 or assigned[0].__class__ not in (ast.Assign, ast.AnnAssign):
+                    return None
+                return self._sequence(assigned[0].value, depth + 1)
+            if param is not None:
+                return self._sequence(default, depth + 1) if default is not None else None
+            func = ctx.enclosing_function(func)
+        stmt = ctx.get(ModuleSequences).by_name.get(name.id)
+        if stmt is not None:
+            seq = self._sequence(stmt.value, depth + 1)
+            if seq is not None:
+                seq.origin = (ctx.related(stmt, f"`{name.id}` is defined here"),)
+            return seq
+        origin = ctx.import_origin(name.id) if ctx.project is not None else None
+        if origin is not None:  # from config import NUM_CHANNELS
+            return self._imported_sequence(origin[0], origin[1])
+        return None
+
+    def _imported_sequence(self, module: str, name: str) -> Optional[_Seq]:
+        found = self.ctx.project.named(ModuleSequences.KEY, name, module, exclude_path=self.ctx.path)
+        if len(found) != 1:
+            return None
+        path, data = found[0]
+        line, column = data["at"]
+        where = (Related(path, line, column, f"`{name}` is defined here"),)
+        if "items" in data:
+            return _Seq([Value(v, where) for v in data["items"]], None, where)
+        keys = list(data["dict"])
+        return _Seq([_Seq([Value(v, where) for v in data["dict"][k]], None, where) for k in keys], keys, where)
+
+    def _select(self, sub: ast.Subscript, depth: int) -> Optional[_Seq]:
+        """The items ``sub`` may pick: one for a known index or key, all otherwise."""
+        seq = self._sequence(sub.value, depth + 1)
+        if seq is None:
+            return None
+        index = sub.slice
+        if index.__class__ is ast.Slice:
+            if seq.keys is not None:
+                return None
+            bounds = [self.evaluator.evaluate(b) if b is not None else None for b in (index.lower, index.upper, index.step)]
+            if any(b is None and e is not None for b, e in zip(bounds, (index.lower, index.upper, index.step))):
+                return _Seq(seq.items, None, seq.origin)
+            lo, hi, st = (int(b.value) if b is not None else None for b in bounds)
+            return _Seq(seq.items[lo:hi:st], None, seq.origin)
+        if index.__class__ is ast.Constant and seq.keys is not None:
+            if index.value in seq.keys:
+                return _Seq([seq.items[seq.keys.index(index.value)]], None, seq.origin)
+            return None
+        key = self.evaluator.evaluate(index)
+        if key is not None and seq.keys is None and type(key.value) is int:
+            try:
+                return _Seq([seq.items[key.value]], None, seq.origin)
+            except IndexError:
+                return None
+        return _Seq(seq.items, None, seq.origin)  # a loop index, a size name: any of them
+
+    def _items_values(self, seq: Optional[_Seq], depth: int) -> list[Value]:
+        if seq is None:
+            return []
+        out = []
+        for item in seq.items[:_MAX_VALUES]:
+            if isinstance(item, Value):
+                out.append(item)
+            elif isinstance(item, _Seq):
+                continue
+            else:
+                out += [Value(v.value, v.origin + seq.origin, v.literal) for v in self.values(item, depth + 1)]
+        return out
+
+    # --- config defaults overridden where the config is built ----------------------------
+
+    def overridden(self, value: Value) -> Optional[list[Value]]:
+        """When ``value`` is a config default (its first origin says "default of
+        `Cls.field`") and every site that builds ``Cls`` -- in this file and in the other
+        linted files -- passes ``field`` as a known number: those numbers instead (the
+        default is never the size).  None otherwise."""
+        notes = [m for m in (_DEFAULT_NOTE.match(r.note) for r in value.origin) if m]
+        if not notes:
+            return None
+        cls, field = notes[0].group(1), notes[0].group(2)
+        passed = self.construction_values(cls, field)
+        if not passed:
+            return None
+        default = self.evaluator.config_default(field, cls)
+        if default is None or not default.value:
+            return None
+        ratio = value.value / default.value
+        return [Value(v.value * ratio if ratio != 1 else v.value, v.origin + value.origin) for v in passed]
+
+    def construction_values(self, cls: str, field: str) -> Optional[list[Value]]:
+        """What every site building ``cls`` passes as ``field``; None when there is no
+        site, or one leaves the default or passes something not followed."""
+        ctx = self.ctx
+        out = []
+        sites = 0
+        for call, passed, unknown in ctx.get(ConfigConstructions).by_class.get(cls, ()):
+            sites += 1
+            expr = passed.get(field)
+            if expr is None:
+                expr = self._positional_field(cls, field, call)
+                if expr is None:
+                    return None
+            found = self.values(expr)
+            if not found:
+                return None
+            note = ctx.related(call, f"`{field}` is passed here")
+            out += [Value(v.value, v.origin + (note,), v.literal) for v in found]
+        if ctx.project is not None:
+            for path, calls in ctx.project.named(ConfigConstructions.KEY, cls, exclude_path=ctx.path):
+                for site in calls:
+                    sites += 1
+                    number = site["kw"].get(field)
+                    if number is None:
+                        return None
+                    out.append(Value(number, (Related(path, *site["at"], f"`{field}` is passed here"),)))
+        return out if sites else None
+
+    def _positional_field(self, cls: str, field: str, call: ast.Call) -> Optional[ast.AST]:
+        klass = self.ctx.classes.get(cls)
+        if klass is None or not call.args:
+            return None
+        order = [n for n in config_fields(klass)]
+        init = self.ctx.method(klass, "__init__")
+        if init is not None:
+            order = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
+        if field in order and order.index(field) < len(call.args):
+            arg = call.args[order.index(field)]
+            return None if arg.__class__ is ast.Starred else arg
+        return None
+
+
+class LayerSizes:
+    """The resolved sizes of one torch layer call, with where each value is written:
+    ``ctx.get(LayerSizes).of(call)`` -> {argument name (``in_features``...): [Value, ...]}
+    (every value the size takes; empty dict for a call that is no torch layer).  The
+    public accessor for rules that need layer shapes (AMP201, fp8 rules)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._by_call: dict[int, dict[str, list[Value]]] = {}
+
+    def of(self, call: ast.Call) -> dict[str, list[Value]]:
+        found = self._by_call.get(id(call))
+        if found is None:
+            from ..analysis.calls import argument
+            from ..analysis.dims import LAYERS, is_torch_layer, layer_name
+
+            found = {}
+            name = layer_name(call)
+            if name is not None and is_torch_layer(self.ctx, call, name):
+                values = self.ctx.get(SizeValues)
+                for dim in LAYERS[name][0]:
+                    expr = argument(call, dim.keyword, dim.index)
+                    if expr is not None:
+                        found[dim.keyword] = values.values(expr)
+            self._by_call[id(call)] = found
+        return found

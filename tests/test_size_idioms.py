@@ -1,0 +1,95 @@
+"""AMP201 on the ways real projects write layer sizes (#23 §2), through the command line.
+
+Each idiom is a fixture under ``fixtures/size_idioms`` (its ``# expect:`` lines are
+also checked by tests/test_fixtures.py); here: that each finding points at the layer
+and its related locations at where the value is written, and the cases that must
+stay quiet."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import ROOT, _run_amplint
+
+IDIOMS = "fixtures/size_idioms"
+
+
+@pytest.fixture(scope="module")
+def found():
+    proc = _run_amplint("check", IDIOMS, "--select", "AMP201", "--format", "json", "--no-cache")
+    assert proc.returncode == 1, proc.stderr
+    out = {}
+    for f in json.loads(proc.stdout):
+        out.setdefault((os.path.relpath(f["path"], IDIOMS), f["line"]), f)
+    return out
+
+
+def _related(finding) -> set:
+    return {(os.path.relpath(r["path"], IDIOMS), r["line"]) for r in finding["related"]}
+
+
+@pytest.mark.parametrize("where, size, written", [
+    (("call_site_config.py", 16), "30522", ("call_site_config.py", 19)),
+    (("attribute_set.py", 14), "30522", ("attribute_set.py", 18)),
+    (("arithmetic_call.py", 8), "145", ("arithmetic_call.py", 11)),
+    (("factory.py", 9), "44", ("factory.py", 13)),
+    (("constructors.py", 8), "100", ("constructors.py", 18)),
+    (("kwargs_dict.py", 6), "300", ("kwargs_dict.py", 13)),
+    (("stages.py", 13), "116", ("stages.py", 4)),
+    (("stages.py", 16), "116", ("stages.py", 4)),
+    (("argparse_flag/argp_model.py", 7), "100", ("argparse_flag/train.py", 7)),
+    (("argparse_dict/dict_model.py", 7), "300", ("argparse_dict/dict_opts.py", 6)),
+    (("width_module/width_net.py", 10), "36", ("width_module/width_config.py", 2)),
+    (("layer_helper/helper_head.py", 10), "473", ("layer_helper/helper_layers.py", 6)),
+])
+def test_idiom_points_at_the_layer_and_where_the_value_is_written(found, where, size, written):
+    assert where in found, sorted(found)
+    finding = found[where]
+    assert f" {size}" in finding["message"]
+    assert written in _related(finding)
+
+
+def test_a_config_linted_alone_is_reported_at_its_defaults(found):
+    assert "`AloneBertConfig.vocab_size` = 30522" in found[("config_alone/configuration_alone.py", 10)]["message"]
+    assert "`AloneLMConfig.n_embd` = 770" in found[("config_alone/configuration_alone.py", 20)]["message"]
+    # hidden_size 768 is aligned; num_labels, max_position_embeddings, block_size are no layer sizes
+    assert not [k for k in found if k[0].startswith("config_alone") and k[1] not in (10, 20)]
+
+
+def test_a_default_every_site_overrides_with_an_aligned_value_is_not_reported(found):
+    assert not [k for k in found if k[0].startswith("clean")]
+    # the model file alone: no site builds the config, the 50257 default is the size
+    alone = _run_amplint("check", f"{IDIOMS}/clean/gpt2_override/ovr_model.py", "--select", "AMP201",
+                         "--format", "json", "--no-cache")
+    assert sorted(f["line"] for f in json.loads(alone.stdout)) == [16, 17]
+
+
+def test_sites_that_pass_an_unaligned_value_keep_the_default_reported(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "from dataclasses import dataclass\nfrom torch import nn\n\n@dataclass\nclass TConfig:\n"
+        "    vocab_size: int = 50257\n\nclass T(nn.Module):\n    def __init__(self, config):\n"
+        "        super().__init__()\n        self.wte = nn.Embedding(config.vocab_size, 768)\n\n"
+        "a = T(TConfig(vocab_size=50304))\nb = T(TConfig())\n"
+    )
+    proc = _run_amplint("check", str(tmp_path), "--select", "AMP201", "--format", "json", "--no-cache")
+    assert [f["line"] for f in json.loads(proc.stdout)] == [11]
+
+
+def test_layer_sizes_accessor_gives_every_value_with_its_site():
+    import ast as _ast
+
+    from amplint.config import Settings
+    from amplint.context import FileContext
+    from amplint.semantic.sizes import LayerSizes
+
+    path = os.path.join(ROOT, IDIOMS, "stages.py")
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    ctx = FileContext(path, source, _ast.parse(source), Settings())
+    ctx.ensure_walked()
+    conv = next(c for c in ctx.calls if _ast.unparse(c.func) == "nn.Conv2d")
+    sizes = ctx.get(LayerSizes).of(conv)
+    assert sorted({v.value for v in sizes["in_channels"]}) == [24, 116, 176, 232, 352]
+    assert all(v.origin and v.origin[-1].line == 4 for v in sizes["in_channels"])
