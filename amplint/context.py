@@ -99,8 +99,6 @@ class FileContext:
         self._explicit_dtype_flow: Optional[DtypeFlow] = None
         self._precision_facts: Optional[PrecisionFacts] = None
         self._magnitude_bounds = None
-        self._fp8_survey = None
-        self._fp8_setup = None
         self._walked = False
         #: the named analyses built so far (see :meth:`get`)
         self._analyses: dict[type, Any] = {}
@@ -546,27 +544,6 @@ class FileContext:
     def evaluate(self, expr: ast.AST) -> Optional["Value"]:
         """The number ``expr`` evaluates to, with where it came from, or None."""
         return self.evaluator.evaluate(expr)
-
-    # --- fp8 (AMP7xx) ----------------------------------------------------------------
-
-    @property
-    def fp8_survey(self):
-        """This file's nn.Linear layers, GEMMs that bypass module swapping, heads
-        (:mod:`amplint.fp8.survey`)."""
-        if self._fp8_survey is None:
-            from .fp8.survey import Fp8Survey
-
-            self._fp8_survey = Fp8Survey(self)
-        return self._fp8_survey
-
-    @property
-    def fp8_setup(self):
-        """The fp8 training setup the linted files show (:mod:`amplint.fp8.setup`)."""
-        if self._fp8_setup is None:
-            from .fp8.setup import project_setup
-
-            self._fp8_setup = project_setup(self)
-        return self._fp8_setup
 
     # --- dtypes ----------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.analysis.calls import argument
 from amplint.analysis import flow
-from amplint.analysis.stabilisers import Stabiliser
+from amplint.analysis.stabilisers import stabiliser_use
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
 from amplint.dtypes import DtypeClass
 from amplint.analysis.reductions import upcast_by_policy
@@ -16,11 +16,8 @@ from amplint.numerics import FORMATS, Format, fmt
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 #: functions / methods for which an argument of the form `x + eps` is a stabiliser
-_STAB_FUNCS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "div", "true_divide", "divide")
-_STAB_METHODS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "log_", "sqrt_", "rsqrt_", "reciprocal_")
 _CLAMPS = ("clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_min_")
 _EPS_WORDS = ("eps", "epsilon", "tiny", "small", "delta", "stab", "smooth")
-_NON_TORCH = ("numpy.", "math.", "scipy.", "jax.", "tensorflow.")
 #: optimizers with an `eps` added to the denominator of the update, and their defaults
 _OPTIMIZERS = {
     "Adam": 1e-8, "AdamW": 1e-8, "Adamax": 1e-8, "NAdam": 1e-8, "RAdam": 1e-8, "SparseAdam": 1e-8,
@@ -326,51 +323,20 @@ No fix when the constant lives in another file (fix the config there). `fix` the
             return
         for side, other in ((node.right, node.left), (node.left, node.right)):
             value = self._tiny(ctx, side, fmt_)
-            if value is None and side.__class__ in (ast.Name, ast.Attribute) and self._stabiliser(ctx, node) is not None:
+            if value is None and side.__class__ in (ast.Name, ast.Attribute) and stabiliser_use(ctx, node) is not None:
                 # an epsilon by role, whatever its name (`self.e` of a hand-written LayerNorm)
                 value = self._tiny(ctx, side, fmt_, any_name=True)
             if value is None:
                 continue
             if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
                 return  # 1 + 1e-8: plain Python arithmetic
-            use = self._stabiliser(ctx, node)
+            use = stabiliser_use(ctx, node)
             if use is None or not self._runs_in_half(ctx, node, other):
                 return
             if not use.op and not ctx.in_model_code(node) and not _has_call(other):
                 return  # step / (total + 1e-8) in a schedule: Python numbers, not tensors
             self._report(ctx, side, value, fmt_, use.why, operand=other, norm=fixes.norm_forward(ctx, node, use.rooted))
             return
-
-    def _stabiliser(self, ctx, node: ast.BinOp) -> Optional[Stabiliser]:
-        """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
-        child, parent = node, ctx.parent(node)
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
-            exponent = ctx.evaluate(parent.right)
-            if exponent is not None and exponent.value < 0:
-                return Stabiliser("a negative power of 0 is inf", rooted=True)
-            child, parent = parent, ctx.parent(parent)
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Div, ast.FloorDiv)) and parent.right is child:
-            return Stabiliser("the denominator is 0 where the other term is, so the division gives inf")
-        if isinstance(parent, ast.Call) and child in parent.args:
-            name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
-            qn = ctx.qualname(parent.func)
-            if qn is not None and qn.startswith(_NON_TORCH):
-                return None
-            if name in _STAB_FUNCS and (name not in ("div", "true_divide", "divide") or parent.args.index(child) == 1 or isinstance(parent.func, ast.Attribute) and qn is None):
-                return Stabiliser(f"`{name}` of 0 is {'-inf' if name.startswith('log') else 'inf' if name != 'sqrt' else '0, and its gradient inf'}",
-                                  rooted="sqrt" in name, op=True)
-        if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in _STAB_METHODS:
-            call = ctx.parent(parent)
-            if isinstance(call, ast.Call) and call.func is parent:
-                return Stabiliser(f"`.{parent.attr}()` of 0 is {'-inf' if parent.attr.startswith('log') else 'inf' if 'sqrt' != parent.attr.rstrip('_') else '0, and its gradient inf'}",
-                                  rooted="sqrt" in parent.attr, op=True)
-        if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr == "pow":
-            call = ctx.parent(parent)
-            if isinstance(call, ast.Call) and call.args:
-                exponent = ctx.evaluate(call.args[0])
-                if exponent is not None and exponent.value < 0:
-                    return Stabiliser("a negative power of 0 is inf", rooted=True)
-        return None
 
     # --- clamp(min=eps) and optimizers -------------------------------------------------
 
@@ -403,7 +369,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         receiver = node.func.value
         if isinstance(receiver, ast.Constant) or ctx.evaluate(receiver) is not None:
             return
-        use = self._stabiliser(ctx, node)
+        use = stabiliser_use(ctx, node)
         if use is None or not self._runs_in_half(ctx, node, receiver) or not ctx.in_model_code(node):
             return
         self._report(ctx, node.args[0], value, fmt_, use.why, operand=receiver, norm=fixes.norm_forward(ctx, node, use.rooted))

@@ -2,6 +2,8 @@
 / ``@`` in ``forward`` is never converted by fp8 module swapping."""
 from __future__ import annotations
 
+from amplint.fp8.setup import ProjectFp8Setup
+from amplint.fp8.survey import Fp8Survey
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -152,8 +154,8 @@ with transposes, batched weights or einsum equations need a person to decide.
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
-        setup = ctx.fp8_setup
-        for b in ctx.fp8_survey.bypasses:
+        setup = ctx.get(ProjectFp8Setup).setup
+        for b in ctx.get(Fp8Survey).bypasses:
             if b.submodule_weight:
                 what = (f"`{b.operand}` (a submodule's weight: a tied output head when it is an embedding's) is multiplied through `{b.how}`"
                         if b.operand.endswith(".weight") else f"`{b.operand}` is used through `{b.how}`")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from amplint.analysis.dims import next_multiple
 from amplint.fp8.gemm import ALIGNMENT, DEFAULT_TOKENS, nearest_speedup
-from amplint.fp8.survey import linear_flops_share, site_label
+from amplint.fp8.setup import ProjectFp8Setup
+from amplint.fp8.survey import Fp8Survey, linear_flops_share, site_label
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -99,7 +100,7 @@ the number is written once.
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
-        survey, setup = ctx.fp8_survey, ctx.fp8_setup
+        survey, setup = ctx.get(Fp8Survey), ctx.get(ProjectFp8Setup).setup
         recipe = setup.recipe
         for site in survey.linears:
             k, n = site.in_features, site.out_features

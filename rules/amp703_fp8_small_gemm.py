@@ -3,7 +3,8 @@ break-even runs slower in fp8 than in bf16."""
 from __future__ import annotations
 
 from amplint.fp8.gemm import ALIGNMENT, BREAK_EVEN, DEFAULT_TOKENS, mkn_text, nearest_speedup
-from amplint.fp8.survey import site_label
+from amplint.fp8.setup import ProjectFp8Setup
+from amplint.fp8.survey import Fp8Survey, site_label
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -109,13 +110,13 @@ the layer.
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
-        setup = ctx.fp8_setup
+        setup = ctx.get(ProjectFp8Setup).setup
         if not setup.swaps_linears:
             return  # TransformerEngine: its own kernels and scaling, not the torchao break-even measured here
         recipe = setup.recipe
         be = BREAK_EVEN[recipe]
         m = DEFAULT_TOKENS
-        for site in ctx.fp8_survey.linears:
+        for site in ctx.get(Fp8Survey).linears:
             k, n = site.in_features, site.out_features
             if k is None or n is None or k % ALIGNMENT or n % ALIGNMENT or site.role or be.gains(m, k, n):
                 continue

@@ -3,7 +3,8 @@ converted to fp8, where convention keeps it in high precision."""
 from __future__ import annotations
 
 from amplint.fp8.gemm import ALIGNMENT
-from amplint.fp8.survey import site_label
+from amplint.fp8.setup import ProjectFp8Setup
+from amplint.fp8.survey import Fp8Survey, site_label
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -118,8 +119,8 @@ difference and each layer's error).
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
-        setup = ctx.fp8_setup
-        for site in ctx.fp8_survey.linears:
+        setup = ctx.get(ProjectFp8Setup).setup
+        for site in ctx.get(Fp8Survey).linears:
             if not site.role or (site.name and site.name in setup.filter_strings):
                 continue  # a filter in the linted files names it
             if any(size is not None and size % ALIGNMENT for size in (site.in_features, site.out_features)):

@@ -2,6 +2,7 @@
 the model."""
 from __future__ import annotations
 
+from amplint.fp8.setup import ProjectFp8Setup
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -84,7 +85,7 @@ script's choice.
             return
         func = node.func
         name = func.attr if hasattr(func, "attr") else getattr(func, "id", None)
-        if name != "convert_to_float8_training" or ctx.fp8_setup.compiled:
+        if name != "convert_to_float8_training" or ctx.get(ProjectFp8Setup).setup.compiled:
             return
         ctx.report(self, node, "`convert_to_float8_training` but no linted file calls `torch.compile`: torchao's fp8 "
                                "amax, scale and cast steps then run as separate eager kernels and the step is slower "

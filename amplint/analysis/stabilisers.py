@@ -1,7 +1,14 @@
-"""AMP102's record of how ``x + eps`` is used (a typed fact, not message text)."""
+"""How ``x + eps`` is used, for AMP102: a typed record, not message text."""
 from __future__ import annotations
 
+import ast
 import dataclasses
+from typing import Optional
+
+_STAB_FUNCS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "div", "true_divide", "divide")
+_STAB_METHODS = ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "log_", "sqrt_", "rsqrt_", "reciprocal_")
+#: qualified-name prefixes of numbers that are not tensors
+NON_TORCH = ("numpy.", "math.", "scipy.", "jax.", "tensorflow.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,3 +22,34 @@ class Stabiliser:
     rooted: bool = False
     op: bool = False
 
+
+def stabiliser_use(ctx, node: ast.BinOp) -> Optional[Stabiliser]:
+    """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
+    child, parent = node, ctx.parent(node)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
+        exponent = ctx.evaluate(parent.right)
+        if exponent is not None and exponent.value < 0:
+            return Stabiliser("a negative power of 0 is inf", rooted=True)
+        child, parent = parent, ctx.parent(parent)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Div, ast.FloorDiv)) and parent.right is child:
+        return Stabiliser("the denominator is 0 where the other term is, so the division gives inf")
+    if isinstance(parent, ast.Call) and child in parent.args:
+        name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
+        qn = ctx.qualname(parent.func)
+        if qn is not None and qn.startswith(NON_TORCH):
+            return None
+        if name in _STAB_FUNCS and (name not in ("div", "true_divide", "divide") or parent.args.index(child) == 1 or isinstance(parent.func, ast.Attribute) and qn is None):
+            return Stabiliser(f"`{name}` of 0 is {'-inf' if name.startswith('log') else 'inf' if name != 'sqrt' else '0, and its gradient inf'}",
+                              rooted="sqrt" in name, op=True)
+    if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in _STAB_METHODS:
+        call = ctx.parent(parent)
+        if isinstance(call, ast.Call) and call.func is parent:
+            return Stabiliser(f"`.{parent.attr}()` of 0 is {'-inf' if parent.attr.startswith('log') else 'inf' if 'sqrt' != parent.attr.rstrip('_') else '0, and its gradient inf'}",
+                              rooted="sqrt" in parent.attr, op=True)
+    if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr == "pow":
+        call = ctx.parent(parent)
+        if isinstance(call, ast.Call) and call.args:
+            exponent = ctx.evaluate(call.args[0])
+            if exponent is not None and exponent.value < 0:
+                return Stabiliser("a negative power of 0 is inf", rooted=True)
+    return None

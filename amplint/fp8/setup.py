@@ -145,6 +145,13 @@ class Fp8Setup:
         return f"fp8 setup: {_LABELS[kind]} ({os.path.basename(e.path)}:{e.line})"
 
 
+class ProjectFp8Setup:
+    """``ctx.get(ProjectFp8Setup).setup``: the fp8 setup of the run, built once per file."""
+
+    def __init__(self, ctx):
+        self.setup = project_setup(ctx)
+
+
 def project_setup(ctx) -> Fp8Setup:
     """The fp8 setup of the run ``ctx`` belongs to: this file and every linted file."""
     facts = []

@@ -1,4 +1,4 @@
-"""One file's facts for the AMP7xx (fp8) rules, built once per file (``ctx.fp8_survey``):
+"""One file's facts for the AMP7xx (fp8) rules, built once per file (``ctx.get(Fp8Survey)``):
 its ``nn.Linear`` layers with their sizes, the parameters its forward uses through
 ``F.linear`` / ``matmul`` / ``@`` (which module swapping never converts), and which
 layers are output heads or input projections.
