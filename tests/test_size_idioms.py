@@ -11,14 +11,14 @@ import os
 
 import pytest
 
-from conftest import ROOT, _run_amplint
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 IDIOMS = "fixtures/size_idioms"
 
 
 @pytest.fixture(scope="module")
-def found():
-    proc = _run_amplint("check", IDIOMS, "--select", "AMP201", "--format", "json", "--no-cache")
+def found(amplint):
+    proc = amplint("check", IDIOMS, "--select", "AMP201", "--format", "json", "--no-cache")
     assert proc.returncode == 1, proc.stderr
     out = {}
     for f in json.loads(proc.stdout):
@@ -58,22 +58,22 @@ def test_a_config_linted_alone_is_reported_at_its_defaults(found):
     assert not [k for k in found if k[0].startswith("config_alone") and k[1] not in (10, 20)]
 
 
-def test_a_default_every_site_overrides_with_an_aligned_value_is_not_reported(found):
+def test_a_default_every_site_overrides_with_an_aligned_value_is_not_reported(found, amplint):
     assert not [k for k in found if k[0].startswith("clean")]
     # the model file alone: no site builds the config, the 50257 default is the size
-    alone = _run_amplint("check", f"{IDIOMS}/clean/gpt2_override/ovr_model.py", "--select", "AMP201",
-                         "--format", "json", "--no-cache")
+    alone = amplint("check", f"{IDIOMS}/clean/gpt2_override/ovr_model.py", "--select", "AMP201",
+                    "--format", "json", "--no-cache")
     assert sorted(f["line"] for f in json.loads(alone.stdout)) == [16, 17]
 
 
-def test_sites_that_pass_an_unaligned_value_keep_the_default_reported(tmp_path):
+def test_sites_that_pass_an_unaligned_value_keep_the_default_reported(tmp_path, amplint):
     (tmp_path / "m.py").write_text(
         "from dataclasses import dataclass\nfrom torch import nn\n\n@dataclass\nclass TConfig:\n"
         "    vocab_size: int = 50257\n\nclass T(nn.Module):\n    def __init__(self, config):\n"
         "        super().__init__()\n        self.wte = nn.Embedding(config.vocab_size, 768)\n\n"
         "a = T(TConfig(vocab_size=50304))\nb = T(TConfig())\n"
     )
-    proc = _run_amplint("check", str(tmp_path), "--select", "AMP201", "--format", "json", "--no-cache")
+    proc = amplint("check", str(tmp_path), "--select", "AMP201", "--format", "json", "--no-cache")
     assert [f["line"] for f in json.loads(proc.stdout)] == [11]
 
 
