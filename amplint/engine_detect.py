@@ -63,7 +63,7 @@ class Evidence:
         return cls(engine, target, path, line, column, what)
 
 
-def _dotted(expr: ast.AST) -> Optional[str]:
+def dotted_name(expr: ast.AST) -> Optional[str]:
     parts = []
     while isinstance(expr, ast.Attribute):
         parts.append(expr.attr)
@@ -75,7 +75,7 @@ def _dotted(expr: ast.AST) -> Optional[str]:
 
 
 def _dtype_target(expr: Optional[ast.AST]) -> Optional[str]:
-    name = _dotted(expr) if expr is not None else None
+    name = dotted_name(expr) if expr is not None else None
     return _DTYPES.get(name.rsplit(".", 1)[-1]) if name else None
 
 
@@ -117,7 +117,7 @@ def evidence(tree: ast.Module, path: str, source: str) -> list[Evidence]:
 
 
 def _call_evidence(node: ast.Call, aliases: dict, add) -> None:
-    name = _dotted(node.func)
+    name = dotted_name(node.func)
     if name is None:
         return
     head, _, rest = name.partition(".")
@@ -234,9 +234,9 @@ def cast_target(tree: ast.Module, source: str) -> Optional[str]:
     bf16 = 0
     for node in ast.walk(tree):
         if node.__class__ is ast.Attribute:
-            if node.attr in ("float16", "half") and _dotted(node.value) == "torch":
+            if node.attr in ("float16", "half") and dotted_name(node.value) == "torch":
                 return None
-            if node.attr == "bfloat16" and _dotted(node.value) == "torch":
+            if node.attr == "bfloat16" and dotted_name(node.value) == "torch":
                 bf16 += 1
         elif node.__class__ is ast.Call and node.func.__class__ is ast.Attribute and not node.args:
             if node.func.attr == "half":

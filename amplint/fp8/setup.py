@@ -21,6 +21,8 @@ import dataclasses
 import re
 from typing import Optional
 
+from ..engine_detect import dotted_name  # one spelling of a dotted name for both detectors
+
 FACT = "@fp8"
 #: substrings without which a file holds no evidence
 MARKERS = ("float8", "Float8", "transformer_engine", "fp8", "torch.compile")
@@ -40,22 +42,11 @@ class Fp8Evidence:
     recipe: Optional[str] = None
 
 
-def _dotted(expr) -> Optional[str]:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if isinstance(expr, ast.Name):
-        parts.append(expr.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 def _recipe(call: ast.Call) -> Optional[str]:
     for arg in list(call.args) + [k.value for k in call.keywords]:
         if isinstance(arg, ast.Constant) and arg.value in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
             return "rowwise" if arg.value.startswith("rowwise") else "tensorwise"
-        name = _dotted(arg)
+        name = dotted_name(arg)
         if name and name.rsplit(".", 1)[-1] in ("TENSORWISE", "ROWWISE", "ROWWISE_WITH_GW_HP"):
             return "tensorwise" if name.endswith("TENSORWISE") else "rowwise"
     return None
@@ -81,7 +72,7 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "transformer_engine":
             add("te", node, f"from {node.module} import ...")
         elif isinstance(node, ast.Call):
-            name = _dotted(node.func) or ""
+            name = dotted_name(node.func) or ""
             last = name.rsplit(".", 1)[-1]
             if last == "convert_to_float8_training":
                 converts.append(node.lineno)
@@ -96,7 +87,7 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
             for k in node.keywords:
                 if k.arg == "mixed_precision" and isinstance(k.value, ast.Constant) and k.value.value == "fp8":
                     add("accelerate", node, f"{last}(mixed_precision='fp8')")
-        elif isinstance(node, ast.Attribute) and node.attr == "compile" and _dotted(node) == "torch.compile":
+        elif isinstance(node, ast.Attribute) and node.attr == "compile" and dotted_name(node) == "torch.compile":
             compiles.append(node.lineno)  # passed as a function: functools.partial(torch.compile, ...)
     match = _TITAN.search(source)
     if match:
