@@ -1018,19 +1018,47 @@ def worker_count(requested: int, files: int) -> int:
     return max(1, min(requested or cores, files, 2 * cores))
 
 
+#: project rounds of ``fix``: a fix in one file can change what another file's fix should
+#: be (AMP501 moving a training script from apex to amplint changes which `amp` a model
+#: file's decorator may use), so the fixed files are summarised again until nothing changes
+_FIX_ROUNDS = 3
+
+
 def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     """Fix mode: summaries of every file first (the project index), then fix each file
-    against it.  No cache: fixing always starts from the bytes on disk."""
-    summaries, out = [], {}
+    against it; when the written fixes change the index, another round (at most
+    ``_FIX_ROUNDS``), so ``fix`` is a fixpoint across files.  No cache: fixing always
+    starts from the bytes on disk."""
     sources = {files[0][0]: options.stdin} if options.stdin is not None else None
-    for path, summary, error in _map(_summarize_task, files, jobs, (None, sources), None):
-        if summary is not None:
-            summaries.append(summary)
-        else:
-            out[path] = FileResult(path, errors=[error])
-    tasks = [(path, settings, options) for path, settings in files if path not in out]
-    for result in _map(_fix_task, tasks, jobs, (summaries, sources), options.progress):
-        out[result.path] = result
+    out: dict[str, FileResult] = {}
+    index = None
+    for _ in range(_FIX_ROUNDS):
+        summaries, failed = [], {}
+        for path, summary, error in _map(_summarize_task, files, jobs, (None, sources), None):
+            if summary is not None:
+                summaries.append(summary)
+            else:
+                failed[path] = FileResult(path, errors=[error])
+        now = sorted(summaries, key=lambda d: d["path"])  # summaries come as JSON records
+        if index is not None and now == index:
+            break  # the fixes written left the index as it was: nothing else to do
+        index = now
+        # a file that failed (changed while fixing, unreadable) keeps its first answer: a
+        # later round never touches a file the user is editing
+        tasks = [(path, settings, options) for path, settings in files
+                 if path not in failed and not (path in out and out[path].errors)]
+        written = False
+        for result in _map(_fix_task, tasks, jobs, (summaries, sources), options.progress):
+            before = out.get(result.path)
+            if before is not None:  # a later round: count what every round wrote
+                result.fixed += before.fixed
+                result.changed = result.changed or before.changed
+            written = written or (result.changed and not options.diff and result.output is None)
+            out[result.path] = result
+        for path, result in failed.items():
+            out.setdefault(path, result)
+        if not written or sources is not None or options.diff:
+            break  # nothing on disk changed, or nothing is written: one round says it all
     return out
 
 

@@ -14,7 +14,10 @@ INFO_ONLY = textwrap.dedent("""\
             attn = F.softmax(scores, dim=-1)  # probabilities
             return attn @ v
     """)
-WARNING = "import torch\n\ndef f(x):\n    return x / (x.sum() + 1e-6)\n"
+# an unaligned vocabulary: a warning at any opt level (an eps on a sum is info under O1,
+# which computes the sum in fp32)
+WARNING = ("import torch.nn as nn\n\n\nclass LM(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.wte = nn.Embedding(50257, 768)\n")
 ERROR = "import torch\n\ndef f(s, m):\n    return s.masked_fill(m, -1e9)\n"
 
 
