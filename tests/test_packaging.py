@@ -327,3 +327,13 @@ def test_docs_install_from_a_checkout_until_a_release_exists():
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in texts["README.md"]
     assert "--index-url https://download.pytorch.org/whl/cpu" in texts["constraints.txt"]
     assert "no release on PyPI yet" in texts["README.md"]
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject lists packages by name: a new folder left out imports from a checkout and
+    fails in every installed copy (amplint.semantic did: `No module named 'amplint.semantic'`)."""
+    listed = set(pyproject()["tool"]["setuptools"]["packages"])
+    found = {"amplint." + os.path.relpath(root, os.path.join(ROOT, "amplint")).replace(os.sep, ".")
+             for root, _, names in os.walk(os.path.join(ROOT, "amplint")) if "__init__.py" in names}
+    found = {name.replace("amplint..", "amplint") for name in found}
+    assert found - listed == set(), f"package folders missing from pyproject's packages: {sorted(found - listed)}"
