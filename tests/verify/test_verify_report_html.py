@@ -170,7 +170,9 @@ def test_one_card_per_finding_with_evidence_and_its_diff(report, tmp_path):
     assert "`1e-8` becomes 0 in float16" in text  # the rule's message
     assert "O2 inf/NaN: first inf/NaN made by div" in text and "After the fixes (its own fix was applied)" in text
     assert re.search(r'<span class="del">-.*torch\.sqrt\(x\.pow\(2\).*1e-8\)', card)
-    assert re.search(r'<span class="add">\+.*x\.float\(\)\.pow\(2\).*1e-8\)\)\.to\(x\.dtype\)', card)  # the fp32 norm
+    # the fp32 norm, Llama-style: the input cast up, the result cast back to its dtype
+    assert re.search(r'<span class="add">\+.*x = x\.float\(\)', card)
+    assert re.search(r'<span class="add">\+.*1e-8\)\)\.to\(input_dtype\)', card)
     mask = _section(dom, "fixtures/verify/attention_mask.py::example")
     card = re.search(r'data-code="AMP101" data-status="fixed">(.*?)</article>', mask, re.S).group(1)
     assert "O1 crash: RuntimeError: value cannot be converted" in text_of(card)
