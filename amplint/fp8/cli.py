@@ -8,6 +8,7 @@ import math
 import os
 import sys
 
+from ..argtypes import positive_int as _positive_int
 from .gemm import RECIPES
 
 EXIT_OK, EXIT_UNSAFE, EXIT_ERROR = 0, 1, 2
@@ -31,16 +32,6 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     add_fp8_options(p)
     p.add_argument("--write", metavar="FILE.py", help="write the module_filter_fn (and the kept layers) to this file")
     p.add_argument("--format", choices=("text", "json"), default="text")
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
-    return number
 
 
 def add_fp8_options(p) -> None:

@@ -7,6 +7,8 @@ import math
 import os
 import sys
 
+from ..argtypes import positive_int as _positive_int
+
 DESCRIPTION = """\
 Run the model under the bundled AMP engine at O0 (the fp32 reference) and the selected opt
 levels, and prove which static findings come true and whether each fix removes them.
@@ -56,16 +58,6 @@ class _LevelsAction(argparse.Action):
                 parser.error(f"argument --opt-level: unknown opt level {v!r} (choose from O1 O2 O3; O0 is always the reference)")
         setattr(namespace, self.dest, (getattr(namespace, self.dest, None) or []) + levels)
         namespace.extra_targets = list(getattr(namespace, "extra_targets", None) or []) + extra
-
-
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
 
 
 def _positive_float(value: str) -> float:
