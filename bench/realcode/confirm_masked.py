@@ -9,16 +9,19 @@ batch maximum, the padded positions also being queries) in fp32, fp16 and bf16 o
 reports per case and dtype:
 
 - ``-inf rows``: softmax rows (along the softmax's dim) whose every entry is ``-inf``;
-- ``filled rows``: rows whose every entry is a finite fill (<= -1e4): uniform weights, no NaN;
+- ``filled rows``: rows whose every entry is a finite fill (<= -5e3, since -1e4 is -9984 in
+  bf16): uniform weights, no NaN;
 - ``nan softmax``: softmax outputs with a NaN;
 - ``nan padded`` / ``nan real``: NaN in the module's output at padded / real positions
   (``nan real`` is the spread: real nodes or frames get NaN);
 - ``nan grad``: NaN in a parameter's gradient after ``backward`` of the real positions' sum;
 - ``error``: the exception, e.g. ``masked_fill`` refusing a value that overflows half.
 
-Softmax rows are seen by wrapping ``torch.softmax``, ``F.softmax`` and ``Tensor.softmax`` while
-the case runs.  This RUNS THIRD-PARTY CODE: it is an opt-in bench script, never part of
-``amplint check`` (which never runs what it reads) or of the test suite.  Packages are imported
+Softmax rows are seen by wrapping ``torch.softmax``, ``F.softmax``, ``Tensor.softmax`` (and their
+``log_softmax``) while the case runs; a fused kernel (``scaled_dot_product_attention``) is not
+seen, so a case that must be checked takes the explicit path.  This RUNS THIRD-PARTY CODE: it is
+an opt-in bench script, never part of ``amplint check`` (which never runs what it reads); the
+test suite runs it only on toy modules it writes (``tests/test_confirm_masked.py``).  Packages are imported
 from the cache with their parent packages' ``__init__`` skipped (so a package's heavy optional
 imports are not needed); a case that still cannot import says so and counts as not run.
 Needs torch, numpy and einops.
@@ -26,14 +29,17 @@ Needs torch, numpy and einops.
     python bench/realcode/confirm_masked.py [--case ID ...] [--json OUT]
 
 Exit 0 when every case ran (whatever it found), 1 when some could not run.
+``CONFIRM_MASKED_TRACEBACK=1`` prints the traceback of an error inside a case.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
+import enum
 import importlib
 import json
+import logging
 import os
 import sys
 import traceback
@@ -49,7 +55,7 @@ import fetch  # noqa: E402
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: a softmax row whose entries are all at or below this (and not all -inf) was filled with a
 #: finite mask value: the softmax is uniform over the masked keys, not NaN
-FILL_THRESHOLD = -1e4
+FILL_THRESHOLD = -5e3
 
 
 @dataclasses.dataclass
@@ -67,6 +73,9 @@ class Case:
     build: Callable[[types.ModuleType, torch.dtype], Trial]
     about: str  # what is run, with which padded batch
     deps: tuple[str, ...] = ()  # other cached distributions the module imports
+    #: stand-ins for modules the file imports only for plumbing (a logger factory), whose real
+    #: package ``__init__`` needs what is not installed here: {module: {name: value}}
+    stubs: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -106,9 +115,10 @@ class SoftmaxProbe:
     @contextlib.contextmanager
     def installed(self):
         probe = self
-        saved = (torch.softmax, F.softmax, torch.Tensor.softmax)
+        saved = (torch.softmax, F.softmax, torch.Tensor.softmax,
+                 torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax)
 
-        def wrap(fn, method=False):
+        def wrap(fn):
             def softmax(x, dim=None, *args, **kwargs):
                 probe._depth += 1
                 try:
@@ -121,13 +131,13 @@ class SoftmaxProbe:
                 return out
             return softmax
 
-        torch.softmax = wrap(saved[0])
-        F.softmax = wrap(saved[1])
-        torch.Tensor.softmax = wrap(saved[2], method=True)
+        torch.softmax, F.softmax, torch.Tensor.softmax = (wrap(f) for f in saved[:3])
+        torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax = (wrap(f) for f in saved[3:])
         try:
             yield self
         finally:
-            torch.softmax, F.softmax, torch.Tensor.softmax = saved
+            (torch.softmax, F.softmax, torch.Tensor.softmax,
+             torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax) = saved
 
 
 # --- importing from the cache ----------------------------------------------------------
@@ -143,7 +153,11 @@ def dist_of(dist_or_id: str) -> str:
     return dist_or_id if "==" in dist_or_id else corpus_entry(dist_or_id)["dist"]
 
 
-def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = ()) -> types.ModuleType:
+#: set while importing: DGL otherwise writes ~/.dgl/config.json to remember its backend
+IMPORT_ENV = {"DGLBACKEND": "pytorch"}
+
+
+def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs: dict | None = None) -> types.ModuleType:
     """Import ``dotted`` from the unpacked ``dist``, its parent packages as bare namespaces.
 
     A parent package's ``__init__`` often imports the whole library (and its optional
@@ -156,6 +170,8 @@ def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = ()) -> typ
     for name in [m for m in sys.modules if m.split(".")[0] == dotted.split(".")[0]]:
         del sys.modules[name]
     sys.path[:0] = roots
+    for key, value in IMPORT_ENV.items():
+        os.environ.setdefault(key, value)
     parts = dotted.split(".")
     for i in range(1, len(parts)):
         pkg = ".".join(parts[:i])
@@ -164,6 +180,10 @@ def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = ()) -> typ
         mod.__path__ = [folder]
         mod.__package__ = pkg
         sys.modules[pkg] = mod
+    for name, attrs in (stubs or {}).items():
+        stub = types.ModuleType(name)
+        stub.__dict__.update(attrs)
+        sys.modules[name] = stub
     return importlib.import_module(dotted)
 
 
@@ -173,7 +193,7 @@ def run_case(case: Case, dtype_name: str) -> Outcome:
     outcome = Outcome(case.corpus_id, dtype_name, ran=False)
     dtype = DTYPES[dtype_name]
     try:
-        mod = import_from_cache(dist_of(case.corpus_id), case.module, tuple(dist_of(d) for d in case.deps))
+        mod = import_from_cache(dist_of(case.corpus_id), case.module, tuple(dist_of(d) for d in case.deps), case.stubs)
     except Exception as exc:  # the case cannot run here: say why
         outcome.error = f"import: {type(exc).__name__}: {exc}"
         return outcome
@@ -237,11 +257,17 @@ def stacked(*layers: torch.nn.Module) -> torch.nn.ModuleList:
 
 # --- the cases -------------------------------------------------------------------------
 
-def _dgl_biased_mha(mod, dtype):
+def _dgl_biased_mha(keys_only: bool):
+    return lambda mod, dtype: _dgl_biased_mha_build(mod, dtype, keys_only)
+
+
+def _dgl_biased_mha_build(mod, dtype, keys_only):
     # Graphormer-style batch: node features padded to the largest graph; attn_mask True
-    # (not allowed) wherever the query or the key is a padded node
+    # (not allowed) wherever the query or the key is a padded node, or (keys_only) wherever
+    # the key is, as the docstring advises
     layers = stacked(mod.BiasedMHA(feat_size=16, num_heads=2), mod.BiasedMHA(feat_size=16, num_heads=2)).to(dtype)
-    x, mask = padded(16, dtype), ~pair_mask()
+    x = padded(16, dtype)
+    mask = (~real_mask())[:, None, :].expand(-1, max(SIZES), -1) if keys_only else ~pair_mask()
 
     def run():
         h = x
@@ -353,9 +379,87 @@ def _data2vec_mha(mod, dtype):
     return Trial(run, real_mask(), att)
 
 
+class BatchedGraph:
+    """Stand-in for a DGL batched graph: the readouts only ask it for the graphs' sizes."""
+    def __init__(self, sizes):
+        self.sizes = torch.tensor(sizes)
+        self.batch_size = len(sizes)
+
+    def batch_num_nodes(self, ntype=None):
+        return self.sizes
+
+
+def _dgl_set_transformer_encoder(mod, dtype):
+    enc = mod.SetTransformerEncoder(d_model=16, n_heads=2, d_head=8, d_ff=32, n_layers=2).to(dtype)
+    feat = torch.randn(sum(SIZES), 16).to(dtype)  # packed nodes of both graphs
+    return Trial(lambda: enc(BatchedGraph(SIZES), feat)[None], torch.ones(1, sum(SIZES), dtype=torch.bool), enc)
+
+
+def _dgl_set_transformer_decoder(mod, dtype):
+    enc = mod.SetTransformerEncoder(d_model=16, n_heads=2, d_head=8, d_ff=32, n_layers=1)
+    dec = mod.SetTransformerDecoder(d_model=16, num_heads=2, d_head=8, d_ff=32, n_layers=1, k=2)
+    both = stacked(enc, dec).to(dtype)
+    feat = torch.randn(sum(SIZES), 16).to(dtype)
+
+    def run():
+        g = BatchedGraph(SIZES)
+        return dec(g, enc(g, feat))  # (graphs, k * d_model)
+    return Trial(run, torch.ones(len(SIZES), dtype=torch.bool), both)
+
+
+def _rl4co_logits(finished: bool):
+    def build(mod, dtype):
+        # one decoding step of a pointer decoder over graphs of 3 and 5 nodes padded to 5:
+        # mask True = not selectable (padded, or already visited)
+        att = mod.LogitAttention(embed_dim=16, num_heads=2).to(dtype)
+        query = torch.randn(2, 1, 16).to(dtype)
+        nodes = padded(16, dtype)
+        mask = ~real_mask()
+        mask[:, 0] = True  # the start node was visited
+        if finished:  # graph 0 has visited all of its nodes while graph 1 still decodes
+            mask[0] = True
+        feasible = ~mask
+        return Trial(lambda: att(query, nodes, nodes, nodes[:, None], mask), feasible, att)
+    return build
+
+
+def _funasr_bat_chunks(mod, dtype):
+    # streaming chunks of 2 frames that see only their own chunk (left_context 0): the
+    # shorter utterance's last chunk is all padding
+    att = mod.RelPositionMultiHeadedAttentionChunk(num_heads=2, embed_size=16).to(dtype)
+    x = padded(16, dtype, sizes=(2, 6))
+    t = x.size(1)
+    pos = torch.randn(2, 2 * t - 1, 16).to(dtype)
+    chunk = torch.arange(t) // 2
+    chunk_mask = chunk[:, None] != chunk[None, :]  # True = masked
+    pad = ~real_mask((2, 6))
+    return Trial(lambda: att(x, x, x, pos, pad, chunk_mask=chunk_mask), real_mask((2, 6)), att)
+
+def _olmo_collator(mod, dtype):
+    # two causal sequences of 3 and 5 tokens, each with its own attention bias (0 allowed,
+    # -inf above the diagonal), collated to the batch maximum; the collated bias is what the
+    # model adds to its attention scores: here it is fed to a softmax over keys on zero scores
+    def causal_bias(n):
+        return torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    collate = mod.DataCollator(pad_direction=mod.PaddingDirection.right, pad_token_id=1)
+    items = [{"input_ids": torch.arange(n), "attention_bias": causal_bias(n)} for n in SIZES]
+
+    def run():
+        bias = collate(items)["attention_bias"].to(dtype)  # (batch, 1, n, n)
+        return torch.softmax(torch.zeros_like(bias) + bias, dim=-1)[:, 0]
+    return Trial(run, real_mask(), torch.nn.Module())  # no parameters: no gradient check
+
+
+class _PaddingDirection(enum.Enum):
+    right = "right"
+    left = "left"
+
+
 CASES = [
-    Case("dgl/biased_mha", "dgl.nn.pytorch.gt.biased_mha", _dgl_biased_mha,
+    Case("dgl/biased_mha", "dgl.nn.pytorch.gt.biased_mha", _dgl_biased_mha(False),
          "two BiasedMHA layers on 2 graphs of 3 and 5 nodes padded to 5, attn_mask on padded rows and columns"),
+    Case("dgl/biased_mha", "dgl.nn.pytorch.gt.biased_mha", _dgl_biased_mha(True),
+         "the same with attn_mask on padded columns (keys) only"),
     Case("dgl/graphormer", "dgl.nn.pytorch.gt.graphormer", _dgl_graphormer,
          "two GraphormerLayers, same padded batch and mask"),
     Case("dgl/egt", "dgl.nn.pytorch.gt.egt", _dgl_egt,
@@ -375,22 +479,60 @@ CASES = [
     Case("graph-transformer-pytorch/graph_transformer", "graph_transformer_pytorch.graph_transformer_pytorch",
          _graph_transformer, "GraphTransformer (2 layers) on graphs of 3 and 5 nodes, node mask",
          deps=("rotary-embedding-torch==0.1.5",)),
+    Case("dgl/glob", "dgl.nn.pytorch.glob", _dgl_set_transformer_encoder,
+         "SetTransformerEncoder (2 SAB layers) on 2 graphs of 3 and 5 nodes (a stand-in batched graph gives the sizes)"),
+    Case("dgl/glob", "dgl.nn.pytorch.glob", _dgl_set_transformer_decoder,
+         "SetTransformerEncoder + SetTransformerDecoder (PMA, k=2) on the same graphs"),
+    Case("rl4co/attention", "rl4co.models.nn.attention", _rl4co_logits(False),
+         "LogitAttention, one pointer step on graphs of 3 and 5 nodes padded to 5 (padded and visited nodes masked)",
+         stubs={"rl4co.utils": {"get_pylogger": logging.getLogger}}),
+    Case("rl4co/attention", "rl4co.models.nn.attention", _rl4co_logits(True),
+         "LogitAttention, same step with graph 0 finished (all its nodes visited) while graph 1 decodes "
+         "(a batch state; whether an environment produces it is the labeller's question)",
+         stubs={"rl4co.utils": {"get_pylogger": logging.getLogger}}),
+    Case("funasr/bat_attention", "funasr.models.bat.attention", _funasr_bat_chunks,
+         "RelPositionMultiHeadedAttentionChunk on utterances of 2 and 6 frames, chunks of 2, no left context"),
+    Case("ai2-olmo/collator", "olmo.data.collator", _olmo_collator,
+         "DataCollator on sequences of 3 and 5 tokens with causal attention biases, padded right; the "
+         "collated bias into a softmax over keys; the model itself is not run (olmo.config stands in for PaddingDirection only: "
+         "the real one imports omegaconf)",
+         stubs={"olmo.config": {"PaddingDirection": _PaddingDirection, "TrainConfig": object}}),
     Case("funasr/data2vec_mha", "funasr.models.data2vec.multihead_attention", _data2vec_mha,
          "data2vec MultiheadAttention with key_padding_mask, padded frames also queries"),
 ]
 
 
-def verdict(outs: list[Outcome]) -> str:
-    if not any(o.ran for o in outs):
+def verdict_one(o: Outcome) -> str:
+    if not o.ran:
         return "not run"
-    if any(o.inf_rows for o in outs):
-        spread = any(o.nan_real or o.nan_grad for o in outs)
-        return "all-masked rows confirmed" + (", NaN spreads to real positions" if spread else ", NaN kept to padded rows")
-    if not any(o.softmax_calls for o in outs):
+    if o.inf_rows:
+        found = f"all-masked rows confirmed ({o.inf_rows} all -inf softmax rows)"
+        if o.nan_real or o.nan_grad:
+            where = [w for w, hit in (("real positions", o.nan_real), ("gradients", o.nan_grad)) if hit]
+            return f"{found}, NaN reaches {' and '.join(where)}"
+        if o.error:
+            return f"{found}, the run stops: {o.error}"
+        if o.nan_padded:
+            return f"{found}, NaN only at padded positions"
+        return f"{found}, NaN does not reach the output"
+    if o.error:
+        return f"no all-masked row seen before: {o.error}"
+    if not o.softmax_calls:
         return "softmax not observed (a fused kernel): rows not checked"
-    if any(o.filled_rows for o in outs):
-        return "rows fully masked with a finite fill (uniform softmax, no -inf row)"
-    return "no all-masked row"
+    if o.filled_rows:
+        return f"rows fully masked with a finite fill ({o.filled_rows}): uniform softmax, no NaN" + (
+            ", NaN elsewhere" if o.nan_real or o.nan_grad else "")
+    return "no all-masked row" + (", but NaN in the output" if o.nan_real or o.nan_grad else "")
+
+
+def verdict(outs: list[Outcome]) -> str:
+    """One line for the case; per dtype where the dtypes disagree."""
+    by_text: dict[str, list[str]] = {}
+    for o in outs:
+        by_text.setdefault(verdict_one(o), []).append(o.dtype)
+    if len(by_text) == 1:
+        return next(iter(by_text))
+    return "; ".join(f"{'/'.join(d)}: {text}" for text, d in by_text.items())
 
 
 def main(argv: list[str] | None = None) -> int:
