@@ -76,6 +76,9 @@ class Case:
     #: stand-ins for modules the file imports only for plumbing (a logger factory), whose real
     #: package ``__init__`` needs what is not installed here: {module: {name: value}}
     stubs: dict = dataclasses.field(default_factory=dict)
+    #: skip every package ``__init__`` of the distribution, not only the module's parents
+    #: (for a library whose sibling packages' ``__init__`` import optional dependencies)
+    bare_packages: bool = False
 
 
 @dataclasses.dataclass
@@ -157,7 +160,8 @@ def dist_of(dist_or_id: str) -> str:
 IMPORT_ENV = {"DGLBACKEND": "pytorch"}
 
 
-def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs: dict | None = None) -> types.ModuleType:
+def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs: dict | None = None,
+                      bare_packages: bool = False) -> types.ModuleType:
     """Import ``dotted`` from the unpacked ``dist``, its parent packages as bare namespaces.
 
     A parent package's ``__init__`` often imports the whole library (and its optional
@@ -173,9 +177,14 @@ def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs:
     for key, value in IMPORT_ENV.items():
         os.environ.setdefault(key, value)
     parts = dotted.split(".")
-    for i in range(1, len(parts)):
-        pkg = ".".join(parts[:i])
-        folder = os.path.join(roots[0], *parts[:i])
+    packages = [parts[:i] for i in range(1, len(parts))]
+    if bare_packages:
+        top = os.path.join(roots[0], parts[0])
+        packages += [[parts[0], *os.path.relpath(d, top).split(os.sep)] for d, _, files in os.walk(top)
+                     if d != top and "__init__.py" in files]
+    for names in packages:
+        pkg = ".".join(names)
+        folder = os.path.join(roots[0], *names)
         mod = types.ModuleType(pkg)
         mod.__path__ = [folder]
         mod.__package__ = pkg
@@ -193,7 +202,8 @@ def run_case(case: Case, dtype_name: str) -> Outcome:
     outcome = Outcome(case.corpus_id, dtype_name, ran=False)
     dtype = DTYPES[dtype_name]
     try:
-        mod = import_from_cache(dist_of(case.corpus_id), case.module, tuple(dist_of(d) for d in case.deps), case.stubs)
+        mod = import_from_cache(dist_of(case.corpus_id), case.module, tuple(dist_of(d) for d in case.deps), case.stubs,
+                               case.bare_packages)
     except Exception as exc:  # the case cannot run here: say why
         outcome.error = f"import: {type(exc).__name__}: {exc}"
         return outcome
@@ -449,6 +459,16 @@ def _olmo_collator(mod, dtype):
         return torch.softmax(torch.zeros_like(bias) + bias, dim=-1)[:, 0]
     return Trial(run, real_mask(), torch.nn.Module())  # no parameters: no gradient check
 
+def _zeta_mha(mod, dtype):
+    att = mod.MultiheadAttention(embed_dim=16, num_heads=2, self_attention=True).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: att(x, x, x, key_padding_mask=~real_mask()), real_mask(), att)
+
+
+def _emotion2vec_alt_attention(mod, dtype):
+    att = mod.AltAttention(dim=16, num_heads=2).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: att(x, padding_mask=~real_mask()), real_mask(), att)
 
 class _PaddingDirection(enum.Enum):
     right = "right"
@@ -497,6 +517,11 @@ CASES = [
          "collated bias into a softmax over keys; the model itself is not run (olmo.config stands in for PaddingDirection only: "
          "the real one imports omegaconf)",
          stubs={"olmo.config": {"PaddingDirection": _PaddingDirection, "TrainConfig": object}}),
+    Case("zetascale/multihead_attention", "zeta.nn.attention.multihead_attention", _zeta_mha,
+         "MultiheadAttention (self-attention) with key_padding_mask on sequences of 3 and 5 padded to 5",
+         bare_packages=True),
+    Case("funasr/emotion2vec_modules", "funasr.models.emotion2vec.modules", _emotion2vec_alt_attention,
+         "AltAttention with padding_mask on sequences of 3 and 5 padded to 5"),
     Case("funasr/data2vec_mha", "funasr.models.data2vec.multihead_attention", _data2vec_mha,
          "data2vec MultiheadAttention with key_padding_mask, padded frames also queries"),
 ]
