@@ -1,0 +1,590 @@
+"""Confirm or refute all-masked attention rows by running the corpus modules on padded batches.
+
+AMP103 labels say "this `-inf` makes a whole softmax row `-inf`: NaN in any dtype, which then
+spreads".  Reading the code can be wrong both ways (a mask that always keeps one key, a
+`masked_fill(..., 0)` after the softmax), so this script runs the module itself: it imports
+the file from the benchmark cache (``.cache/src/<dist>/<path>``; run ``fetch.py`` first), builds
+it small, feeds it a padded batch (sets / graphs / sequences of different sizes padded to the
+batch maximum, the padded positions also being queries) in fp32, fp16 and bf16 on CPU, and
+reports per case and dtype:
+
+- ``-inf rows``: softmax rows (along the softmax's dim) whose every entry is ``-inf``;
+- ``filled rows``: rows whose every entry is a finite fill (<= -5e3, since -1e4 is -9984 in
+  bf16): uniform weights, no NaN;
+- ``nan softmax``: softmax outputs with a NaN;
+- ``nan padded`` / ``nan real``: NaN in the module's output at padded / real positions
+  (``nan real`` is the spread: real nodes or frames get NaN);
+- ``nan grad``: NaN in a parameter's gradient after ``backward`` of the real positions' sum;
+- ``error``: the exception, e.g. ``masked_fill`` refusing a value that overflows half.
+
+Softmax rows are seen by wrapping ``torch.softmax``, ``F.softmax``, ``Tensor.softmax`` (and their
+``log_softmax``) while the case runs; a fused kernel (``scaled_dot_product_attention``) is not
+seen, so a case that must be checked takes the explicit path.  This RUNS THIRD-PARTY CODE: it is
+an opt-in bench script, never part of ``amplint check`` (which never runs what it reads); the
+test suite runs it only on toy modules it writes (``tests/test_confirm_masked.py``).  Packages are imported
+from the cache with their parent packages' ``__init__`` skipped (so a package's heavy optional
+imports are not needed); a case that still cannot import says so and counts as not run.
+Needs torch, numpy and einops.
+
+    python bench/realcode/confirm_masked.py [--case ID ...] [--json OUT]
+
+Exit 0 when every case ran (whatever it found), 1 when some could not run.
+``CONFIRM_MASKED_TRACEBACK=1`` prints the traceback of an error inside a case.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import enum
+import importlib
+import json
+import logging
+import os
+import sys
+import traceback
+import types
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fetch  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: a softmax row whose entries are all at or below this (and not all -inf) was filled with a
+#: finite mask value: the softmax is uniform over the masked keys, not NaN
+FILL_THRESHOLD = -5e3
+
+
+@dataclasses.dataclass
+class Trial:
+    """One built case: ``run()`` returns the output ``(batch, positions, ...)``."""
+    run: Callable[[], torch.Tensor]
+    real: torch.Tensor  # bool (batch, positions): True at real (not padded) positions
+    module: torch.nn.Module
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    corpus_id: str
+    module: str  # dotted module name inside the distribution
+    build: Callable[[types.ModuleType, torch.dtype], Trial]
+    about: str  # what is run, with which padded batch
+    deps: tuple[str, ...] = ()  # other cached distributions the module imports
+    #: stand-ins for modules the file imports only for plumbing (a logger factory), whose real
+    #: package ``__init__`` needs what is not installed here: {module: {name: value}}
+    stubs: dict = dataclasses.field(default_factory=dict)
+    #: skip every package ``__init__`` of the distribution, not only the module's parents
+    #: (for a library whose sibling packages' ``__init__`` import optional dependencies)
+    bare_packages: bool = False
+
+
+@dataclasses.dataclass
+class Outcome:
+    corpus_id: str
+    dtype: str
+    ran: bool
+    inf_rows: int = 0
+    filled_rows: int = 0
+    softmax_calls: int = 0
+    nan_softmax: bool = False
+    nan_padded: bool = False
+    nan_real: bool = False
+    nan_grad: bool = False
+    error: str = ""
+
+
+# --- softmax probe ---------------------------------------------------------------------
+
+class SoftmaxProbe:
+    def __init__(self) -> None:
+        self.calls = self.inf_rows = self.filled_rows = 0
+        self.nan_out = False
+        self._depth = 0
+
+    def see(self, x: torch.Tensor, dim: int, out: torch.Tensor) -> None:
+        if not torch.is_tensor(x) or not x.is_floating_point():
+            return
+        self.calls += 1
+        xd = x.detach().float()
+        all_inf = torch.isneginf(xd).all(dim=dim)
+        all_low = (xd <= FILL_THRESHOLD).all(dim=dim) & ~all_inf
+        self.inf_rows += int(all_inf.sum())
+        self.filled_rows += int(all_low.sum())
+        self.nan_out |= bool(torch.isnan(out.detach()).any())
+
+    @contextlib.contextmanager
+    def installed(self):
+        probe = self
+        saved = (torch.softmax, F.softmax, torch.Tensor.softmax,
+                 torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax)
+
+        def wrap(fn):
+            def softmax(x, dim=None, *args, **kwargs):
+                probe._depth += 1
+                try:
+                    out = fn(x, dim, *args, **kwargs)
+                finally:
+                    probe._depth -= 1
+                if probe._depth == 0:
+                    d = dim if dim is not None else -1
+                    probe.see(x, d, out)
+                return out
+            return softmax
+
+        torch.softmax, F.softmax, torch.Tensor.softmax = (wrap(f) for f in saved[:3])
+        torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax = (wrap(f) for f in saved[3:])
+        try:
+            yield self
+        finally:
+            (torch.softmax, F.softmax, torch.Tensor.softmax,
+             torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax) = saved
+
+
+# --- importing from the cache ----------------------------------------------------------
+
+def corpus_entry(corpus_id: str) -> dict:
+    for e in fetch.load_corpus():
+        if e["id"] == corpus_id:
+            return e
+    raise KeyError(f"{corpus_id} is in no corpus/*.jsonl")
+
+
+def dist_of(dist_or_id: str) -> str:
+    return dist_or_id if "==" in dist_or_id else corpus_entry(dist_or_id)["dist"]
+
+
+#: set while importing: DGL otherwise writes ~/.dgl/config.json to remember its backend
+IMPORT_ENV = {"DGLBACKEND": "pytorch"}
+
+
+def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs: dict | None = None,
+                      bare_packages: bool = False) -> types.ModuleType:
+    """Import ``dotted`` from the unpacked ``dist``, its parent packages as bare namespaces.
+
+    A parent package's ``__init__`` often imports the whole library (and its optional
+    dependencies); the module under test and the siblings it imports are loaded for real.
+    """
+    roots = [fetch.unpacked_dir(dist)] + [fetch.unpacked_dir(d) for d in deps]
+    for root in roots:
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"{root} is not in the cache: run fetch.py")
+    for name in [m for m in sys.modules if m.split(".")[0] == dotted.split(".")[0]]:
+        del sys.modules[name]
+    sys.path[:0] = roots
+    for key, value in IMPORT_ENV.items():
+        os.environ.setdefault(key, value)
+    parts = dotted.split(".")
+    packages = [parts[:i] for i in range(1, len(parts))]
+    if bare_packages:
+        top = os.path.join(roots[0], parts[0])
+        packages += [[parts[0], *os.path.relpath(d, top).split(os.sep)] for d, _, files in os.walk(top)
+                     if d != top and "__init__.py" in files]
+    for names in packages:
+        pkg = ".".join(names)
+        folder = os.path.join(roots[0], *names)
+        mod = types.ModuleType(pkg)
+        mod.__path__ = [folder]
+        mod.__package__ = pkg
+        sys.modules[pkg] = mod
+    for name, attrs in (stubs or {}).items():
+        stub = types.ModuleType(name)
+        stub.__dict__.update(attrs)
+        sys.modules[name] = stub
+    return importlib.import_module(dotted)
+
+
+# --- running ---------------------------------------------------------------------------
+
+def run_case(case: Case, dtype_name: str) -> Outcome:
+    outcome = Outcome(case.corpus_id, dtype_name, ran=False)
+    dtype = DTYPES[dtype_name]
+    try:
+        mod = import_from_cache(dist_of(case.corpus_id), case.module, tuple(dist_of(d) for d in case.deps), case.stubs,
+                               case.bare_packages)
+    except Exception as exc:  # the case cannot run here: say why
+        outcome.error = f"import: {type(exc).__name__}: {exc}"
+        return outcome
+    torch.manual_seed(0)
+    probe = SoftmaxProbe()
+    try:
+        trial = case.build(mod, dtype)
+        trial.module.train(False)
+    except Exception as exc:  # a constructor this case gets wrong, or a missing piece
+        outcome.error = f"build: {type(exc).__name__}: {exc}"
+        return outcome
+    outcome.ran = True
+    try:
+        with probe.installed():
+            out = trial.run()
+            nan = torch.isnan(out.detach().float())
+            while nan.dim() > trial.real.dim():
+                nan = nan.any(dim=-1)
+            outcome.nan_padded = bool(nan[~trial.real].any())
+            outcome.nan_real = bool(nan[trial.real].any())
+            loss = out.float()[trial.real].sum()
+            if loss.requires_grad:
+                loss.backward()
+                outcome.nan_grad = any(p.grad is not None and bool(torch.isnan(p.grad).any())
+                                       for p in trial.module.parameters())
+    except Exception as exc:
+        outcome.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if os.environ.get("CONFIRM_MASKED_TRACEBACK"):
+            traceback.print_exc()
+    outcome.softmax_calls = probe.calls
+    outcome.inf_rows, outcome.filled_rows = probe.inf_rows, probe.filled_rows
+    outcome.nan_softmax = probe.nan_out
+    return outcome
+
+
+# --- padded batches --------------------------------------------------------------------
+
+SIZES = (3, 5)  # two sets / graphs / sequences, padded to 5
+
+
+def real_mask(sizes=SIZES) -> torch.Tensor:
+    n = max(sizes)
+    return torch.arange(n)[None, :] < torch.tensor(sizes)[:, None]
+
+
+def padded(dim: int, dtype: torch.dtype, sizes=SIZES) -> torch.Tensor:
+    """Features of real positions, zeros where padded (as ``to_dense_batch`` pads)."""
+    x = torch.randn(len(sizes), max(sizes), dim)
+    return (x * real_mask(sizes)[..., None]).to(dtype)
+
+
+def pair_mask(sizes=SIZES) -> torch.Tensor:
+    """(batch, n, n) True where both query and key are real."""
+    m = real_mask(sizes)
+    return m[:, :, None] & m[:, None, :]
+
+
+def stacked(*layers: torch.nn.Module) -> torch.nn.ModuleList:
+    return torch.nn.ModuleList(layers)
+
+
+# --- the cases -------------------------------------------------------------------------
+
+def _dgl_biased_mha(keys_only: bool):
+    return lambda mod, dtype: _dgl_biased_mha_build(mod, dtype, keys_only)
+
+
+def _dgl_biased_mha_build(mod, dtype, keys_only):
+    # Graphormer-style batch: node features padded to the largest graph; attn_mask True
+    # (not allowed) wherever the query or the key is a padded node, or (keys_only) wherever
+    # the key is, as the docstring advises
+    layers = stacked(mod.BiasedMHA(feat_size=16, num_heads=2), mod.BiasedMHA(feat_size=16, num_heads=2)).to(dtype)
+    x = padded(16, dtype)
+    mask = (~real_mask())[:, None, :].expand(-1, max(SIZES), -1) if keys_only else ~pair_mask()
+
+    def run():
+        h = x
+        for layer in layers:
+            h = layer(h, attn_mask=mask)
+        return h
+    return Trial(run, real_mask(), layers)
+
+
+def _dgl_graphormer(mod, dtype):
+    layers = stacked(*(mod.GraphormerLayer(feat_size=16, hidden_size=32, num_heads=2) for _ in range(2))).to(dtype)
+    x, mask = padded(16, dtype), ~pair_mask()
+
+    def run():
+        h = x
+        for layer in layers:
+            h = layer(h, attn_mask=mask)
+        return h
+    return Trial(run, real_mask(), layers)
+
+
+def _dgl_egt(mod, dtype):
+    # EGT's mask is additive: 0 where allowed, -inf for pairs with a virtual (padded) node,
+    # as its docstring asks
+    layers = stacked(*(mod.EGTLayer(feat_size=16, edge_feat_size=8, num_heads=2, num_virtual_nodes=0)
+                       for _ in range(2))).to(dtype)
+    x = padded(16, dtype)
+    e = torch.randn(2, 5, 5, 8).to(dtype)
+    mask = torch.zeros(2, 5, 5).masked_fill(~pair_mask(), float("-inf")).to(dtype)
+
+    def run():
+        h, ef = x, e
+        for layer in layers:
+            h, ef = layer(h, ef, mask=mask)
+        return h
+    return Trial(run, real_mask(), layers)
+
+
+def _supar_relpos_encoder(mod, dtype):
+    enc = mod.RelativePositionTransformerEncoder(n_layers=2, n_heads=2, n_model=16, n_inner=32, dropout=0.0).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: enc(x, real_mask()), real_mask(), enc)
+
+
+def _digress(mod, dtype):
+    kw = dict(num_layers=2, input_dims={"X": 4, "E": 2, "y": 1},
+              hidden_dims={"node_dim": 16, "edge_dim": 8, "global_dim": 8, "num_heads": 2,
+                           "node_ff_dim": 16, "edge_ff_dim": 8, "global_ff_dim": 8},
+              output_dims={"X": 4, "E": 2, "y": 1}, act_fn_in=torch.nn.ReLU(), act_fn_out=torch.nn.ReLU())
+    net = mod.GraphTransformer(**kw).to(dtype)
+    node_mask = real_mask()
+    X = padded(4, dtype)
+    E = (torch.randn(2, 5, 5, 2) * pair_mask()[..., None]).to(dtype)
+    y = torch.zeros(2, 1).to(dtype)
+
+    def run():
+        out = net(X, E, y, node_mask)
+        return out.X if hasattr(out, "X") else out[0]
+    return Trial(run, node_mask, net)
+
+
+def _tft_attention(mod, dtype):
+    # TFT attends decoder steps to encoder + decoder steps; padded encoder steps are masked
+    # for every query; a series shorter than the batch maximum has padded decoder queries
+    att = mod.InterpretableMultiHeadAttention(n_head=2, d_model=16, dropout=0.0).to(dtype)
+    x = padded(16, dtype)
+    mask = ~pair_mask()  # True = not allowed, as TFT's get_attention_mask builds it
+    return Trial(lambda: att(x, x, x, mask=mask)[0], real_mask(), att)
+
+
+def _wavlm_mha(mod, dtype):
+    att = mod.MultiheadAttention(16, 2, self_attention=True).to(dtype)
+    x = padded(16, dtype).transpose(0, 1)  # (time, batch, dim)
+    key_padding_mask = ~real_mask()
+
+    def run():
+        # need_weights: the explicit softmax path (the fused one hides the softmax rows)
+        out = att(x, x, x, key_padding_mask=key_padding_mask, need_weights=True)[0]
+        return out.transpose(0, 1)
+    return Trial(run, real_mask(), att)
+
+
+def _isab(mod, dtype):
+    net = mod.ISAB(dim=16, heads=2, num_latents=4).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: net(x, mask=real_mask())[0], real_mask(), net)
+
+
+def _point_transformer(mod, dtype):
+    net = mod.MultiheadPointTransformerLayer(dim=16, pos_mlp_hidden_dim=16, attn_mlp_hidden_mult=2, heads=2).to(dtype)
+    x = padded(16, dtype)
+    pos = padded(3, dtype)
+    return Trial(lambda: net(x, pos, mask=real_mask()), real_mask(), net)
+
+
+def _graph_transformer(mod, dtype):
+    net = mod.GraphTransformer(dim=16, depth=2, edge_dim=8, heads=2, dim_head=8).to(dtype)
+    nodes = padded(16, dtype)
+    edges = (torch.randn(2, 5, 5, 8) * pair_mask()[..., None]).to(dtype)
+    return Trial(lambda: net(nodes, edges, mask=real_mask())[0], real_mask(), net)
+
+
+def _data2vec_mha(mod, dtype):
+    att = mod.MultiheadAttention(16, 2, self_attention=True).to(dtype)
+    x = padded(16, dtype).transpose(0, 1)
+
+    def run():
+        return att(x, x, x, key_padding_mask=~real_mask(), need_weights=True)[0].transpose(0, 1)
+    return Trial(run, real_mask(), att)
+
+
+class BatchedGraph:
+    """Stand-in for a DGL batched graph: the readouts only ask it for the graphs' sizes."""
+    def __init__(self, sizes):
+        self.sizes = torch.tensor(sizes)
+        self.batch_size = len(sizes)
+
+    def batch_num_nodes(self, ntype=None):
+        return self.sizes
+
+
+def _dgl_set_transformer_encoder(mod, dtype):
+    enc = mod.SetTransformerEncoder(d_model=16, n_heads=2, d_head=8, d_ff=32, n_layers=2).to(dtype)
+    feat = torch.randn(sum(SIZES), 16).to(dtype)  # packed nodes of both graphs
+    return Trial(lambda: enc(BatchedGraph(SIZES), feat)[None], torch.ones(1, sum(SIZES), dtype=torch.bool), enc)
+
+
+def _dgl_set_transformer_decoder(mod, dtype):
+    enc = mod.SetTransformerEncoder(d_model=16, n_heads=2, d_head=8, d_ff=32, n_layers=1)
+    dec = mod.SetTransformerDecoder(d_model=16, num_heads=2, d_head=8, d_ff=32, n_layers=1, k=2)
+    both = stacked(enc, dec).to(dtype)
+    feat = torch.randn(sum(SIZES), 16).to(dtype)
+
+    def run():
+        g = BatchedGraph(SIZES)
+        return dec(g, enc(g, feat))  # (graphs, k * d_model)
+    return Trial(run, torch.ones(len(SIZES), dtype=torch.bool), both)
+
+
+def _rl4co_logits(finished: bool):
+    def build(mod, dtype):
+        # one decoding step of a pointer decoder over graphs of 3 and 5 nodes padded to 5:
+        # mask True = not selectable (padded, or already visited)
+        att = mod.LogitAttention(embed_dim=16, num_heads=2).to(dtype)
+        query = torch.randn(2, 1, 16).to(dtype)
+        nodes = padded(16, dtype)
+        mask = ~real_mask()
+        mask[:, 0] = True  # the start node was visited
+        if finished:  # graph 0 has visited all of its nodes while graph 1 still decodes
+            mask[0] = True
+        feasible = ~mask
+        return Trial(lambda: att(query, nodes, nodes, nodes[:, None], mask), feasible, att)
+    return build
+
+
+def _funasr_bat_chunks(mod, dtype):
+    # streaming chunks of 2 frames that see only their own chunk (left_context 0): the
+    # shorter utterance's last chunk is all padding
+    att = mod.RelPositionMultiHeadedAttentionChunk(num_heads=2, embed_size=16).to(dtype)
+    x = padded(16, dtype, sizes=(2, 6))
+    t = x.size(1)
+    pos = torch.randn(2, 2 * t - 1, 16).to(dtype)
+    chunk = torch.arange(t) // 2
+    chunk_mask = chunk[:, None] != chunk[None, :]  # True = masked
+    pad = ~real_mask((2, 6))
+    return Trial(lambda: att(x, x, x, pos, pad, chunk_mask=chunk_mask), real_mask((2, 6)), att)
+
+def _olmo_collator(mod, dtype):
+    # two causal sequences of 3 and 5 tokens, each with its own attention bias (0 allowed,
+    # -inf above the diagonal), collated to the batch maximum; the collated bias is what the
+    # model adds to its attention scores: here it is fed to a softmax over keys on zero scores
+    def causal_bias(n):
+        return torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    collate = mod.DataCollator(pad_direction=mod.PaddingDirection.right, pad_token_id=1)
+    items = [{"input_ids": torch.arange(n), "attention_bias": causal_bias(n)} for n in SIZES]
+
+    def run():
+        bias = collate(items)["attention_bias"].to(dtype)  # (batch, 1, n, n)
+        return torch.softmax(torch.zeros_like(bias) + bias, dim=-1)[:, 0]
+    return Trial(run, real_mask(), torch.nn.Module())  # no parameters: no gradient check
+
+def _zeta_mha(mod, dtype):
+    att = mod.MultiheadAttention(embed_dim=16, num_heads=2, self_attention=True).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: att(x, x, x, key_padding_mask=~real_mask()), real_mask(), att)
+
+
+def _emotion2vec_alt_attention(mod, dtype):
+    att = mod.AltAttention(dim=16, num_heads=2).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: att(x, padding_mask=~real_mask()), real_mask(), att)
+
+class _PaddingDirection(enum.Enum):
+    right = "right"
+    left = "left"
+
+
+CASES = [
+    Case("dgl/biased_mha", "dgl.nn.pytorch.gt.biased_mha", _dgl_biased_mha(False),
+         "two BiasedMHA layers on 2 graphs of 3 and 5 nodes padded to 5, attn_mask on padded rows and columns"),
+    Case("dgl/biased_mha", "dgl.nn.pytorch.gt.biased_mha", _dgl_biased_mha(True),
+         "the same with attn_mask on padded columns (keys) only"),
+    Case("dgl/graphormer", "dgl.nn.pytorch.gt.graphormer", _dgl_graphormer,
+         "two GraphormerLayers, same padded batch and mask"),
+    Case("dgl/egt", "dgl.nn.pytorch.gt.egt", _dgl_egt,
+         "two EGTLayers, additive -inf mask on pairs with a padded node"),
+    Case("supar/transformer", "supar.modules.transformer", _supar_relpos_encoder,
+         "RelativePositionTransformerEncoder (2 layers) on sentences of 3 and 5 words padded to 5"),
+    Case("graphtransformer-digress/model", "graphtransformer_digress.model", _digress,
+         "DiGress GraphTransformer (2 layers) on graphs of 3 and 5 nodes with node_mask"),
+    Case("pytorch-forecasting/tft_sub_modules", "pytorch_forecasting.models.temporal_fusion_transformer.sub_modules",
+         _tft_attention, "InterpretableMultiHeadAttention, mask True on pairs with a padded step"),
+    Case("s3prl/wavlm_modules", "s3prl.upstream.wavlm.modules", _wavlm_mha,
+         "WavLM MultiheadAttention with key_padding_mask, padded frames also queries"),
+    Case("isab-pytorch/isab", "isab_pytorch.isab_pytorch", _isab, "ISAB on sets of 3 and 5 padded to 5, mask"),
+    Case("point-transformer-pytorch/multihead_point_transformer",
+         "point_transformer_pytorch.multihead_point_transformer_pytorch", _point_transformer,
+         "MultiheadPointTransformerLayer on clouds of 3 and 5 points padded to 5, mask"),
+    Case("graph-transformer-pytorch/graph_transformer", "graph_transformer_pytorch.graph_transformer_pytorch",
+         _graph_transformer, "GraphTransformer (2 layers) on graphs of 3 and 5 nodes, node mask",
+         deps=("rotary-embedding-torch==0.1.5",)),
+    Case("dgl/glob", "dgl.nn.pytorch.glob", _dgl_set_transformer_encoder,
+         "SetTransformerEncoder (2 SAB layers) on 2 graphs of 3 and 5 nodes (a stand-in batched graph gives the sizes)"),
+    Case("dgl/glob", "dgl.nn.pytorch.glob", _dgl_set_transformer_decoder,
+         "SetTransformerEncoder + SetTransformerDecoder (PMA, k=2) on the same graphs"),
+    Case("rl4co/attention", "rl4co.models.nn.attention", _rl4co_logits(False),
+         "LogitAttention, one pointer step on graphs of 3 and 5 nodes padded to 5 (padded and visited nodes masked)",
+         stubs={"rl4co.utils": {"get_pylogger": logging.getLogger}}),
+    Case("rl4co/attention", "rl4co.models.nn.attention", _rl4co_logits(True),
+         "LogitAttention, same step with graph 0 finished (all its nodes visited) while graph 1 decodes "
+         "(a batch state; whether an environment produces it is the labeller's question)",
+         stubs={"rl4co.utils": {"get_pylogger": logging.getLogger}}),
+    Case("funasr/bat_attention", "funasr.models.bat.attention", _funasr_bat_chunks,
+         "RelPositionMultiHeadedAttentionChunk on utterances of 2 and 6 frames, chunks of 2, no left context"),
+    Case("ai2-olmo/collator", "olmo.data.collator", _olmo_collator,
+         "DataCollator on sequences of 3 and 5 tokens with causal attention biases, padded right; the "
+         "collated bias into a softmax over keys; the model itself is not run (olmo.config stands in for PaddingDirection only: "
+         "the real one imports omegaconf)",
+         stubs={"olmo.config": {"PaddingDirection": _PaddingDirection, "TrainConfig": object}}),
+    Case("zetascale/multihead_attention", "zeta.nn.attention.multihead_attention", _zeta_mha,
+         "MultiheadAttention (self-attention) with key_padding_mask on sequences of 3 and 5 padded to 5",
+         bare_packages=True),
+    Case("funasr/emotion2vec_modules", "funasr.models.emotion2vec.modules", _emotion2vec_alt_attention,
+         "AltAttention with padding_mask on sequences of 3 and 5 padded to 5"),
+    Case("funasr/data2vec_mha", "funasr.models.data2vec.multihead_attention", _data2vec_mha,
+         "data2vec MultiheadAttention with key_padding_mask, padded frames also queries"),
+]
+
+
+def verdict_one(o: Outcome) -> str:
+    if not o.ran:
+        return "not run"
+    if o.inf_rows:
+        found = f"all-masked rows confirmed ({o.inf_rows} all -inf softmax rows)"
+        if o.nan_real or o.nan_grad:
+            where = [w for w, hit in (("real positions", o.nan_real), ("gradients", o.nan_grad)) if hit]
+            return f"{found}, NaN reaches {' and '.join(where)}"
+        if o.error:
+            return f"{found}, the run stops: {o.error}"
+        if o.nan_padded:
+            return f"{found}, NaN only at padded positions"
+        return f"{found}, NaN does not reach the output"
+    if o.error:
+        return f"no all-masked row seen before: {o.error}"
+    if not o.softmax_calls:
+        return "softmax not observed (a fused kernel): rows not checked"
+    if o.filled_rows:
+        return f"rows fully masked with a finite fill ({o.filled_rows}): uniform softmax, no NaN" + (
+            ", NaN elsewhere" if o.nan_real or o.nan_grad else "")
+    return "no all-masked row" + (", but NaN in the output" if o.nan_real or o.nan_grad else "")
+
+
+def verdict(outs: list[Outcome]) -> str:
+    """One line for the case; per dtype where the dtypes disagree."""
+    by_text: dict[str, list[str]] = {}
+    for o in outs:
+        by_text.setdefault(verdict_one(o), []).append(o.dtype)
+    if len(by_text) == 1:
+        return next(iter(by_text))
+    return "; ".join(f"{'/'.join(d)}: {text}" for text, d in by_text.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", action="append", default=[], help="only this corpus id (repeatable)")
+    ap.add_argument("--json", help="write every outcome here")
+    args = ap.parse_args(argv)
+    cases = [c for c in CASES if not args.case or c.corpus_id in args.case]
+    results, not_run = [], 0
+    for case in cases:
+        outs = [run_case(case, name) for name in DTYPES]
+        results.extend(outs)
+        print(f"{case.corpus_id}: {verdict(outs)}\n  {case.about}")
+        for o in outs:
+            if not o.ran:
+                print(f"  {o.dtype}: not run: {o.error}")
+                continue
+            print(f"  {o.dtype}: -inf rows {o.inf_rows}, filled rows {o.filled_rows} ({o.softmax_calls} softmax calls), "
+                  f"nan softmax {o.nan_softmax}, nan padded {o.nan_padded}, nan real {o.nan_real}, "
+                  f"nan grad {o.nan_grad}" + (f", error {o.error}" if o.error else ""))
+        not_run += not any(o.ran for o in outs)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump([dataclasses.asdict(o) for o in results], f, indent=1)
+    print(f"{len(cases) - not_run}/{len(cases)} cases ran")
+    return 1 if not_run else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
