@@ -13,6 +13,7 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
+from .amp import policy
 from .analysis.calls import argument
 from .bindings import parent_of
 
@@ -310,11 +311,6 @@ _PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "t
                         "torch.nn.ParameterDict"})
 #: einops functions: the result has their first argument's dtype
 _EINOPS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
-#: modules built and called inline (``nn.Softmax(dim=-1)(x)``) -> the function they run
-_MODULE_FUNCTIONS = {
-    "torch.nn.Softmax": "torch.nn.functional.softmax", "torch.nn.LogSoftmax": "torch.nn.functional.log_softmax",
-    "torch.nn.Softmin": "torch.nn.functional.softmin",
-}
 _DEVICES = {"cuda": ("cuda",), "cpu": ("cpu",), "any": ("cuda", "cpu")}
 _IN_PROGRESS = object()
 
@@ -739,8 +735,6 @@ class DtypeFlow:
         runs on (``"float"`` / ``"half"``), None when it differs or there is none."""
         if qualname in self._policy_cache:
             return self._policy_cache[qualname]
-        from .amp import policy
-
         casts = {policy.cast_of(qualname, self.engine, d) for d in self.devices}
         found = casts.pop() if len(casts) == 1 else None
         self._policy_cache[qualname] = found
@@ -895,7 +889,7 @@ class DtypeFlow:
             if attr in ("add", "sub", "mul", "where", "masked_scatter") and node.args:
                 base = promote(base, self.of(node.args[0]))
             return self._policy_result(node, "torch.Tensor." + attr, base)
-        if attr in ("matmul", "mm", "bmm"):
+        if policy.op_family("torch.Tensor." + attr) == policy.GEMM and len(node.args) <= 1:  # x.mm(y)
             return self._policy_result(node, "torch.Tensor." + attr, promote(base, self.of(node.args[0]) if node.args else base))
         return DtypeClass.UNKNOWN
 
@@ -958,10 +952,11 @@ class DtypeFlow:
             return DtypeClass.BOOL
         if short in _INT_RESULT:
             return DtypeClass.INTEGER
-        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm") and self.opt_level == "O1" \
-                and self.autocast and not self._in_disabled_autocast(node):
-            return DtypeClass.HALF  # autocast runs GEMMs in half; amplint's O1 does once registered (AMP401)
-        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm"):
+        gemm = policy.op_family(qn) == policy.GEMM
+        if (gemm and policy.ASSUME_REGISTERED and self.opt_level == "O1" and self.autocast
+                and not self._in_disabled_autocast(node)):
+            return DtypeClass.HALF
+        if gemm:
             tensors = [a for a in operands if not isinstance(a, ast.Constant)]
             if len(tensors) == 1 and isinstance(tensors[0], (ast.Tuple, ast.List)):
                 tensors = tensors[0].elts
@@ -1038,8 +1033,8 @@ class DtypeFlow:
             maker = ctx.qualname(func.func) or ""
             if maker in ("functools.partial", "torch.nn.Module") or maker.endswith(".partial"):
                 return self.callees(func.args[0], depth + 1) if func.args else [None]
-            if maker in _MODULE_FUNCTIONS and layers:
-                return [_MODULE_FUNCTIONS[maker]]
+            if maker in policy.MODULE_FUNCTIONS and layers:  # nn.Softmax(dim=-1)(x): the function it runs
+                return [policy.MODULE_FUNCTIONS[maker]]
             return [None]
         if isinstance(func, ast.Name):
             value = reaching_value(ctx, func) if ctx.enclosing_function(func) is not None else None

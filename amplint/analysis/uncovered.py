@@ -24,6 +24,7 @@ import os
 from typing import Optional
 
 from amplint import fixes
+from amplint.amp import policy
 from amplint.analysis import ops
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
 from amplint.dtypes import DtypeClass
@@ -31,24 +32,9 @@ from amplint.rule import Edit, Fix, Severity
 
 REGISTER = ops.REGISTER_FUNCTIONS
 _DECORATORS = ops.DECORATORS
-#: last names of calls worth a look (cheap string test before any resolution)
-_OP_NAMES = frozenset((
-    "einsum", "tensordot", "outer", "ger", "inner", "kron", "contract", "cdist", "pdist", "stft",
-    "istft", "inverse", "det", "logdet", "slogdet", "svd", "svd_lowrank", "pca_lowrank", "cholesky",
-    "cholesky_solve", "cholesky_inverse", "qr", "lu", "lu_solve", "lu_unpack", "pinverse",
-    "triangular_solve", "geqrf", "orgqr", "ormqr", "lstsq", "eig", "symeig", "lobpcg",
-    # torch.linalg
-    "cholesky_ex", "cond", "eigh", "eigvals", "eigvalsh", "householder_product", "inv", "inv_ex",
-    "ldl_factor", "ldl_factor_ex", "ldl_solve", "lu_factor", "lu_factor_ex", "matrix_rank", "pinv",
-    "solve", "solve_ex", "solve_triangular", "svdvals", "tensorinv", "tensorsolve", "vander",
-    # torch.fft
-    "fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn",
-    "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn",
-    # GEMMs autocast runs in half (einsum is the one the amplint policy leaves out)
-    "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "chain_matmul", "multi_dot", "vecdot",
-))
-_METHOD_OPS = frozenset(("inverse", "det", "logdet", "slogdet", "cholesky", "pinverse",
-                         "cholesky_inverse", "svd"))
+#: last names of calls worth a look (cheap string test before any resolution): every name
+#: the policy gives a family to
+_OP_NAMES = policy.family_names()
 #: module names of compiled extensions (``fused_layer_norm_cuda``, ``selective_scan_cuda``,
 #: ``amp_C``, ``_C``, ``flash_attn_2_cuda``, ``my_ext``)
 _EXT_SUFFIXES = ("_cuda", "_C", "_ext", "_cpp")
@@ -202,7 +188,7 @@ class CallSurvey:
                 if fam is not None:
                     module = ctx.qualname(func.value) if isinstance(func, ast.Attribute) else None
                     self.uses.append(Use(node, "op", qualname, fam, module, last))
-            elif last in _METHOD_OPS and isinstance(func, ast.Attribute) and not node.args:
+            elif last in policy.NO_HALF_TENSOR_METHODS and isinstance(func, ast.Attribute) and not node.args:
                 if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls", "super")):
                     self.uses.append(Use(node, "op", "torch.Tensor." + last, ops.FP32_ONLY, "torch.Tensor", last))
             return
@@ -328,7 +314,7 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
                f"is a {cast} op under O1 (fp32 when a weight is involved)")
         message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `RuntimeError: expected scalar "
                    f"type ...` on mixed fp16/fp32 inputs (apex #895); register it to run in half")
-        severity = Severity.WARNING if short not in ("outer", "ger", "inner", "kron") else Severity.INFO
+        severity = Severity.INFO if short in policy.OUTER_PRODUCTS else Severity.WARNING
     else:
         problem = ("has no fp16/bf16 kernel (raises on half input)" if fam == ops.FP32_ONLY else
                    "runs in half only for power-of-two sizes on CUDA, not at all on CPU")
