@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
+from .config import FileSettings
 from .dtypes import DtypeClass, DtypeFlow, Precision, PrecisionFacts, dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
     from .config import Settings
+    from .numerics import Format
     from .evaluate import Value
     from .project import ProjectIndex
 
@@ -65,7 +67,7 @@ class FileContext:
         settings: "Settings",
         project: Optional["ProjectIndex"] = None,
     ):
-        if settings.engine == "auto":  # built outside lint_text (tests, tools): resolve as it does
+        if not isinstance(settings, FileSettings):  # the user's settings (tests, tools): resolve them for this file
             from .engine_detect import resolve
 
             settings = resolve(settings, path, source, tree, project)
@@ -103,6 +105,11 @@ class FileContext:
         #: the named analyses built so far (see :meth:`get`)
         self._analyses: dict[type, Any] = {}
         self._index_module_level()
+
+    @property
+    def format(self) -> "Format":
+        """The target's format (limits, alignment, names): read it rather than ``settings.target``."""
+        return self.settings.format
 
     def get(self, analysis: type):
         """The analysis ``analysis`` of this file, built on first use (``analysis(self)``)
@@ -482,14 +489,27 @@ class FileContext:
         if self.enclosing_function(call) is None:
             return ()
         value = reaching_value(self, call.func)
+        # a module-level alias, possibly chosen at import (`if new_fft is None: _rfft = _old_rfft
+        # else: _rfft = _new_rfft`): any of its module-level values
+        values = [value] if value is not None else self.module_level_values(call.func.id)
         names = []
-        while value is not None:
+        for value in values:
             if value.__class__ is ast.IfExp:
                 names += [v for v in (value.body, value.orelse) if v.__class__ is ast.Name]
             elif value.__class__ is ast.Name:
                 names.append(value)
-            break
         return tuple(self._functions[n.id] for n in names if n.id in self._functions)
+
+    def module_level_values(self, name: str) -> list[ast.AST]:
+        """The values ``name = value`` assigns at module level, in ``if`` / ``try`` blocks too."""
+        out, todo = [], list(self.tree.body)
+        while todo:
+            stmt = todo.pop()
+            if stmt.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == name for t in stmt.targets):
+                out.append(stmt.value)
+            elif stmt.__class__ in (ast.If, ast.Try):
+                todo += stmt.body + stmt.orelse + [s for h in getattr(stmt, "handlers", ()) for s in h.body]
+        return out
 
     # --- local bindings ------------------------------------------------------------
 

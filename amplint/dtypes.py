@@ -16,6 +16,7 @@ from typing import Any, Optional
 from .amp import policy
 from .analysis.calls import argument
 from .bindings import parent_of
+from .numerics import BY_DTYPE, FORMATS
 
 #: torch dtype attribute -> canonical name
 DTYPE_ALIASES = {
@@ -27,13 +28,6 @@ DTYPE_ALIASES = {
     "float8_e4m3fnuz": "float8_e4m3fn", "float8_e5m2fnuz": "float8_e5m2",
     "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int": "int32",
     "int64": "int64", "long": "int64", "bool": "bool",
-}
-#: the dtypes a settings target means
-TARGET_DTYPES = {
-    "fp16": frozenset({"float16"}),
-    "bf16": frozenset({"bfloat16"}),
-    "fp8": frozenset({"float8_e4m3fn", "float8_e5m2"}),
-    "int8": frozenset({"int8"}),
 }
 FP32_DTYPES = frozenset({"float32", "float64"})
 
@@ -116,9 +110,10 @@ def dtype_branch(ctx, node: ast.AST, target: Optional[str] = None) -> Optional[b
         fill = -1e4 if scores.dtype == torch.half else -1e9
 
     None: no enclosing dtype check decides it."""
-    dtypes = TARGET_DTYPES.get(target or ctx.settings.target)
-    if dtypes is None:
+    fmt = FORMATS.get(target) if target else ctx.format
+    if fmt is None:
         return None
+    dtypes = fmt.dtypes
     result: Optional[bool] = None
     child = node
     for anc in ctx.ancestors(node):
@@ -1182,13 +1177,12 @@ def autocast_disabled(ctx, node: ast.AST) -> bool:
 
 # --- precision facts: when an expression is half, in which format, and why ------------
 
-#: the low-precision format of a target's activations (None: fp8 / int8, not modelled here)
-TARGET_FORMAT = {"fp16": "float16", "bf16": "bfloat16"}
 #: when a half mode is half: explicit casts at every level, activations from O1, weights
 #: and floating buffers once the model is cast (O2 / O3, ``model.half()``)
 HALF_LEVELS = {"explicit": ("O0", "O1", "O2", "O3"), "activation": ("O1", "O2", "O3"), "buffer": ("O2", "O3")}
 _MODE_LEVEL = (("explicit", "O0"), ("activation", "O1"), ("buffer", "O2"))
-_HALF_FORMATS = {"float16": "fp16", "bfloat16": "bf16"}
+#: the half formats a :class:`Half` has (a target's ``activations``)
+_HALF_FORMATS = frozenset(f.activations for f in FORMATS.values() if f.activations)
 _CAST_FORMATS = {"half": "float16", "bfloat16": "bfloat16"}
 
 
@@ -1209,7 +1203,7 @@ class Half:
 
     @property
     def short(self) -> str:
-        return _HALF_FORMATS[self.format]
+        return BY_DTYPE[self.format].key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1287,7 +1281,7 @@ class PrecisionFacts:
             origin = self._origin(expr, mode, 0)
             fmt = origin[0] if origin is not None else None
             if fmt is None:
-                fmt = TARGET_FORMAT.get(self.ctx.settings.target)
+                fmt = self.ctx.format.activations
             if fmt not in _HALF_FORMATS:
                 return None
             source, cause = origin[1:] if origin is not None else (None, None)

@@ -441,6 +441,7 @@ the forward computes in); it adds `@amp.float_function` only in a project on tha
 
     def end_file(self, ctx) -> None:
         survey = ctx.state(self)
+        survey.add_exports(ctx)
         if not survey.uses:
             return
         pending = uncovered.check_uses(ctx, survey, self._registered(ctx, survey))

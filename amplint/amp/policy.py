@@ -333,6 +333,11 @@ OUTER_PRODUCTS: frozenset = frozenset(("outer", "ger", "inner", "kron"))
 GEMM_EXTRA: frozenset = OUTER_PRODUCTS | {"tensordot"}
 #: GEMM-like functions outside torch (qualified names).
 GEMM_EXTERNAL: frozenset = frozenset(("opt_einsum.contract",))
+#: An ``einsum`` of another package in torch code (``tensorly.einsum``, ``torch_complex``'s
+#: ``FC.einsum``) is a wrapper that contracts torch tensors with ``torch.einsum`` (or
+#: opt_einsum on top of it): GEMM-like, and patched only by a registration on that package.
+#: The array libraries below have an einsum of their own that never sees a torch tensor.
+OTHER_ARRAY_LIBRARIES: tuple = ("numpy", "jax", "tensorflow", "cupy", "mxnet", "paddle", "scipy")
 
 #: Linear-algebra functions with no fp16/bf16 kernel, measured on torch 2.13 CPU (each
 #: raises on an fp16 input: ``linalg.inv: Low precision dtypes not supported. Got Half``,
@@ -350,7 +355,7 @@ NO_HALF_LINALG: frozenset = frozenset((
 NO_HALF_TORCH: frozenset = frozenset((
     "inverse det logdet slogdet svd svd_lowrank pca_lowrank cholesky cholesky_solve "
     "cholesky_inverse qr lu lu_solve lu_unpack pinverse triangular_solve geqrf orgqr ormqr "
-    "lstsq eig symeig lobpcg cdist pdist"
+    "lstsq eig symeig lobpcg cdist pdist solve matrix_rank"
 ).split())
 #: Tensor methods with no half kernel (``cov.inverse()``).
 NO_HALF_TENSOR_METHODS: frozenset = frozenset((
@@ -391,6 +396,9 @@ def op_family(qualname: str) -> str | None:
     PyTorch's CUDA autocast runs in lower precision (convolutions and recurrent cells
     aside) plus :data:`GEMM_EXTRA` / :data:`GEMM_EXTERNAL`."""
     if qualname in GEMM_EXTERNAL:
+        return GEMM
+    if (qualname.endswith(".einsum") and not qualname.startswith("torch.")
+            and qualname.split(".", 1)[0] not in OTHER_ARRAY_LIBRARIES):
         return GEMM
     if qualname.startswith(_LA):
         return FP32_ONLY if qualname[len(_LA):] in NO_HALF_LINALG else None

@@ -71,7 +71,7 @@ def severity_for(settings, qualname: str) -> Optional[Severity]:
     autocast keeps the op in half)."""
     if settings.opt_level == "O0":
         return None
-    if settings.target == "bf16":
+    if settings.format.wide_exponent:
         return Severity.INFO  # bf16 has fp32's exponent range: precision, not overflow
     if settings.opt_level == "O1" and upcast_by_policy(qualname, settings):
         return Severity.INFO

@@ -29,6 +29,7 @@ from amplint.analysis import ops
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
 from amplint.dtypes import DtypeClass
 from amplint.rule import Edit, Fix, Severity
+from amplint.semantic.library import LibraryFunctions
 
 REGISTER = ops.REGISTER_FUNCTIONS
 _DECORATORS = ops.DECORATORS
@@ -74,6 +75,14 @@ def _floated(ctx, expr: ast.AST) -> str:
     return f"({text}).float()"
 
 
+def _imported_function(ctx, name: str) -> bool:
+    """``name`` is imported from another package (``from fast_transformers.causal_product
+    import CausalDotProduct``), not from torch: ``name.apply(...)`` runs a custom autograd
+    Function this file cannot see."""
+    origin = ctx.imports.get(name)
+    return origin is not None and not origin.startswith(("torch.", "amplint.", "apex."))
+
+
 def _stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
@@ -113,6 +122,8 @@ class Use:
     family: Optional[str] = None
     module: Optional[str] = None
     name: Optional[str] = None
+    #: a module's public alias of the op (it runs wherever the module is imported)
+    exported: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +161,7 @@ class CallSurvey:
         self.registrations: list[list] = []
         self._functions: Optional[dict] = None
         self._extensions: Optional[set] = None
+        self._aliases: Optional[dict] = None
 
     def add_call(self, node: ast.Call, ctx) -> None:
         func = node.func
@@ -162,8 +174,14 @@ class CallSurvey:
                 self.registrations.append(reg)
             return
         if last == "apply" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            if func.value.id in self.function_classes(ctx):
-                self.uses.append(Use(node, "function", func.value.id))
+            name = func.value.id
+            if name in self.function_classes(ctx):
+                self.uses.append(Use(node, "function", name))
+            elif node.args and name[:1].isupper() and _imported_function(ctx, name):
+                self.uses.append(Use(node, "imported function", ctx.imports[name]))
+            return
+        if isinstance(func, ast.Name) and func.id in self.apply_aliases(ctx):  # sparsemax = SparsemaxFunction.apply
+            self.uses.append(Use(node, "function", self.apply_aliases(ctx)[func.id]))
             return
         if isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)):
             root = func.value
@@ -210,6 +228,29 @@ class CallSurvey:
             self._functions = found
         return self._functions
 
+    def apply_aliases(self, ctx) -> dict:
+        """Module-level names bound to a custom Function's ``apply`` (``sparsemax =
+        SparsemaxFunction.apply``) -> the Function's class name."""
+        if self._aliases is None:
+            found = {}
+            classes = self.function_classes(ctx)
+            for stmt in ctx.tree.body:
+                value = stmt.value if isinstance(stmt, ast.Assign) else None
+                if (isinstance(value, ast.Attribute) and value.attr == "apply" and isinstance(value.value, ast.Name)
+                        and value.value.id in classes):
+                    found.update((t.id, value.value.id) for t in stmt.targets if isinstance(t, ast.Name))
+            self._aliases = found
+        return self._aliases
+
+    def add_exports(self, ctx) -> None:
+        """A public module-level alias of a custom Function's ``apply`` (``entmoid15 =
+        Entmoid15.apply``) is the op the module exports: it runs in its importers' models."""
+        for stmt in ctx.tree.body:
+            if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and not t.id.startswith("_") and t.id in self.apply_aliases(ctx)
+                    for t in stmt.targets):
+                self.uses.append(Use(stmt.value, "function", stmt.value.value.id, exported=True))
+
     def extensions(self, ctx) -> set:
         if self._extensions is None:
             found = set()
@@ -239,7 +280,7 @@ def check_uses(ctx, survey: CallSurvey, registered: set) -> list[Pending]:
     engine = ctx.settings.engine
     pending = []
     for use in survey.uses:
-        if not _runs_in_training(ctx, use.node):
+        if not use.exported and not _runs_in_training(ctx, use.node):
             continue
         if use.kind == "op":
             item = _check_op(ctx, use, engine, registered)
@@ -253,10 +294,11 @@ def check_uses(ctx, survey: CallSurvey, registered: set) -> list[Pending]:
 
 
 def _runs_in_training(ctx, node) -> bool:
-    """Model code that runs after ``amp.initialize``: ``forward`` and what it calls, or
-    another method of a module class -- not ``__init__`` / weight initialisation and
+    """Model code that runs after ``amp.initialize``: ``forward`` and what it calls, a
+    library file's public functions (:mod:`amplint.semantic.library`), or another method
+    of a module class -- not ``__init__`` / weight initialisation and
     the helpers only ``__init__`` calls (a sinusoid table built once in fp32)."""
-    if ctx.in_forward(node):
+    if ctx.in_forward(node) or ctx.get(LibraryFunctions).runs_in_callers(ctx, node):
         return True
     if not ctx.in_model_code(node):
         return False
@@ -408,7 +450,7 @@ def _operands_fp32(ctx, call: ast.Call, fam) -> bool:
     operands the dtype flow knows are fp32 / fp64 (``x.float()``, a weight under O1, a
     position table built from ``arange(..., dtype=torch.float)``)."""
     tensors = _tensor_operands(call, fam)
-    if fam == ops.GEMM and len(tensors) == 1 and ctx.qualname(call.func) in ("torch.einsum", "opt_einsum.contract"):
+    if fam == ops.GEMM and len(tensors) == 1 and (ctx.qualname(call.func) or "").endswith((".einsum", ".contract")):
         return True
     # a GEMM left in fp32 by an O1 upcast upstream still wants Tensor Cores: only fp32
     # the code asked for itself (a position table) is left alone
@@ -502,6 +544,11 @@ def _check_opaque(ctx, survey: "CallSurvey", use: Use, engine: str) -> Optional[
                    + ("amplint's O1 patches Python functions and never sees it" if engine == "amplint" else
                       "autocast casts only ops that register an Autocast kernel")
                    + "; cast its inputs yourself (`.float()` or `.half()`)")
+    elif what == "imported function":
+        message = (f"`{ctx.segment(node.func)}` runs a custom autograd Function from `{qualname.rsplit('.', 1)[0]}`: "
+                   f"no mixed-precision policy casts its inputs, and a kernel written for fp32 fails or "
+                   f"misreads fp16; call it on fp32 inputs (`.float()`) with autocast disabled, or wrap it "
+                   f"with `@torch.amp.custom_fwd(..., cast_inputs=torch.float32)`")
     else:
         message = (f"`{ctx.segment(node.func)}` calls into a compiled extension: no mixed-precision policy "
                    f"casts its inputs, and a kernel built for fp32 fails or misreads fp16; wrap it in a "
