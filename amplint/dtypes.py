@@ -26,6 +26,8 @@ DTYPE_ALIASES = {
     "float64": "float64", "double": "float64",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
     "float8_e4m3fnuz": "float8_e4m3fn", "float8_e5m2fnuz": "float8_e5m2",
+    "complex64": "complex64", "cfloat": "complex64", "complex128": "complex128", "cdouble": "complex128",
+    "complex32": "complex32", "chalf": "complex32",
     "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int": "int32",
     "int64": "int64", "long": "int64", "bool": "bool",
 }
@@ -144,10 +146,11 @@ _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 def _bind(out, target, stmt, value) -> None:
     if isinstance(target, ast.Name):
         out.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, value, stmt))
-    elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name):
-                out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None, stmt))
+    elif isinstance(target, ast.Starred):
+        _bind(out, target.value, stmt, None)
+    elif isinstance(target, (ast.Tuple, ast.List)):  # `c.real, c.imag = ...` binds no name
+        for sub in target.elts:
+            _bind(out, sub, stmt, None)
 
 
 class Assignments:
@@ -256,6 +259,8 @@ _CLASS_OF_DTYPE = {
     "float16": DtypeClass.HALF, "bfloat16": DtypeClass.HALF,
     "float8_e4m3fn": DtypeClass.HALF, "float8_e5m2": DtypeClass.HALF,
     "float32": DtypeClass.FP32, "float64": DtypeClass.FP64, "bool": DtypeClass.BOOL,
+    # complex: the class of its real and imaginary parts (an FFT of a complex64 tensor is fp32)
+    "complex64": DtypeClass.FP32, "complex128": DtypeClass.FP64, "complex32": DtypeClass.HALF,
     "int8": DtypeClass.INTEGER, "uint8": DtypeClass.INTEGER, "int16": DtypeClass.INTEGER,
     "int32": DtypeClass.INTEGER, "int64": DtypeClass.INTEGER,
 }

@@ -25,7 +25,7 @@ from typing import Optional
 
 from amplint import fixes
 from amplint.amp import policy
-from amplint.analysis import ops
+from amplint.analysis import ops, position_tables, positions
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
 from amplint.dtypes import DtypeClass
 from amplint.rule import Edit, Fix, Severity
@@ -288,9 +288,19 @@ def check_uses(ctx, survey: CallSurvey, registered: set) -> list[Pending]:
             item = _check_function(ctx, survey, use, engine, registered)
         else:
             item = _check_opaque(ctx, survey, use, engine)
+        if item is not None and use.kind == "op" and _library_only(ctx, use.node):
+            # the callers, in other files, decide whether it gets half: fp32 data (an STFT of
+            # the waveform) is fine, half activations are not
+            item = dataclasses.replace(item, severity=Severity.INFO, message=item.message + (
+                " (a library function: whether its input is half depends on the models that call it)"))
         if item is not None:
             pending.append(item)
     return pending
+
+
+def _library_only(ctx, node) -> bool:
+    """Reached only as a library file's public function (:mod:`amplint.semantic.library`)."""
+    return not ctx.in_model_code(node) and ctx.get(LibraryFunctions).runs_in_callers(ctx, node)
 
 
 def _runs_in_training(ctx, node) -> bool:
@@ -346,6 +356,8 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
     if _in_cast_region(ctx, node, fam, engine):
         return None
     if _operands_fp32(ctx, node, fam):
+        return None
+    if fam == ops.GEMM and _position_table(ctx, node):
         return None
     short = qualname[len("torch."):] if qualname.startswith("torch.") else qualname
     shown = ctx.segment(func)
@@ -457,6 +469,15 @@ def _operands_fp32(ctx, call: ast.Call, fam) -> bool:
     classes = [ctx.dtype_of(t, explicit=fam == ops.GEMM) for t in tensors]
     classes = [c for c in classes if c is not DtypeClass.SCALAR]  # fft(x, n): n is a size
     return bool(classes) and all(c in (DtypeClass.FP32, DtypeClass.FP64) for c in classes)
+
+
+def _position_table(ctx, call: ast.Call) -> bool:
+    """An outer product of positions and frequencies (``einsum("i,j->ij", t, inv_freq)``,
+    ``torch.outer(t, inv_freq)``): a position table, which wants fp32 (half loses the
+    positions above 2048; AMP602 judges it), not Tensor Cores."""
+    found = position_tables.outer_operands(ctx, call)
+    return found is not None and found[0] in ("einsum", "outer") and any(
+        positions.is_position_like(ctx, operand) for operand in found[1:])
 
 
 def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered: set) -> Optional[Pending]:
