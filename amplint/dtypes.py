@@ -1093,6 +1093,14 @@ class DtypeFlow:
         return True
 
 
+class ExplicitDtypeFlow(DtypeFlow):
+    """The dtype flow without the O1 policy's fp32 upcasts (``ctx.dtype_of(x, explicit=True)``):
+    fp32 only where the code itself asks for it."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx, policy=False)
+
+
 #: methods whose first argument (``masked_fill``, ``masked_select``) or ``torch.where``'s
 #: condition must be a bool tensor
 _BOOL_ARGUMENT = frozenset({"masked_fill", "masked_fill_", "masked_select", "masked_scatter", "where"})
