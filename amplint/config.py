@@ -22,7 +22,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 from . import trust
 from .amp.policy import OPT_LEVELS
-from .numerics import TARGETS
+from .numerics import FORMATS, TARGETS, Format
 
 DEVICES = ("cuda", "cpu", "any")
 ENGINES = ("auto", "amplint", "apex", "torch")
@@ -67,15 +67,9 @@ class Settings:
     #: load the plugins of the ``amplint.rules`` entry-point group (only when allowed)
     load_plugins: bool = False
     #: the mixed-precision engine: "auto" (read from the linted files, amplint/engine_detect.py),
-    #: "amplint", "apex" or "torch".  A file is linted with resolved settings: ``engine`` is
-    #: then the op policy ("amplint", which apex shares, or "torch"), ``engine_configured``
-    #: what was asked, ``amp_module`` the ``amp`` module fixes may import ("apex",
-    #: "amplint", or None: none) and ``engine_origin`` (path, line, column, note) where
-    #: auto decided
+    #: "amplint", "apex" or "torch".  A file is linted with :class:`FileSettings`, where
+    #: ``engine`` is the op policy it resolved to
     engine: str = "auto"
-    engine_configured: str = "auto"
-    amp_module: Optional[str] = None
-    engine_origin: Optional[tuple] = None
     #: whether ``target`` was set (config or command line): auto then leaves it alone
     target_given: bool = False
     fix_style: str = "functional"
@@ -104,8 +98,6 @@ class Settings:
         return all_rules(self.rule_paths, self.load_plugins)
 
     def effective_alignment(self) -> int:
-        from .numerics import FORMATS
-
         return self.alignment or FORMATS[self.target].alignment
 
     def ignored_for(self, path: str) -> tuple[str, ...]:
@@ -127,6 +119,36 @@ class Settings:
             candidates = (rel, rel.rsplit("/", 1)[-1])
             return any(fnmatch.fnmatchcase(c, pattern.rstrip("/")) for pattern in patterns for c in candidates)
         return any(_path_matches(rel, pattern) for pattern in patterns)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSettings(Settings):
+    """The settings one file is linted with: the user's :class:`Settings` resolved for that
+    file by ``engine_detect.resolve`` (the only producer).  ``engine`` is the op policy
+    ("amplint", which apex shares, or "torch"), ``target`` the file's target (auto may read
+    it from the project), ``engine_configured`` what was asked, ``amp_module`` the ``amp``
+    module fixes may import ("apex", "amplint", or None: none) and ``engine_origin``
+    (path, line, column, note) where auto decided."""
+
+    engine_configured: str = "auto"
+    amp_module: Optional[str] = None
+    engine_origin: Optional[tuple] = None
+
+    @property
+    def format(self) -> Format:
+        """The target's format: its limits, alignment and names."""
+        return FORMATS[self.target]
+
+    @property
+    def policy(self) -> str:
+        """The op policy of :mod:`amplint.amp.policy` this file is judged under."""
+        return self.engine
+
+    @classmethod
+    def of(cls, settings: Settings, **changes) -> "FileSettings":
+        """``settings`` resolved: ``changes`` applied over its fields."""
+        fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+        return cls(**{**fields, **changes})
 
 
 def _relative(path: str, root: str) -> str:

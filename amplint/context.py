@@ -11,6 +11,10 @@ Built once per file by the engine from one ``ast`` parse and one walk:
 * a constant evaluator (``ctx.evaluate(expr)``, see :mod:`amplint.evaluate`) that follows
   names to module constants, default arguments, ``self.attr`` set in ``__init__`` and
   config-class field defaults, in this file or (through the project index) another.
+
+Every per-file fact beyond these is a named analysis built once on first use through
+``ctx.get(Analysis)`` (the evaluator, the dtype flows, precision facts, magnitude bounds,
+``semantic.library.LibraryFunctions``...); the accessors below only ask it.
 """
 from __future__ import annotations
 
@@ -20,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
-from .dtypes import DtypeClass, DtypeFlow, Precision, PrecisionFacts, dtype_branch
+from .config import FileSettings
+from .dtypes import DtypeClass, DtypeFlow, ExplicitDtypeFlow, Precision, PrecisionFacts, dtype_branch
 from .rule import Finding, Fix, Related, Rule, Severity
 
 if TYPE_CHECKING:
     from .config import Settings
+    from .numerics import Format
     from .evaluate import Value
     from .project import ProjectIndex
 
@@ -65,7 +71,7 @@ class FileContext:
         settings: "Settings",
         project: Optional["ProjectIndex"] = None,
     ):
-        if settings.engine == "auto":  # built outside lint_text (tests, tools): resolve as it does
+        if not isinstance(settings, FileSettings):  # the user's settings (tests, tools): resolve them for this file
             from .engine_detect import resolve
 
             settings = resolve(settings, path, source, tree, project)
@@ -94,15 +100,15 @@ class FileContext:
         self._module_assignments: dict[str, list[ast.AST]] = {}
         self._module_classes: Optional[set[str]] = None
         self._forward_reachable: Optional[set[int]] = None
-        self._evaluator = None
-        self._dtype_flow: Optional[DtypeFlow] = None
-        self._explicit_dtype_flow: Optional[DtypeFlow] = None
-        self._precision_facts: Optional[PrecisionFacts] = None
-        self._magnitude_bounds = None
         self._walked = False
         #: the named analyses built so far (see :meth:`get`)
         self._analyses: dict[type, Any] = {}
         self._index_module_level()
+
+    @property
+    def format(self) -> "Format":
+        """The target's format (limits, alignment, names): read it rather than ``settings.target``."""
+        return self.settings.format
 
     def get(self, analysis: type):
         """The analysis ``analysis`` of this file, built on first use (``analysis(self)``)
@@ -482,14 +488,27 @@ class FileContext:
         if self.enclosing_function(call) is None:
             return ()
         value = reaching_value(self, call.func)
+        # a module-level alias, possibly chosen at import (`if new_fft is None: _rfft = _old_rfft
+        # else: _rfft = _new_rfft`): any of its module-level values
+        values = [value] if value is not None else self.module_level_values(call.func.id)
         names = []
-        while value is not None:
+        for value in values:
             if value.__class__ is ast.IfExp:
                 names += [v for v in (value.body, value.orelse) if v.__class__ is ast.Name]
             elif value.__class__ is ast.Name:
                 names.append(value)
-            break
         return tuple(self._functions[n.id] for n in names if n.id in self._functions)
+
+    def module_level_values(self, name: str) -> list[ast.AST]:
+        """The values ``name = value`` assigns at module level, in ``if`` / ``try`` blocks too."""
+        out, todo = [], list(self.tree.body)
+        while todo:
+            stmt = todo.pop()
+            if stmt.__class__ is ast.Assign and any(t.__class__ is ast.Name and t.id == name for t in stmt.targets):
+                out.append(stmt.value)
+            elif stmt.__class__ in (ast.If, ast.Try):
+                todo += stmt.body + stmt.orelse + [s for h in getattr(stmt, "handlers", ()) for s in h.body]
+        return out
 
     # --- local bindings ------------------------------------------------------------
 
@@ -535,11 +554,9 @@ class FileContext:
 
     @property
     def evaluator(self):
-        if self._evaluator is None:
-            from .evaluate import Evaluator
+        from .evaluate import Evaluator
 
-            self._evaluator = Evaluator(self)
-        return self._evaluator
+        return self.get(Evaluator)
 
     def evaluate(self, expr: ast.AST) -> Optional["Value"]:
         """The number ``expr`` evaluates to, with where it came from, or None."""
@@ -549,9 +566,7 @@ class FileContext:
 
     @property
     def dtype_flow(self) -> DtypeFlow:
-        if self._dtype_flow is None:
-            self._dtype_flow = DtypeFlow(self)
-        return self._dtype_flow
+        return self.get(DtypeFlow)
 
     def dtype_of(self, expr: Optional[ast.AST], explicit: bool = False) -> DtypeClass:
         """The dtype class of a tensor expression under the settings (target, opt level,
@@ -562,11 +577,7 @@ class FileContext:
         asks for it (casts, ``dtype=``, factories, weights), not where the O1 policy
         upcast an op upstream -- an fp32 table the author built, not an activation O1
         happened to leave in fp32."""
-        if explicit:
-            if self._explicit_dtype_flow is None:
-                self._explicit_dtype_flow = DtypeFlow(self, policy=False)
-            return self._explicit_dtype_flow.of(expr)
-        return self.dtype_flow.of(expr)
+        return self.get(ExplicitDtypeFlow if explicit else DtypeFlow).of(expr)
 
     def precision_of(self, expr: Optional[ast.AST]) -> Optional[Precision]:
         """When ``expr`` is half, whatever the selected opt level: an explicit cast (every
@@ -575,26 +586,20 @@ class FileContext:
         or "int" / "fp32" / "number"; None when the file does not show.  The same dtype
         analysis as :meth:`dtype_of`, run at each level without the policy's op casts
         (:class:`amplint.dtypes.PrecisionFacts`)."""
-        if self._precision_facts is None:
-            self._precision_facts = PrecisionFacts(self)
-        return self._precision_facts.of(expr)
+        return self.get(PrecisionFacts).of(expr)
 
     def fp32_until_model_cast(self, expr: ast.AST) -> bool:
         """An activation fp32 under O1 only because an fp32 weight or buffer promotes it;
         in the activation's dtype once O2 / O3 / ``model.half()`` casts the model."""
-        if self._precision_facts is None:
-            self._precision_facts = PrecisionFacts(self)
-        return self._precision_facts.fp32_until_cast(expr)
+        return self.get(PrecisionFacts).fp32_until_cast(expr)
 
     def magnitude_bound(self, expr: Optional[ast.AST]) -> Optional[float]:
         """An upper bound on ``|x|`` for the elements of ``expr`` where the file shows one
         (probabilities, unit vectors, their products and sums), else None
         (:class:`amplint.ranges.MagnitudeBounds`)."""
-        if self._magnitude_bounds is None:
-            from .ranges import MagnitudeBounds
+        from .ranges import MagnitudeBounds
 
-            self._magnitude_bounds = MagnitudeBounds(self)
-        return self._magnitude_bounds.of(expr)
+        return self.get(MagnitudeBounds).of(expr)
 
     def in_model_forward(self, node: ast.AST) -> bool:
         """Part of the model's forward computation: reached from a module's ``forward``,

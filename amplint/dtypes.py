@@ -13,8 +13,10 @@ import dataclasses
 import enum
 from typing import Any, Optional
 
+from .amp import policy
 from .analysis.calls import argument
 from .bindings import parent_of
+from .numerics import BY_DTYPE, FORMATS
 
 #: torch dtype attribute -> canonical name
 DTYPE_ALIASES = {
@@ -24,15 +26,10 @@ DTYPE_ALIASES = {
     "float64": "float64", "double": "float64",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
     "float8_e4m3fnuz": "float8_e4m3fn", "float8_e5m2fnuz": "float8_e5m2",
+    "complex64": "complex64", "cfloat": "complex64", "complex128": "complex128", "cdouble": "complex128",
+    "complex32": "complex32", "chalf": "complex32",
     "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int": "int32",
     "int64": "int64", "long": "int64", "bool": "bool",
-}
-#: the dtypes a settings target means
-TARGET_DTYPES = {
-    "fp16": frozenset({"float16"}),
-    "bf16": frozenset({"bfloat16"}),
-    "fp8": frozenset({"float8_e4m3fn", "float8_e5m2"}),
-    "int8": frozenset({"int8"}),
 }
 FP32_DTYPES = frozenset({"float32", "float64"})
 
@@ -115,9 +112,10 @@ def dtype_branch(ctx, node: ast.AST, target: Optional[str] = None) -> Optional[b
         fill = -1e4 if scores.dtype == torch.half else -1e9
 
     None: no enclosing dtype check decides it."""
-    dtypes = TARGET_DTYPES.get(target or ctx.settings.target)
-    if dtypes is None:
+    fmt = FORMATS.get(target) if target else ctx.format
+    if fmt is None:
         return None
+    dtypes = fmt.dtypes
     result: Optional[bool] = None
     child = node
     for anc in ctx.ancestors(node):
@@ -148,10 +146,11 @@ _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 def _bind(out, target, stmt, value) -> None:
     if isinstance(target, ast.Name):
         out.setdefault(target.id, []).append((stmt.lineno, stmt.col_offset, value, stmt))
-    elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name):
-                out.setdefault(sub.id, []).append((stmt.lineno, stmt.col_offset, None, stmt))
+    elif isinstance(target, ast.Starred):
+        _bind(out, target.value, stmt, None)
+    elif isinstance(target, (ast.Tuple, ast.List)):  # `c.real, c.imag = ...` binds no name
+        for sub in target.elts:
+            _bind(out, sub, stmt, None)
 
 
 class Assignments:
@@ -260,6 +259,8 @@ _CLASS_OF_DTYPE = {
     "float16": DtypeClass.HALF, "bfloat16": DtypeClass.HALF,
     "float8_e4m3fn": DtypeClass.HALF, "float8_e5m2": DtypeClass.HALF,
     "float32": DtypeClass.FP32, "float64": DtypeClass.FP64, "bool": DtypeClass.BOOL,
+    # complex: the class of its real and imaginary parts (an FFT of a complex64 tensor is fp32)
+    "complex64": DtypeClass.FP32, "complex128": DtypeClass.FP64, "complex32": DtypeClass.HALF,
     "int8": DtypeClass.INTEGER, "uint8": DtypeClass.INTEGER, "int16": DtypeClass.INTEGER,
     "int32": DtypeClass.INTEGER, "int64": DtypeClass.INTEGER,
 }
@@ -310,11 +311,6 @@ _PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "t
                         "torch.nn.ParameterDict"})
 #: einops functions: the result has their first argument's dtype
 _EINOPS = frozenset({"einops.rearrange", "einops.reduce", "einops.repeat"})
-#: modules built and called inline (``nn.Softmax(dim=-1)(x)``) -> the function they run
-_MODULE_FUNCTIONS = {
-    "torch.nn.Softmax": "torch.nn.functional.softmax", "torch.nn.LogSoftmax": "torch.nn.functional.log_softmax",
-    "torch.nn.Softmin": "torch.nn.functional.softmin",
-}
 _DEVICES = {"cuda": ("cuda",), "cpu": ("cpu",), "any": ("cuda", "cpu")}
 _IN_PROGRESS = object()
 
@@ -739,8 +735,6 @@ class DtypeFlow:
         runs on (``"float"`` / ``"half"``), None when it differs or there is none."""
         if qualname in self._policy_cache:
             return self._policy_cache[qualname]
-        from .amp import policy
-
         casts = {policy.cast_of(qualname, self.engine, d) for d in self.devices}
         found = casts.pop() if len(casts) == 1 else None
         self._policy_cache[qualname] = found
@@ -895,7 +889,7 @@ class DtypeFlow:
             if attr in ("add", "sub", "mul", "where", "masked_scatter") and node.args:
                 base = promote(base, self.of(node.args[0]))
             return self._policy_result(node, "torch.Tensor." + attr, base)
-        if attr in ("matmul", "mm", "bmm"):
+        if policy.op_family("torch.Tensor." + attr) == policy.GEMM and len(node.args) <= 1:  # x.mm(y)
             return self._policy_result(node, "torch.Tensor." + attr, promote(base, self.of(node.args[0]) if node.args else base))
         return DtypeClass.UNKNOWN
 
@@ -958,10 +952,11 @@ class DtypeFlow:
             return DtypeClass.BOOL
         if short in _INT_RESULT:
             return DtypeClass.INTEGER
-        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm") and self.opt_level == "O1" \
-                and self.autocast and not self._in_disabled_autocast(node):
-            return DtypeClass.HALF  # autocast runs GEMMs in half; amplint's O1 does once registered (AMP401)
-        if short in ("einsum", "matmul", "mm", "bmm", "tensordot", "outer", "baddbmm"):
+        gemm = policy.op_family(qn) == policy.GEMM
+        if (gemm and policy.ASSUME_REGISTERED and self.opt_level == "O1" and self.autocast
+                and not self._in_disabled_autocast(node)):
+            return DtypeClass.HALF
+        if gemm:
             tensors = [a for a in operands if not isinstance(a, ast.Constant)]
             if len(tensors) == 1 and isinstance(tensors[0], (ast.Tuple, ast.List)):
                 tensors = tensors[0].elts
@@ -1038,8 +1033,8 @@ class DtypeFlow:
             maker = ctx.qualname(func.func) or ""
             if maker in ("functools.partial", "torch.nn.Module") or maker.endswith(".partial"):
                 return self.callees(func.args[0], depth + 1) if func.args else [None]
-            if maker in _MODULE_FUNCTIONS and layers:
-                return [_MODULE_FUNCTIONS[maker]]
+            if maker in policy.MODULE_FUNCTIONS and layers:  # nn.Softmax(dim=-1)(x): the function it runs
+                return [policy.MODULE_FUNCTIONS[maker]]
             return [None]
         if isinstance(func, ast.Name):
             value = reaching_value(ctx, func) if ctx.enclosing_function(func) is not None else None
@@ -1096,6 +1091,14 @@ class DtypeFlow:
                 if anc.name == "__init__":
                     return False
         return True
+
+
+class ExplicitDtypeFlow(DtypeFlow):
+    """The dtype flow without the O1 policy's fp32 upcasts (``ctx.dtype_of(x, explicit=True)``):
+    fp32 only where the code itself asks for it."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx, policy=False)
 
 
 #: methods whose first argument (``masked_fill``, ``masked_select``) or ``torch.where``'s
@@ -1187,13 +1190,12 @@ def autocast_disabled(ctx, node: ast.AST) -> bool:
 
 # --- precision facts: when an expression is half, in which format, and why ------------
 
-#: the low-precision format of a target's activations (None: fp8 / int8, not modelled here)
-TARGET_FORMAT = {"fp16": "float16", "bf16": "bfloat16"}
 #: when a half mode is half: explicit casts at every level, activations from O1, weights
 #: and floating buffers once the model is cast (O2 / O3, ``model.half()``)
 HALF_LEVELS = {"explicit": ("O0", "O1", "O2", "O3"), "activation": ("O1", "O2", "O3"), "buffer": ("O2", "O3")}
 _MODE_LEVEL = (("explicit", "O0"), ("activation", "O1"), ("buffer", "O2"))
-_HALF_FORMATS = {"float16": "fp16", "bfloat16": "bf16"}
+#: the half formats a :class:`Half` has (a target's ``activations``)
+_HALF_FORMATS = frozenset(f.activations for f in FORMATS.values() if f.activations)
 _CAST_FORMATS = {"half": "float16", "bfloat16": "bfloat16"}
 
 
@@ -1214,7 +1216,7 @@ class Half:
 
     @property
     def short(self) -> str:
-        return _HALF_FORMATS[self.format]
+        return BY_DTYPE[self.format].key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1292,7 +1294,7 @@ class PrecisionFacts:
             origin = self._origin(expr, mode, 0)
             fmt = origin[0] if origin is not None else None
             if fmt is None:
-                fmt = TARGET_FORMAT.get(self.ctx.settings.target)
+                fmt = self.ctx.format.activations
             if fmt not in _HALF_FORMATS:
                 return None
             source, cause = origin[1:] if origin is not None else (None, None)

@@ -28,6 +28,8 @@ import dataclasses
 import re
 from typing import Any, Iterable, Optional
 
+from .config import FileSettings
+
 #: the key of the engine evidence in a file's summary facts (not a rule code)
 FACT = "@engine"
 #: substrings without which a file holds no evidence (cheap test before any walk)
@@ -188,23 +190,25 @@ def _project_facts(project, path: str, root: str) -> Iterable[tuple[str, Any]]:
             if p != path and registration_reaches(p, data.get("imports", ()), path, root)]
 
 
-def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
+def resolve(settings, path: str, source: str, tree: ast.Module, project) -> FileSettings:
     """The settings one file is linted with: with ``engine = "auto"``, the engine (and,
     unless ``target`` was set, the dtype) the project shows; with a named engine, that
     engine.  ``engine`` becomes the op policy (``amplint`` or ``torch``)."""
+    if isinstance(settings, FileSettings):
+        return settings  # resolved already
     configured = settings.engine
     if configured != "auto":
         if configured == "apex":
-            return dataclasses.replace(settings, engine="amplint", amp_module="apex", engine_configured="apex")
-        return dataclasses.replace(settings, amp_module="amplint" if configured == "amplint" else None,
-                                   engine_configured=configured)
+            return FileSettings.of(settings, engine="amplint", amp_module="apex", engine_configured="apex")
+        return FileSettings.of(settings, amp_module="amplint" if configured == "amplint" else None,
+                               engine_configured=configured)
     found = evidence(tree, path, source)
     for other, data in _project_facts(project, path, settings.root):
         found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
     if not any(e.target for e in found) and not settings.target_given and cast_target(tree, source) == "bf16":
         settings = dataclasses.replace(settings, target="bf16")  # the file runs its tensors in bf16 itself
     if not found:
-        return dataclasses.replace(settings, engine="amplint", amp_module=None, engine_configured="auto")
+        return FileSettings.of(settings, engine="amplint", amp_module=None, engine_configured="auto")
     engine = min((e.engine for e in found), key=_RANK.__getitem__)
     ours = [e for e in found if e.engine == engine]
     decided = min(ours, key=lambda e: (e.path != path, e.path, e.line, e.column))
@@ -215,9 +219,9 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> Any:
     origin = (decided.path, decided.line, decided.column,
               f"engine assumed here: `{decided.what}` -> {_LABELS[engine]}"
               + (f", target {changes['target']}" if "target" in changes else ""))
-    return dataclasses.replace(settings, engine="amplint" if engine == "apex" else engine,
-                               amp_module=engine if engine != "torch" else None,
-                               engine_configured="auto", engine_origin=origin, **changes)
+    return FileSettings.of(settings, engine="amplint" if engine == "apex" else engine,
+                           amp_module=engine if engine != "torch" else None,
+                           engine_configured="auto", engine_origin=origin, **changes)
 
 
 #: how many explicit casts to bf16 (and none to fp16) make a file's own target bf16

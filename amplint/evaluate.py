@@ -37,6 +37,7 @@ from typing import Any, Iterator, Optional, Protocol
 from .analysis.calls import argument
 from .bindings import bound_names
 from .rule import Related
+from .semantic import constants as module_constants
 from .semantic.configs import (  # noqa: F401 -- also this module's public names, as before
     CONFIG_CLASS_SUFFIXES,
     CONFIG_NAMES,
@@ -76,9 +77,6 @@ class Scope(Protocol):
     def related(self, node: ast.AST, note: str, path: Optional[str] = None) -> Related: ...
 
 _MAX_DEPTH = 12
-#: the key of the project fact holding each file's numeric module constants (collected by
-#: :func:`amplint.project.module_constants`, read by :meth:`imported_constant`)
-CONSTANTS_FACT = "@constants"
 
 _NAMED_CONSTANTS = {
     "math.inf": math.inf, "math.pi": math.pi, "math.e": math.e, "math.nan": math.nan,
@@ -239,13 +237,10 @@ class Evaluator:
 
     def imported_constant(self, module: str, name: str) -> Optional[Value]:
         """A numeric module constant of another linted file: ``name`` in ``module``."""
-        project = self.ctx.project
-        if project is None or not module:
+        found = module_constants.imported(self.ctx.project, module, name, self.ctx.path)
+        if found is None:
             return None
-        found = project.named(CONSTANTS_FACT, name, module, exclude_path=self.ctx.path)
-        if len(found) != 1:
-            return None
-        path, (value, line, column) = found[0]
+        path, value, line, column = found
         return Value(value, (Related(path, line, column, f"`{name}` is defined here"),))
 
     def _local_value(self, func: ast.AST, name: str, depth: int):

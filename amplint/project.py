@@ -52,8 +52,8 @@ class FileSummary:
 def summarize(ctx, rules: Iterable) -> FileSummary:
     """Extract what other files may need from ``ctx`` (already walked)."""
     from . import engine_detect
-    from .evaluate import CONSTANTS_FACT
     from .fp8 import setup as fp8_setup
+    from .semantic import constants as module_constants
     from .semantic.configs import config_fields, is_config_class
     from .semantic.facts import collect_all
 
@@ -74,9 +74,9 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     fp8 = fp8_setup.collect(ctx.tree, ctx.path, ctx.source)
     if fp8 is not None:
         summary.facts[fp8_setup.FACT] = fp8
-    constants = module_constants(ctx)
-    if constants:
-        summary.facts[CONSTANTS_FACT] = {"by_name": constants}
+    constants = module_constants.collect(ctx)
+    if constants is not None:
+        summary.facts[module_constants.KEY] = constants
     summary.facts.update(collect_all(ctx))
     for rule in rules:
         if not rule.collects():
@@ -90,38 +90,14 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     return summary
 
 
-#: a module-level ``UPPER_CASE = <number>``: a file worth summarising for its constants
-#: even when nothing else in it is (``seq2seq_constant.py`` imports no torch)
-_CONSTANT_LINE = re.compile(r"^[A-Z_][A-Z0-9_]*\s*(?::[^=\n]*)?=\s*[-+(]*\s*[0-9.]", re.M)
-
-
 def defines_constants(text: str) -> bool:
     """Whether ``text`` may hold a fact worth summarising without any other marker: a
     numeric constant, or one of :mod:`amplint.semantic.facts`' (width lists, argparse
     defaults, config constructions, layer helpers)."""
+    from .semantic import constants
     from .semantic.facts import worth_collecting
 
-    return _CONSTANT_LINE.search(text) is not None or worth_collecting(text)
-
-
-def module_constants(ctx) -> dict[str, list]:
-    """``NAME = <number>`` assigned once at module level: name -> [value, line, column]
-    (``INFINITY_NUMBER = 1e12`` in ``seq2seq_constant.py``, read by another file as
-    ``constant.INFINITY_NUMBER``)."""
-    out = {}
-    for stmt in ctx.tree.body:
-        if stmt.__class__.__name__ not in ("Assign", "AnnAssign") or stmt.value is None:
-            continue
-        targets = stmt.targets if hasattr(stmt, "targets") else [stmt.target]
-        if len(targets) != 1 or targets[0].__class__.__name__ != "Name":
-            continue
-        name = targets[0].id
-        if len(ctx.module_assignments(name)) != 1:
-            continue
-        value = ctx.evaluator.evaluate(stmt.value, None, 1)
-        if value is not None and isinstance(value.value, (int, float)) and not isinstance(value.value, bool):
-            out[name] = [value.value, stmt.lineno, ctx.char_col(stmt.lineno, stmt.col_offset) + 1]
-    return out
+    return constants.MARKER.search(text) is not None or worth_collecting(text)
 
 
 def module_matches(path: str, module: str) -> int:

@@ -246,12 +246,11 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
 
     def begin_file(self, ctx) -> Optional[Format]:
         """The file's state: the target's format (None: nothing to do in this file)."""
-        target = ctx.settings.target
         if ctx.settings.opt_level == "O0":
             return None  # O0 trains in fp32
-        if target not in ("fp16", "fp8"):
+        if ctx.format.wide_exponent or not ctx.format.value_format:
             return None  # bf16: fp32's range; int8: quantisation, not a tensor value dtype
-        return FORMATS[target]
+        return ctx.format
 
     # --- helpers ---------------------------------------------------------------------
 

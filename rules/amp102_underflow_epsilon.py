@@ -243,10 +243,9 @@ No fix when the constant lives in another file (fix the config there). `fix` the
     # --- helpers ---------------------------------------------------------------------
 
     def _format(self, ctx):
-        target = ctx.settings.target
         if ctx.settings.opt_level == "O0":
             return None  # O0 trains in fp32
-        return FORMATS[target] if target in ("fp16", "bf16", "fp8") else None
+        return ctx.format if ctx.format.value_format else None
 
     def _tiny(self, ctx, expr: ast.AST, fmt_, by_name=True, any_name=False):
         """The folded value of ``expr`` when it is a positive constant below the

@@ -382,7 +382,7 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
     def begin_file(self, ctx) -> LayerSurvey:
         return LayerSurvey(
             alignment=ctx.settings.effective_alignment(),
-            floor=FORMATS[ctx.settings.target].alignment,
+            floor=ctx.format.alignment,
             checkpoint=any(m in ctx.source for m in CHECKPOINT_MARKERS),
         )
 

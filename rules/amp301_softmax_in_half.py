@@ -362,7 +362,7 @@ under the engine at each level).
             ctx.report(self, node, message, severity=severity)
             return
         # each target's own measured numbers (docs/fp16-facts.md), never fp16's under bf16
-        if ctx.settings.target == "bf16":
+        if ctx.format.wide_exponent:
             why = ("log-probabilities keep 8 significant bits (-3.3 is stored as -3.297)" if attr == "log_softmax"
                    else "probabilities keep 8 significant bits (softmax([0, -7]) is [1, 0.000912]: 1 - p is lost)")
         elif attr == "log_softmax":

@@ -421,7 +421,7 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
         severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return
-        if ctx.settings.target == "bf16":  # fp32's range: the cost is precision (docs/fp16-facts.md)
+        if ctx.format.wide_exponent:  # fp32's range: the cost is precision (docs/fp16-facts.md)
             why = _WHY_BF16.get(attr, "its result keeps 8 significant bits in bf16")
         else:
             why = _WHY.get(attr) or f"x ** {exponent:g} overflows fp16 for |x| above {65504 ** (1 / exponent):.4g}"

@@ -283,7 +283,7 @@ only served the hand-written form are removed. No fix for a softmax over the who
                 f"`torch.{found.kind}(..., dtype=torch.float32)` is one"
             )
         else:
-            overflow = ("`exp` overflows bf16 above 88.7 (a row of 89s gives NaN)" if ctx.settings.target == "bf16"
+            overflow = ("`exp` overflows bf16 above 88.7 (a row of 89s gives NaN)" if ctx.format.wide_exponent
                         else "`exp` overflows fp16 above 11.09 (a row of 12s gives NaN)")
             message = (
                 f"hand-written {what}: {overflow} and it is "

@@ -35,14 +35,20 @@ not cover and that no linted file registers:
 
 - GEMM-like ops the `amplint` engine's O1 does not run in half: `torch.einsum` (also `from torch
   import einsum`, and the tuple form `torch.einsum("...", (a, b))`), `torch.tensordot`,
-  `opt_einsum.contract`, `torch.outer`/`ger`/`inner`/`kron`;
+  `opt_einsum.contract`, another package's einsum wrapper (`tl.einsum` from tensorly,
+  `FC.einsum` from torch_complex), `torch.outer`/`ger`/`inner`/`kron` (an outer product of
+  positions is a position table, left to AMP602);
 - ops with no fp16/bf16 kernel, under either policy where it leaves them uncovered:
   `torch.linalg.inv`/`solve`/`cholesky`/`eigh`/`svd`/`det`/`slogdet`/`qr`/`lstsq`/`pinv`...,
   `torch.inverse`/`det`/`logdet`/`svd`/`cholesky`/`pinverse` (also as tensor methods,
-  `cov.inverse()`), `torch.cdist`/`pdist`, and `torch.fft.*` / `torch.stft`;
+  `cov.inverse()`), `torch.cdist`/`pdist`, and `torch.fft.*` / `torch.stft` (also the pre-1.8
+  `torch.rfft`/`irfft` and `torch.solve`);
 - `.apply` of a custom `torch.autograd.Function` (defined in the file) whose `forward` has
   neither `@torch.amp.custom_fwd` nor an `@amp.*_function` decorator: reported once, at the
   `class` line (where the decorator is missing), with each `.apply` call as a related location;
+  also when it is called through a module-level alias (`sparsemax = SparsemaxFunction.apply`) or
+  exported by a public one; `.apply` of a Function imported from another package
+  (`CausalDotProduct.apply(q, k, v)`) is flagged at the call;
 - calls through `torch.ops.<namespace>.<op>` and into compiled extension modules the file imports
   (`import fused_layer_norm_cuda`, `torch.utils.cpp_extension.load(...)`): no policy sees them.
 
@@ -54,7 +60,10 @@ XLNet`). Module names come from the project's import roots (the folder above the
 the config root and its `src/`), never from the folder names above the project. Also covered: calls in a function decorated with `@amp.half_function` /
 `float_function` / `promote_function`, and a Function whose `forward` has `@torch.amp.custom_fwd`
 or an `@amp.*_function` decorator. Code that only runs from `__init__` (tables built once, before
-`amp.initialize`) is not flagged.
+`amp.initialize`) is not flagged. A library file (no `nn.Module`, no script: `torch_dct`,
+`kornia.geometry`) runs inside the models that import it, so its public functions (and the file's
+functions they call, also through an alias chosen at import) are checked, at `info`: the callers
+decide whether the input is half.
 
 Opt levels (`opt-level`): nothing at O0 (fp32). At O2/O3 the model itself is half and no
 function is patched, so GEMM-like ops are not flagged (they already run in half) and
@@ -144,11 +153,13 @@ the forward computes in); it adds `@amp.float_function` only in a project on tha
                 def forward(self, a, b):
                     return torch.einsum('ij,jk->ik', a, b)
             """),
-        # not model code
+        # not model code: a script's helper (a library file's public functions are, at info)
         Valid("""
             import torch
             def helper(a, b):
                 return torch.einsum('ij,jk->ik', a, b)
+            if __name__ == "__main__":
+                print(helper(torch.eye(2), torch.eye(2)))
             """),
         # torch.autocast runs einsum in half
         Valid("""
@@ -441,6 +452,7 @@ the forward computes in); it adds `@amp.float_function` only in a project on tha
 
     def end_file(self, ctx) -> None:
         survey = ctx.state(self)
+        survey.add_exports(ctx)
         if not survey.uses:
             return
         pending = uncovered.check_uses(ctx, survey, self._registered(ctx, survey))

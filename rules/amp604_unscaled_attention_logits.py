@@ -5,6 +5,7 @@ import ast
 import re
 from typing import Optional
 
+from amplint.numerics import FP16
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _SCALE_NAME = re.compile(r"scale|sqrt|norm_factor|temperature|inv_scale", re.I)
@@ -233,7 +234,7 @@ change in the last bits. It is offered when the scaling applies directly to the 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         if not isinstance(node.op, (ast.Div, ast.Mult)):
             return
-        if ctx.settings.target != "fp16" or ctx.settings.opt_level == "O0":
+        if ctx.format is not FP16 or ctx.settings.opt_level == "O0":
             return
         left, right = node.left, node.right
         if not _is_scale(ctx, right, node.op):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amplint.fp8.setup import ProjectFp8Setup
 from amplint.fp8.survey import Fp8Survey
+from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -149,7 +150,7 @@ with transposes, batched weights or einsum equations need a person to decide.
     ]
 
     def begin_file(self, ctx):
-        return ctx.settings.target == "fp8"
+        return ctx.format is FP8
 
     def end_file(self, ctx) -> None:
         if not ctx.state(self):

@@ -6,6 +6,7 @@ from amplint.analysis.dims import next_multiple
 from amplint.fp8.gemm import ALIGNMENT, DEFAULT_TOKENS, nearest_speedup
 from amplint.fp8.setup import ProjectFp8Setup
 from amplint.fp8.survey import Fp8Survey, linear_flops_share, site_label
+from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -95,7 +96,7 @@ the number is written once.
     ]
 
     def begin_file(self, ctx):
-        return ctx.settings.target == "fp8"
+        return ctx.format is FP8
 
     def end_file(self, ctx) -> None:
         if not ctx.state(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from amplint.fp8.gemm import ALIGNMENT, BREAK_EVEN, DEFAULT_TOKENS, mkn_text, nearest_speedup
 from amplint.fp8.setup import ProjectFp8Setup
 from amplint.fp8.survey import Fp8Survey, site_label
+from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -105,7 +106,7 @@ the layer.
     ]
 
     def begin_file(self, ctx):
-        return ctx.settings.target == "fp8"
+        return ctx.format is FP8
 
     def end_file(self, ctx) -> None:
         if not ctx.state(self):

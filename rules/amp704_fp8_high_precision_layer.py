@@ -5,6 +5,7 @@ from __future__ import annotations
 from amplint.fp8.gemm import ALIGNMENT
 from amplint.fp8.setup import ProjectFp8Setup
 from amplint.fp8.survey import Fp8Survey, site_label
+from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -114,7 +115,7 @@ difference and each layer's error).
     ]
 
     def begin_file(self, ctx):
-        return ctx.settings.target == "fp8"
+        return ctx.format is FP8
 
     def end_file(self, ctx) -> None:
         if not ctx.state(self):

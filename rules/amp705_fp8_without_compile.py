@@ -3,6 +3,7 @@ the model."""
 from __future__ import annotations
 
 from amplint.fp8.setup import ProjectFp8Setup
+from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
 
@@ -78,7 +79,7 @@ script's choice.
     ]
 
     def begin_file(self, ctx):
-        return ctx.settings.target == "fp8"
+        return ctx.format is FP8
 
     def visit_Call(self, node, ctx) -> None:
         if not ctx.state(self):

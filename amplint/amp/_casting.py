@@ -34,19 +34,6 @@ _INHERITED = object()
 RELAXED_CHECK = "relaxed-check"  # a module's dtype check that O1's casts would trip
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
-# fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
-# (what torch.autocast calls fp32_set_opt_dtype) instead of an fp32 copy of their input, which
-# saves a full-size cast in forward and backward. Value: positional index at which a caller
-# could pass dtype (a call with that many positional arguments is left alone).
-_DTYPE_ARG = {
-    "torch.nn.functional.softmax": 3, "torch.nn.functional.log_softmax": 3,
-    "torch.nn.functional.softmin": 3,
-    "torch.softmax": 2, "torch.log_softmax": 2, "torch.Tensor.softmax": 2,
-    "torch.Tensor.log_softmax": 2, "torch.special.softmax": 2, "torch.special.log_softmax": 2,
-    "torch.sum": 99, "torch.Tensor.sum": 3, "torch.cumsum": 99, "torch.Tensor.cumsum": 2,
-    "torch.cumprod": 99, "torch.Tensor.cumprod": 2, "torch.prod": 99, "torch.Tensor.prod": 3,
-}
-
 
 def resolve(qualname: str):
     """``"torch.nn.functional.softmax"`` -> ``(torch.nn.functional, "softmax")``."""
@@ -111,8 +98,8 @@ class Casts:
     # -- wrappers --------------------------------------------------------------------------
     def wrap(self, orig, kind: str, name: str, qualname: str = ""):
         state = self
-        if kind == policy.FLOAT and qualname in _DTYPE_ARG:
-            limit = _DTYPE_ARG[qualname]
+        if kind == policy.FLOAT and qualname in policy.O1_FLOAT_DTYPE_ARGUMENT:
+            limit = policy.O1_FLOAT_DTYPE_ARGUMENT[qualname]
 
             def wrapper(*args, **kwargs):
                 if state.active and "dtype" not in kwargs and len(args) <= limit:

@@ -107,6 +107,19 @@ O1_NATIVE_PROMOTE: tuple[str, ...] = (
               "addcdiv addcmul atan2 add sub mul div eq ne ge gt le lt")
 )
 
+#: fp32-list ops that take a ``dtype=`` argument: under O1 they get ``dtype=torch.float32``
+#: (what torch.autocast calls fp32_set_opt_dtype) instead of an fp32 copy of their input, which
+#: saves a full-size cast in forward and backward. Value: positional index at which a caller
+#: could pass dtype (a call with that many positional arguments is left alone).
+O1_FLOAT_DTYPE_ARGUMENT: dict[str, int] = {
+    "torch.nn.functional.softmax": 3, "torch.nn.functional.log_softmax": 3,
+    "torch.nn.functional.softmin": 3,
+    "torch.softmax": 2, "torch.log_softmax": 2, "torch.Tensor.softmax": 2,
+    "torch.Tensor.log_softmax": 2, "torch.special.softmax": 2, "torch.special.log_softmax": 2,
+    "torch.sum": 99, "torch.Tensor.sum": 3, "torch.cumsum": 99, "torch.Tensor.cumsum": 2,
+    "torch.cumprod": 99, "torch.Tensor.cumprod": 2, "torch.prod": 99, "torch.Tensor.prod": 3,
+}
+
 #: Raise ``NotImplementedError`` when any floating input is fp16/bf16.
 O1_BANNED: tuple[str, ...] = (_F + "binary_cross_entropy",)
 
@@ -302,6 +315,120 @@ _PY_TO_ATEN: dict[str, tuple[str, ...]] = {
 }
 
 # --------------------------------------------------------------------------------------------
+# What the lists cannot say: op families, kernels, other names of listed ops
+# --------------------------------------------------------------------------------------------
+
+#: Families of the ops a policy should cover (:func:`op_family`): ``GEMM`` is fast in half on
+#: Tensor Cores and slow (fp32) or crashing (mixed dtypes) when left out; ``FP32_ONLY`` has no
+#: half kernel (raises on fp16/bf16 input); ``FFT`` runs in half only for power-of-two sizes
+#: on CUDA and not at all on CPU.
+GEMM = "gemm"
+FP32_ONLY = "fp32-only"
+FFT = "fft"
+
+#: Outer and Kronecker products: GEMM-like, but rank-1 or elementwise underneath, so running
+#: them in half gains little (AMP401 reports them at ``info``).
+OUTER_PRODUCTS: frozenset = frozenset(("outer", "ger", "inner", "kron"))
+#: GEMM-like functions on no cast list of either policy (names after ``torch.``).
+GEMM_EXTRA: frozenset = OUTER_PRODUCTS | {"tensordot"}
+#: GEMM-like functions outside torch (qualified names).
+GEMM_EXTERNAL: frozenset = frozenset(("opt_einsum.contract",))
+#: An ``einsum`` of another package in torch code (``tensorly.einsum``, ``torch_complex``'s
+#: ``FC.einsum``) is a wrapper that contracts torch tensors with ``torch.einsum`` (or
+#: opt_einsum on top of it): GEMM-like, and patched only by a registration on that package.
+#: The array libraries below have an einsum of their own that never sees a torch tensor.
+OTHER_ARRAY_LIBRARIES: tuple = ("numpy", "jax", "tensorflow", "cupy", "mxnet", "paddle", "scipy")
+
+#: Linear-algebra functions with no fp16/bf16 kernel, measured on torch 2.13 CPU (each
+#: raises on an fp16 input: ``linalg.inv: Low precision dtypes not supported. Got Half``,
+#: ``"lu_cpu" not implemented for 'Half'``) and CUDA (``linalg.inv`` raises);
+#: ``tests/rules/test_ops.py`` re-checks them on the installed torch.  ``torch.linalg``
+#: functions that *do* take half (``diagonal``, ``matrix_power``, ``matrix_exp``, the norms,
+#: ``cross``, ``matmul``, ``multi_dot``, ``vecdot``) are absent.
+NO_HALF_LINALG: frozenset = frozenset((
+    "cholesky cholesky_ex cond det eig eigh eigvals eigvalsh householder_product inv inv_ex "
+    "ldl_factor ldl_factor_ex ldl_solve lstsq lu lu_factor lu_factor_ex lu_solve matrix_rank "
+    "pinv qr slogdet solve solve_ex solve_triangular svd svdvals tensorinv tensorsolve vander"
+).split())
+#: The same under ``torch.`` (``rfft``/``irfft`` are the pre-1.8 spectral functions; the
+#: rest are decompositions and distance ops with no half kernel).
+NO_HALF_TORCH: frozenset = frozenset((
+    "inverse det logdet slogdet svd svd_lowrank pca_lowrank cholesky cholesky_solve "
+    "cholesky_inverse qr lu lu_solve lu_unpack pinverse triangular_solve geqrf orgqr ormqr "
+    "lstsq eig symeig lobpcg cdist pdist solve matrix_rank"
+).split())
+#: Tensor methods with no half kernel (``cov.inverse()``).
+NO_HALF_TENSOR_METHODS: frozenset = frozenset((
+    "inverse det logdet slogdet svd cholesky cholesky_solve cholesky_inverse qr pinverse "
+    "triangular_solve geqrf orgqr ormqr lu").split())
+#: ``torch.fft`` transforms (the rest of the module, ``fftfreq``/``fftshift``, are helpers
+#: that work in any dtype), and the spectral functions under ``torch.``; ``torch.rfft`` /
+#: ``torch.irfft`` / ``torch.fft`` (a function before 1.8) are the pre-1.8 spellings.
+FFT_TRANSFORMS: frozenset = frozenset((
+    "fft ifft fft2 ifft2 fftn ifftn rfft irfft rfft2 irfft2 rfftn irfftn hfft ihfft hfft2 "
+    "ihfft2 hfftn ihfftn").split())
+FFT_HELPERS: frozenset = frozenset(("fftfreq", "rfftfreq", "fftshift", "ifftshift"))
+SPECTRAL_TORCH: frozenset = frozenset(("stft", "istft", "rfft", "irfft", "ifft"))
+
+_RNN_OR_CONV = ("conv", "cudnn", "lstm", "gru", "rnn", "_thnn", "_scaled_dot_product_flash")
+
+#: Python functions that reach a listed op under another name. Measured under CUDA autocast
+#: (H200, PyTorch 2.11): each returns fp32, although its own name is on no list.
+#: :func:`cast_of` follows them when the name itself is unlisted.
+RUNS_AS: dict[str, str] = {
+    _F + "gumbel_softmax": _TT + "softmax",  # calls gumbels.softmax(dim)
+    _SP + "softmax": _T + "softmax",
+    _SP + "log_softmax": _T + "log_softmax",
+    _LA + "norm": _LA + "vector_norm",  # vector norms, the form used in models
+}
+
+
+#: How the linter's dtype flow treats a GEMM (:func:`op_family`) that the ``amplint`` O1 lists
+#: leave out (``einsum``, ``tensordot``): as run in half under O1, as ``torch.autocast`` runs
+#: it and as it runs once registered. AMP401 reports the missing registration itself, so the
+#: other rules judge the code as it runs after that fix.
+ASSUME_REGISTERED = True
+
+
+def op_family(qualname: str) -> str | None:
+    """``GEMM``, ``FP32_ONLY``, ``FFT`` or None for a qualified name (``torch.einsum``,
+    ``torch.linalg.inv``, ``torch.fft.rfft``, ``torch.Tensor.mm``): GEMM-like are the ops
+    PyTorch's CUDA autocast runs in lower precision (convolutions and recurrent cells
+    aside) plus :data:`GEMM_EXTRA` / :data:`GEMM_EXTERNAL`."""
+    if qualname in GEMM_EXTERNAL:
+        return GEMM
+    if (qualname.endswith(".einsum") and not qualname.startswith("torch.")
+            and qualname.split(".", 1)[0] not in OTHER_ARRAY_LIBRARIES):
+        return GEMM
+    if qualname.startswith(_LA):
+        return FP32_ONLY if qualname[len(_LA):] in NO_HALF_LINALG else None
+    if qualname.startswith("torch.fft."):
+        name = qualname[len("torch.fft."):]
+        return FFT if name in FFT_TRANSFORMS else None
+    if qualname.startswith(_TT):
+        name = qualname[len(_TT):]
+        if name in NO_HALF_TENSOR_METHODS:
+            return FP32_ONLY
+        qualname = _T + name
+    if qualname.startswith(_T) and qualname.count(".") == 1:
+        name = qualname[len(_T):]
+        if name in NO_HALF_TORCH:
+            return FP32_ONLY
+        if name in SPECTRAL_TORCH or name == "fft":
+            return FFT
+        if name in GEMM_EXTRA or (name in _CUDA_LOWER and not any(p in name for p in _RNN_OR_CONV)):
+            return GEMM
+    return None
+
+
+def family_names() -> frozenset:
+    """The last names of every op :func:`op_family` classifies (a cheap filter on calls)."""
+    gemm = {n for n in _CUDA_LOWER if not any(p in n for p in _RNN_OR_CONV)}
+    return frozenset(gemm | GEMM_EXTRA | {q.rsplit(".", 1)[-1] for q in GEMM_EXTERNAL} | NO_HALF_LINALG
+                     | NO_HALF_TORCH | NO_HALF_TENSOR_METHODS | FFT_TRANSFORMS | SPECTRAL_TORCH)
+
+
+# --------------------------------------------------------------------------------------------
 # Lookup helpers
 # --------------------------------------------------------------------------------------------
 
@@ -359,13 +486,23 @@ def cast_of(qualname: str, policy: str = "amplint", device: str = "cuda") -> str
     ``policy="torch"`` is ``torch.autocast`` on ``device`` (``"cuda"`` or ``"cpu"``).
     """
     if policy == "amplint":
-        return _AMPLINT.get(normalize(qualname))
+        found = _AMPLINT.get(normalize(qualname))
+        if found is None and qualname in RUNS_AS:
+            return _AMPLINT.get(RUNS_AS[qualname])
+        return found
     if policy != "torch":
         raise ValueError(f"unknown policy {policy!r}; expected 'amplint' or 'torch'")
     try:
         lists = TORCH_AUTOCAST[device]
     except KeyError:
         raise ValueError(f"unknown device {device!r}; expected 'cuda' or 'cpu'") from None
+    found = _torch_cast(qualname, lists)
+    if found is None and qualname in RUNS_AS:
+        return _torch_cast(RUNS_AS[qualname], lists)
+    return found
+
+
+def _torch_cast(qualname: str, lists: dict) -> str | None:
     aten = aten_name(qualname)
     if aten is None:
         return None

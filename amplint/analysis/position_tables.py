@@ -54,9 +54,9 @@ def autocast_half(ctx, node: ast.AST, kind: str) -> bool:
     """Whether the selected policy runs this product in half under O1 even on fp32 operands."""
     if ctx.settings.opt_level != "O1" or autocast_disabled(ctx, node):
         return False
-    qualname = {"einsum": "torch.einsum", "matmul": "torch.matmul", "outer": "torch.outer"}.get(kind)
-    if qualname is None:
+    if policy.op_family("torch." + kind) != policy.GEMM:
         return False
+    qualname = "torch." + kind
     devices = ("cuda", "cpu") if ctx.settings.device == "any" else (ctx.settings.device,)
     return any(policy.cast_of(qualname, ctx.settings.engine, d) == policy.HALF for d in devices)
 

@@ -11,12 +11,11 @@ import ast
 import re
 from typing import Optional
 
-from ..dtypes import TARGET_FORMAT, Half, reaching_value
+from ..dtypes import Half, reaching_value
+from ..numerics import BY_DTYPE
 
-#: largest n such that every integer 0..n is exact in the format (bench/bf16_facts.py)
-EXACT_INTEGER_LIMIT = {"float16": 2048, "bfloat16": 256}
-#: the short names messages use
-SHORT = {"float16": "fp16", "bfloat16": "bf16"}
+#: the short names messages use ("float16" -> "fp16")
+SHORT = {name: f.key for name, f in BY_DTYPE.items()}
 #: methods that keep a position tensor a position tensor (shape manipulation, casts)
 _SHAPE = frozenset({
     "unsqueeze", "squeeze", "view", "reshape", "expand", "expand_as", "repeat", "flatten", "contiguous",
@@ -28,12 +27,12 @@ _SHAPE = frozenset({
 
 def target_format(settings) -> Optional[str]:
     """The half format activations have under the settings' target (None: fp8/int8)."""
-    return TARGET_FORMAT.get(settings.target)
+    return settings.format.activations
 
 
 def limit(half: Half) -> int:
     """The largest integer below which every integer is exact in ``half``'s format."""
-    return EXACT_INTEGER_LIMIT[half.format]
+    return BY_DTYPE[half.format].exact_integer_limit
 
 
 #: names that hold positions, timesteps or token indices (integer-valued tensors)
@@ -120,6 +119,6 @@ def is_position_like(ctx, expr: ast.AST, depth: int = 0) -> bool:
 
 
 __all__ = [
-    "EXACT_INTEGER_LIMIT", "SHORT", "limit", "when", "is_position_like", "position_root", "target_format",
+    "SHORT", "limit", "when", "is_position_like", "position_root", "target_format",
     "in_table_scope", "reaching_value",
 ]

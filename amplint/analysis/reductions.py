@@ -47,24 +47,11 @@ _OPERAND_KEYWORDS = ("input", "logits", "A", "x", "self")
 
 # --- op policy ----------------------------------------------------------------------
 
-#: Python functions that reach a listed op under another name. Measured under CUDA autocast
-#: (H200, PyTorch 2.11): each returns fp32, although ``policy.cast_of(..., "torch", "cuda")``
-#: has no entry for the left-hand name. To move into ``amplint.amp.policy`` (``_PY_TO_ATEN``
-#: for the torch policy; a "runs as" map for the amplint one).
-RUNS_AS = {
-    "torch.nn.functional.gumbel_softmax": "torch.Tensor.softmax",  # calls gumbels.softmax(dim)
-    "torch.special.softmax": "torch.softmax",
-    "torch.special.log_softmax": "torch.log_softmax",
-    "torch.linalg.norm": "torch.linalg.vector_norm",  # vector norms, the form used in models
-}
-
-
 def upcast_by_policy(qualname: str, settings) -> bool:
     """Whether the selected mixed-precision policy (``settings.engine``) runs ``qualname``
     in fp32 under O1 on every device the model runs on (``settings.device``)."""
-    names = (qualname, RUNS_AS[qualname]) if qualname in RUNS_AS else (qualname,)
     for device in _DEVICES.get(settings.device, ("cuda", "cpu")):
-        if all(policy.cast_of(name, settings.engine, device) != policy.FLOAT for name in names):
+        if policy.cast_of(qualname, settings.engine, device) != policy.FLOAT:
             return False
     return True
 
@@ -84,7 +71,7 @@ def severity_for(settings, qualname: str) -> Optional[Severity]:
     autocast keeps the op in half)."""
     if settings.opt_level == "O0":
         return None
-    if settings.target == "bf16":
+    if settings.format.wide_exponent:
         return Severity.INFO  # bf16 has fp32's exponent range: precision, not overflow
     if settings.opt_level == "O1" and upcast_by_policy(qualname, settings):
         return Severity.INFO

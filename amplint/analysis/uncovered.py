@@ -24,31 +24,18 @@ import os
 from typing import Optional
 
 from amplint import fixes
-from amplint.analysis import ops
+from amplint.amp import policy
+from amplint.analysis import ops, position_tables, positions
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
 from amplint.dtypes import DtypeClass
 from amplint.rule import Edit, Fix, Severity
+from amplint.semantic.library import LibraryFunctions
 
 REGISTER = ops.REGISTER_FUNCTIONS
 _DECORATORS = ops.DECORATORS
-#: last names of calls worth a look (cheap string test before any resolution)
-_OP_NAMES = frozenset((
-    "einsum", "tensordot", "outer", "ger", "inner", "kron", "contract", "cdist", "pdist", "stft",
-    "istft", "inverse", "det", "logdet", "slogdet", "svd", "svd_lowrank", "pca_lowrank", "cholesky",
-    "cholesky_solve", "cholesky_inverse", "qr", "lu", "lu_solve", "lu_unpack", "pinverse",
-    "triangular_solve", "geqrf", "orgqr", "ormqr", "lstsq", "eig", "symeig", "lobpcg",
-    # torch.linalg
-    "cholesky_ex", "cond", "eigh", "eigvals", "eigvalsh", "householder_product", "inv", "inv_ex",
-    "ldl_factor", "ldl_factor_ex", "ldl_solve", "lu_factor", "lu_factor_ex", "matrix_rank", "pinv",
-    "solve", "solve_ex", "solve_triangular", "svdvals", "tensorinv", "tensorsolve", "vander",
-    # torch.fft
-    "fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn",
-    "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn",
-    # GEMMs autocast runs in half (einsum is the one the amplint policy leaves out)
-    "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "chain_matmul", "multi_dot", "vecdot",
-))
-_METHOD_OPS = frozenset(("inverse", "det", "logdet", "slogdet", "cholesky", "pinverse",
-                         "cholesky_inverse", "svd"))
+#: last names of calls worth a look (cheap string test before any resolution): every name
+#: the policy gives a family to
+_OP_NAMES = policy.family_names()
 #: module names of compiled extensions (``fused_layer_norm_cuda``, ``selective_scan_cuda``,
 #: ``amp_C``, ``_C``, ``flash_attn_2_cuda``, ``my_ext``)
 _EXT_SUFFIXES = ("_cuda", "_C", "_ext", "_cpp")
@@ -86,6 +73,14 @@ def _floated(ctx, expr: ast.AST) -> str:
     if isinstance(expr, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         return text + ".float()"
     return f"({text}).float()"
+
+
+def _imported_function(ctx, name: str) -> bool:
+    """``name`` is imported from another package (``from fast_transformers.causal_product
+    import CausalDotProduct``), not from torch: ``name.apply(...)`` runs a custom autograd
+    Function this file cannot see."""
+    origin = ctx.imports.get(name)
+    return origin is not None and not origin.startswith(("torch.", "amplint.", "apex."))
 
 
 def _stem(path: str) -> str:
@@ -127,6 +122,8 @@ class Use:
     family: Optional[str] = None
     module: Optional[str] = None
     name: Optional[str] = None
+    #: a module's public alias of the op (it runs wherever the module is imported)
+    exported: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +161,7 @@ class CallSurvey:
         self.registrations: list[list] = []
         self._functions: Optional[dict] = None
         self._extensions: Optional[set] = None
+        self._aliases: Optional[dict] = None
 
     def add_call(self, node: ast.Call, ctx) -> None:
         func = node.func
@@ -176,8 +174,14 @@ class CallSurvey:
                 self.registrations.append(reg)
             return
         if last == "apply" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            if func.value.id in self.function_classes(ctx):
-                self.uses.append(Use(node, "function", func.value.id))
+            name = func.value.id
+            if name in self.function_classes(ctx):
+                self.uses.append(Use(node, "function", name))
+            elif node.args and name[:1].isupper() and _imported_function(ctx, name):
+                self.uses.append(Use(node, "imported function", ctx.imports[name]))
+            return
+        if isinstance(func, ast.Name) and func.id in self.apply_aliases(ctx):  # sparsemax = SparsemaxFunction.apply
+            self.uses.append(Use(node, "function", self.apply_aliases(ctx)[func.id]))
             return
         if isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)):
             root = func.value
@@ -202,7 +206,7 @@ class CallSurvey:
                 if fam is not None:
                     module = ctx.qualname(func.value) if isinstance(func, ast.Attribute) else None
                     self.uses.append(Use(node, "op", qualname, fam, module, last))
-            elif last in _METHOD_OPS and isinstance(func, ast.Attribute) and not node.args:
+            elif last in policy.NO_HALF_TENSOR_METHODS and isinstance(func, ast.Attribute) and not node.args:
                 if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls", "super")):
                     self.uses.append(Use(node, "op", "torch.Tensor." + last, ops.FP32_ONLY, "torch.Tensor", last))
             return
@@ -223,6 +227,29 @@ class CallSurvey:
                         grew = True
             self._functions = found
         return self._functions
+
+    def apply_aliases(self, ctx) -> dict:
+        """Module-level names bound to a custom Function's ``apply`` (``sparsemax =
+        SparsemaxFunction.apply``) -> the Function's class name."""
+        if self._aliases is None:
+            found = {}
+            classes = self.function_classes(ctx)
+            for stmt in ctx.tree.body:
+                value = stmt.value if isinstance(stmt, ast.Assign) else None
+                if (isinstance(value, ast.Attribute) and value.attr == "apply" and isinstance(value.value, ast.Name)
+                        and value.value.id in classes):
+                    found.update((t.id, value.value.id) for t in stmt.targets if isinstance(t, ast.Name))
+            self._aliases = found
+        return self._aliases
+
+    def add_exports(self, ctx) -> None:
+        """A public module-level alias of a custom Function's ``apply`` (``entmoid15 =
+        Entmoid15.apply``) is the op the module exports: it runs in its importers' models."""
+        for stmt in ctx.tree.body:
+            if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and not t.id.startswith("_") and t.id in self.apply_aliases(ctx)
+                    for t in stmt.targets):
+                self.uses.append(Use(stmt.value, "function", stmt.value.value.id, exported=True))
 
     def extensions(self, ctx) -> set:
         if self._extensions is None:
@@ -253,7 +280,7 @@ def check_uses(ctx, survey: CallSurvey, registered: set) -> list[Pending]:
     engine = ctx.settings.engine
     pending = []
     for use in survey.uses:
-        if not _runs_in_training(ctx, use.node):
+        if not use.exported and not _runs_in_training(ctx, use.node):
             continue
         if use.kind == "op":
             item = _check_op(ctx, use, engine, registered)
@@ -261,16 +288,27 @@ def check_uses(ctx, survey: CallSurvey, registered: set) -> list[Pending]:
             item = _check_function(ctx, survey, use, engine, registered)
         else:
             item = _check_opaque(ctx, survey, use, engine)
+        if item is not None and use.kind == "op" and _library_only(ctx, use.node):
+            # the callers, in other files, decide whether it gets half: fp32 data (an STFT of
+            # the waveform) is fine, half activations are not
+            item = dataclasses.replace(item, severity=Severity.INFO, message=item.message + (
+                " (a library function: whether its input is half depends on the models that call it)"))
         if item is not None:
             pending.append(item)
     return pending
 
 
+def _library_only(ctx, node) -> bool:
+    """Reached only as a library file's public function (:mod:`amplint.semantic.library`)."""
+    return not ctx.in_model_code(node) and ctx.get(LibraryFunctions).runs_in_callers(ctx, node)
+
+
 def _runs_in_training(ctx, node) -> bool:
-    """Model code that runs after ``amp.initialize``: ``forward`` and what it calls, or
-    another method of a module class -- not ``__init__`` / weight initialisation and
+    """Model code that runs after ``amp.initialize``: ``forward`` and what it calls, a
+    library file's public functions (:mod:`amplint.semantic.library`), or another method
+    of a module class -- not ``__init__`` / weight initialisation and
     the helpers only ``__init__`` calls (a sinusoid table built once in fp32)."""
-    if ctx.in_forward(node):
+    if ctx.in_forward(node) or ctx.get(LibraryFunctions).runs_in_callers(ctx, node):
         return True
     if not ctx.in_model_code(node):
         return False
@@ -319,6 +357,8 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
         return None
     if _operands_fp32(ctx, node, fam):
         return None
+    if fam == ops.GEMM and _position_table(ctx, node):
+        return None
     short = qualname[len("torch."):] if qualname.startswith("torch.") else qualname
     shown = ctx.segment(func)
     kind = ops.register_kind(fam)
@@ -328,7 +368,7 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
                f"is a {cast} op under O1 (fp32 when a weight is involved)")
         message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `RuntimeError: expected scalar "
                    f"type ...` on mixed fp16/fp32 inputs (apex #895); register it to run in half")
-        severity = Severity.WARNING if short not in ("outer", "ger", "inner", "kron") else Severity.INFO
+        severity = Severity.INFO if short in policy.OUTER_PRODUCTS else Severity.WARNING
     else:
         problem = ("has no fp16/bf16 kernel (raises on half input)" if fam == ops.FP32_ONLY else
                    "runs in half only for power-of-two sizes on CUDA, not at all on CPU")
@@ -422,13 +462,22 @@ def _operands_fp32(ctx, call: ast.Call, fam) -> bool:
     operands the dtype flow knows are fp32 / fp64 (``x.float()``, a weight under O1, a
     position table built from ``arange(..., dtype=torch.float)``)."""
     tensors = _tensor_operands(call, fam)
-    if fam == ops.GEMM and len(tensors) == 1 and ctx.qualname(call.func) in ("torch.einsum", "opt_einsum.contract"):
+    if fam == ops.GEMM and len(tensors) == 1 and (ctx.qualname(call.func) or "").endswith((".einsum", ".contract")):
         return True
     # a GEMM left in fp32 by an O1 upcast upstream still wants Tensor Cores: only fp32
     # the code asked for itself (a position table) is left alone
     classes = [ctx.dtype_of(t, explicit=fam == ops.GEMM) for t in tensors]
     classes = [c for c in classes if c is not DtypeClass.SCALAR]  # fft(x, n): n is a size
     return bool(classes) and all(c in (DtypeClass.FP32, DtypeClass.FP64) for c in classes)
+
+
+def _position_table(ctx, call: ast.Call) -> bool:
+    """An outer product of positions and frequencies (``einsum("i,j->ij", t, inv_freq)``,
+    ``torch.outer(t, inv_freq)``): a position table, which wants fp32 (half loses the
+    positions above 2048; AMP602 judges it), not Tensor Cores."""
+    found = position_tables.outer_operands(ctx, call)
+    return found is not None and found[0] in ("einsum", "outer") and any(
+        positions.is_position_like(ctx, operand) for operand in found[1:])
 
 
 def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered: set) -> Optional[Pending]:
@@ -516,6 +565,11 @@ def _check_opaque(ctx, survey: "CallSurvey", use: Use, engine: str) -> Optional[
                    + ("amplint's O1 patches Python functions and never sees it" if engine == "amplint" else
                       "autocast casts only ops that register an Autocast kernel")
                    + "; cast its inputs yourself (`.float()` or `.half()`)")
+    elif what == "imported function":
+        message = (f"`{ctx.segment(node.func)}` runs a custom autograd Function from `{qualname.rsplit('.', 1)[0]}`: "
+                   f"no mixed-precision policy casts its inputs, and a kernel written for fp32 fails or "
+                   f"misreads fp16; call it on fp32 inputs (`.float()`) with autocast disabled, or wrap it "
+                   f"with `@torch.amp.custom_fwd(..., cast_inputs=torch.float32)`")
     else:
         message = (f"`{ctx.segment(node.func)}` calls into a compiled extension: no mixed-precision policy "
                    f"casts its inputs, and a kernel built for fp32 fails or misreads fp16; wrap it in a "

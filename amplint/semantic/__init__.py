@@ -10,5 +10,9 @@ module, the way a rule's ``collect`` works.
   sites, argparse defaults, config overrides at construction sites);
 * :mod:`.facts` -- the cross-file collectors: argparse defaults, number sequences at
   module level, constructions of config classes, functions and classes whose
-  parameters reach a layer size.
+  parameters reach a layer size;
+* :mod:`.constants` -- the collector of numeric module constants (``NEG_INF = -1e9``
+  read by another file);
+* :mod:`.library` -- which functions of a library file (no module, no script) run in
+  their importers' models.
 """

@@ -34,7 +34,6 @@ from typing import Optional
 from .runner import UNDERFLOW_FRACTION
 
 HALF_DTYPES = ("float16", "bfloat16")
-_GEMM_OPS = frozenset("linear matmul mm bmm einsum addmm baddbmm conv1d conv2d conv3d __matmul__ __rmatmul__".split())
 #: codes whose span is the hazardous call itself: only that op's own results are evidence
 _OP_CODES = ("AMP301", "AMP302", "AMP303", "AMP4")
 #: torch names of one operation -> the name findings use

@@ -109,12 +109,12 @@ def test_engine_policy_decides_var():
 def test_ops_reaching_a_listed_op_follow_its_policy(qualname):
     # measured on CUDA autocast (H200): each returns fp32, through the op it calls
     from amplint.analysis.reductions import severity_for
-    from amplint.config import Settings
+    from amplint.config import FileSettings
 
-    assert severity_for(Settings(engine="torch"), qualname).value == "info"
-    assert severity_for(Settings(engine="torch", device="cpu"), qualname).value == "warning"
-    assert severity_for(Settings(opt_level="O3"), qualname).value == "warning"
-    assert severity_for(Settings(opt_level="O0"), qualname) is None
+    assert severity_for(FileSettings(engine="torch"), qualname).value == "info"
+    assert severity_for(FileSettings(engine="torch", device="cpu"), qualname).value == "warning"
+    assert severity_for(FileSettings(opt_level="O3"), qualname).value == "warning"
+    assert severity_for(FileSettings(opt_level="O0"), qualname) is None
 
 
 def test_rules_do_not_import_torch():

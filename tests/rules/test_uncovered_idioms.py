@@ -1,0 +1,19 @@
+"""AMP401 on the idioms of fixtures/ops/library, through the command line: where the
+finding's severity says something the fixture markers cannot."""
+from __future__ import annotations
+
+import json
+
+
+def test_library_functions_are_info_and_model_code_is_not(amplint):
+    proc = amplint("check", "fixtures/ops/library", "fixtures/ops/clean/library_script.py",
+                   "--select", "AMP401", "--format", "json", "--no-cache")
+    assert proc.returncode in (0, 1), proc.stderr
+    found = {(f["path"].rsplit("/", 1)[-1], f["line"]): f for f in json.loads(proc.stdout)}
+    # a library file's public functions: their callers decide whether the input is half
+    assert found[("spectral.py", 37)]["severity"] == "info"
+    assert "library function" in found[("spectral.py", 37)]["message"]
+    # the same op reached from a module's forward is the model's own
+    assert found[("fft_conv.py", 17)]["severity"] == "warning"
+    assert found[("einsum_wrappers.py", 18)]["message"].startswith("`tl.einsum`")
+    assert not [k for k in found if k[0] == "library_script.py"]
