@@ -101,6 +101,8 @@ def reference_failure(name: str, crash: dict) -> str:
     mixed precision (``harness.py::broken raised ValueError: ... (harness.py:33)``)."""
     import torch
 
+    if crash.get("type") == "TargetError" and crash.get("phase") == "build":  # verify's own complaint about what the factory returned
+        return f"{name}: {crash.get('message') or 'not a usable target'}"
     where = f" ({os.path.relpath(crash['file'])}:{crash['line']})" if crash.get("file") and crash.get("line") else ""
     what = f"{crash['type']}: {crash['message']}" if crash.get("message") else crash["type"]
     if any(s in (crash.get("message") or "") for s in _NO_CUDA) and not torch.cuda.is_available():
