@@ -33,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SUITE = os.path.join(HERE, "verify_real")
 DEFAULT_SRC = os.path.join(HERE, "realcode", ".cache", "src")
+#: the suite's own copy of the pinned sources (ignored), read by the harnesses when present
+LOCAL_SRC = os.path.join(SUITE, ".src")
 #: pure-Python packages the upstream models import, installed with --no-deps
 MODEL_DEPS = ("einops==0.8.2", "entmax==1.3")
 
@@ -48,6 +50,19 @@ def fetch(models: list[dict]) -> int:
     for d in dists:
         cmd += ["--only", d]
     return subprocess.call(cmd)
+
+
+def local_copy(models: list[dict], src: str) -> None:
+    """Copy the models' dists into ``bench/verify_real/.src`` when ``src`` is reached through a
+    link (the shared cache): verify --fix mirrors the model's files by their real path, so the
+    fixed copies of the harnesses would not find the fixed sources relative to themselves."""
+    import shutil
+
+    if os.path.realpath(src) == os.path.abspath(src) and not os.path.isdir(LOCAL_SRC):
+        return
+    for dist in sorted({m["dist"] for m in models}):
+        if not os.path.isdir(os.path.join(LOCAL_SRC, dist)) and os.path.isdir(os.path.join(src, dist)):
+            shutil.copytree(os.path.join(src, dist), os.path.join(LOCAL_SRC, dist), symlinks=False)
 
 
 def make_venv(folder: str) -> int:
@@ -151,6 +166,10 @@ def main(argv=None) -> int:
         # an absolute location: verify --fix's temporary copies of the harnesses would import
         # the original sources from it (verify warns); the default is found relative to them
         os.environ["AMPLINT_REAL_SRC"] = args.src
+    else:
+        local_copy(models, args.src)
+        if os.path.isdir(LOCAL_SRC):
+            args.src = LOCAL_SRC
     print(f"# amplint verify on {len(models)} real models, device {args.device}, {platform.node()}, "
           f"python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     results, broken = [], 0
