@@ -72,6 +72,8 @@ class Settings:
     engine: str = "auto"
     #: whether ``target`` was set (config or command line): auto then leaves it alone
     target_given: bool = False
+    #: whether ``opt-level`` was set: auto's pure-half evidence (``model.half()``) leaves it alone then
+    opt_level_given: bool = False
     fix_style: str = "functional"
     #: the lowest severity that fails the run (exit 1); lower ones are reported only
     fail_on: str = "warning"
@@ -358,6 +360,7 @@ class ConfigResolver:
         if extend:  # the config's extend-exclude and --extend-exclude both apply
             values["extend_exclude"] = extend
         values["target_given"] = "target" in values
+        values["opt_level_given"] = "opt_level" in values
         return Settings(root=root, config_path=config_path, **values)
 
     def defaults(self) -> Settings:

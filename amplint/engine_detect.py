@@ -15,10 +15,16 @@ and to the modules it imports (a training script decides for the models it train
   Lightning ``Trainer(precision="16-mixed" | "bf16-mixed")``, transformers
   ``TrainingArguments(fp16=True | bf16=True)``, accelerate ``mixed_precision="fp16" | "bf16"``
                                                                           -> torch, and the
-  dtype they name becomes the target unless ``target`` was set.
+  dtype they name becomes the target unless ``target`` was set;
+* a whole model cast to half: ``model.half()`` or ``model.to(torch.float16)`` as a statement
+  (a module casts itself in place; a tensor's cast whose result is dropped does nothing), or
+  ``torch_dtype=torch.float16`` (``from_pretrained``)                    -> pure half: the
+  amplint policy at O2 (nothing upcast: autocast's and O1's fp32 lists do not apply) unless
+  ``opt-level`` was set, and that dtype as the target unless ``target`` was set.
 
-When several engines are found, apex wins over amplint over torch (a project that imports
-apex's ``amp`` trains with it even if a script also uses autocast).  Nothing found: the
+When several engines are found, apex wins over amplint over torch over pure half (a project
+that imports apex's ``amp`` trains with it even if a script also uses autocast; half weights
+under autocast still get autocast's fp32 ops).  Nothing found: the
 amplint policy (the bundled engine ``verify`` runs), and no ``amp`` import in fixes.
 """
 from __future__ import annotations
@@ -34,9 +40,9 @@ from .config import FileSettings
 FACT = "@engine"
 #: substrings without which a file holds no evidence (cheap test before any walk)
 MARKERS = ("apex", "amplint", "autocast", "torch.amp", "cuda.amp", "cpu.amp", "import amp", "GradScaler",
-           "precision", "fp16", "bf16")
+           "precision", "fp16", "bf16", ".half()", "float16")
 #: precedence when a project shows several engines
-_RANK = {"apex": 0, "amplint": 1, "torch": 2}
+_RANK = {"apex": 0, "amplint": 1, "torch": 2, "half": 3}
 #: when sources disagree on the dtype, the narrower range wins (its hazards include the other's)
 _TARGET_RANK = {"fp16": 0, "fp8": 1, "bf16": 2}
 _LIGHTNING = {"16-mixed": "fp16", "16": "fp16", 16: "fp16", "bf16-mixed": "bf16", "bf16": "bf16"}
@@ -44,12 +50,15 @@ _ACCELERATE = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 _TORCH_AMP_MODULES = ("torch.amp", "torch.cuda.amp", "torch.cpu.amp")
 _TORCH_AMP_NAMES = ("autocast", "GradScaler")
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-_LABELS = {"apex": "apex.amp", "amplint": "amplint.amp", "torch": "torch.autocast"}
+_LABELS = {"apex": "apex.amp", "amplint": "amplint.amp", "torch": "torch.autocast", "half": "pure half"}
+#: the opt level pure-half evidence stands for: the model's weights and activations half,
+#: nothing upcast (whether fp32 master weights exist, O2, or not, O3, the cast does not say)
+PURE_HALF_LEVEL = "O2"
 
 
 @dataclasses.dataclass(frozen=True)
 class Evidence:
-    engine: str  # apex | amplint | torch
+    engine: str  # apex | amplint | torch | half (a whole model cast to half, no autocast)
     target: Optional[str]  # the dtype it names, when it names one
     path: str
     line: int
@@ -114,6 +123,8 @@ def evidence(tree: ast.Module, path: str, source: str) -> list[Evidence]:
                 add("torch", None, node, f"from {module} import {', '.join(names)}")
         elif isinstance(node, ast.Call):
             _call_evidence(node, aliases, add)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            _model_cast_evidence(node.value, add)
     found.sort(key=lambda e: (e.line, e.column))
     return found
 
@@ -149,6 +160,30 @@ def _call_evidence(node: ast.Call, aliases: dict, add) -> None:
     value = keywords.get("mixed_precision")
     if isinstance(value, ast.Constant) and value.value in _ACCELERATE:
         add("torch", _ACCELERATE[value.value], node, f"{last}(mixed_precision={value.value!r})")
+        return
+    target = _dtype_target(keywords.get("torch_dtype"))
+    if target is not None:  # from_pretrained(..., torch_dtype=torch.float16): the weights load half
+        add("half", target, node, f"{last}(torch_dtype={dotted_name(keywords['torch_dtype'])})")
+
+
+_HALF_METHODS = {"half": "fp16", "bfloat16": "bf16"}
+
+
+def _model_cast_evidence(call: ast.Call, add) -> None:
+    """``model.half()`` / ``model.to(torch.float16)`` / ``model.to(device, dtype=torch.float16)``
+    as a statement: only a module casts itself in place, so the result is not needed."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or dotted_name(func.value) is None:
+        return
+    receiver = dotted_name(func.value)
+    if func.attr in _HALF_METHODS and not call.args and not call.keywords:
+        add("half", _HALF_METHODS[func.attr], call, f"{receiver}.{func.attr}()")
+    elif func.attr == "to":
+        for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]:
+            target = _dtype_target(arg)
+            if target is not None:
+                add("half", target, call, f"{receiver}.to({dotted_name(arg)})")
+                return
 
 
 #: text of a call :func:`initialize_calls` can find (``amp.initialize``, ``apex_amp.initialize``):
@@ -205,6 +240,8 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> File
     found = evidence(tree, path, source)
     for other, data in _project_facts(project, path, settings.root):
         found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
+    if settings.opt_level_given:  # a configured opt level is how the project trains: a cast decides nothing
+        found = [e for e in found if e.engine != "half"]
     if not any(e.target for e in found) and not settings.target_given and cast_target(tree, source) == "bf16":
         settings = dataclasses.replace(settings, target="bf16")  # the file runs its tensors in bf16 itself
     if not found:
@@ -219,6 +256,12 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> File
     origin = (decided.path, decided.line, decided.column,
               f"engine assumed here: `{decided.what}` -> {_LABELS[engine]}"
               + (f", target {changes['target']}" if "target" in changes else ""))
+    if engine == "half":
+        if not settings.opt_level_given:
+            changes["opt_level"] = PURE_HALF_LEVEL
+        origin = origin[:3] + (origin[3] + (f", opt level {changes['opt_level']}" if "opt_level" in changes else ""),)
+        return FileSettings.of(settings, engine="amplint", amp_module=None, engine_configured="auto",
+                               engine_origin=origin, **changes)
     return FileSettings.of(settings, engine="amplint" if engine == "apex" else engine,
                            amp_module=engine if engine != "torch" else None,
                            engine_configured="auto", engine_origin=origin, **changes)
@@ -258,7 +301,10 @@ def label(settings) -> str:
     if settings.engine_origin is None:
         return "engine amplint (auto: no mixed-precision setup found in the linted files)"
     path, line, _, _ = settings.engine_origin
-    name = "apex.amp" if settings.amp_module == "apex" else _LABELS[settings.engine]
+    if settings.engine == "amplint" and settings.amp_module is None:  # only pure-half evidence leaves no amp module
+        name = _LABELS["half"]
+    else:
+        name = "apex.amp" if settings.amp_module == "apex" else _LABELS[settings.engine]
     return f"engine {name} (auto: {path}:{line})"
 
 

@@ -13,6 +13,7 @@ does not list (or the reverse) counts as a disagreement too.
     python bench/verify_real.py                        # all models, CPU
     python bench/verify_real.py --model vit_classifier --device cuda --json out.json
     python bench/verify_real.py --fix                  # verify --fix: are the fixes proven where plain runs say so
+    python bench/verify_real.py --reports bench/out/vr # keep the reports; a second run re-judges them without running
 
 The models import einops (and x-transformers 0.3.0 entmax); ``--make-venv`` installs them
 with ``--no-deps`` so that no second torch or torchvision is pulled in.  Exit status: 0 when
@@ -32,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SUITE = os.path.join(HERE, "verify_real")
 DEFAULT_SRC = os.path.join(HERE, "realcode", ".cache", "src")
+#: the suite's own copy of the pinned sources (ignored), read by the harnesses when present
+LOCAL_SRC = os.path.join(SUITE, ".src")
 #: pure-Python packages the upstream models import, installed with --no-deps
 MODEL_DEPS = ("einops==0.8.2", "entmax==1.3")
 
@@ -47,6 +50,19 @@ def fetch(models: list[dict]) -> int:
     for d in dists:
         cmd += ["--only", d]
     return subprocess.call(cmd)
+
+
+def local_copy(models: list[dict], src: str) -> None:
+    """Copy the models' dists into ``bench/verify_real/.src`` when ``src`` is reached through a
+    link (the shared cache): verify --fix mirrors the model's files by their real path, so the
+    fixed copies of the harnesses would not find the fixed sources relative to themselves."""
+    import shutil
+
+    if os.path.realpath(src) == os.path.abspath(src) and not os.path.isdir(LOCAL_SRC):
+        return
+    for dist in sorted({m["dist"] for m in models}):
+        if not os.path.isdir(os.path.join(LOCAL_SRC, dist)) and os.path.isdir(os.path.join(src, dist)):
+            shutil.copytree(os.path.join(src, dist), os.path.join(LOCAL_SRC, dist), symlinks=False)
 
 
 def make_venv(folder: str) -> int:
@@ -82,7 +98,9 @@ def level_outcome(run: dict, dist_root: str) -> str:
     if run.get("origin") or run.get("first_nonfinite_site") or run.get("first_nonfinite_module") or run.get("nonfinite_loss"):
         return "inf/NaN"
     scales, skipped = run.get("loss_scales") or [], run.get("skipped_steps", 0)
-    if scales and skipped >= 2 and skipped * 2 > len(scales):
+    if scales and run.get("last_step_skipped"):
+        # still skipping after verify's warm-up steps (the truth script steps on the same way):
+        # no loss scale makes the gradients fit; skips followed by applied steps are the warm-up
         return f"{skipped} of {len(scales)} steps skipped"
     return "ok"
 
@@ -136,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--expected", default=os.path.join(SUITE, "expected.json"), help="the suite's expected verdicts")
     ap.add_argument("--fix", action="store_true", help="run verify --fix and judge the fixes (expected_fix, level_outcomes_after)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print every finding, not only disagreements")
+    ap.add_argument("--reports", metavar="DIR", help="keep each verify report in DIR (NAME.json, NAME.fix.json) and "
+                    "judge a report already there instead of running verify again (after an expected.json change)")
     args = ap.parse_args(argv)
     models = [m for m in load_expected(args.expected) if not args.model or m["name"] in args.model]
     if args.make_venv:
@@ -146,12 +166,25 @@ def main(argv=None) -> int:
         # an absolute location: verify --fix's temporary copies of the harnesses would import
         # the original sources from it (verify warns); the default is found relative to them
         os.environ["AMPLINT_REAL_SRC"] = args.src
+    else:
+        local_copy(models, args.src)
+        if os.path.isdir(LOCAL_SRC):
+            args.src = LOCAL_SRC
     print(f"# amplint verify on {len(models)} real models, device {args.device}, {platform.node()}, "
           f"python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     results, broken = [], 0
     totals = {"findings": [0, 0], "levels": [0, 0], "unpredicted": [0, 0]}
     for model in models:
-        report, seconds, error = run_verify(model, args.device, ["--fix"] if args.fix else [])
+        saved = os.path.join(args.reports, model["name"] + (".fix" if args.fix else "") + ".json") if args.reports else None
+        if saved and os.path.exists(saved):
+            with open(saved, encoding="utf-8") as fh:
+                report, seconds, error = json.load(fh), 0.0, ""
+        else:
+            report, seconds, error = run_verify(model, args.device, ["--fix"] if args.fix else [])
+            if saved and report is not None:
+                os.makedirs(args.reports, exist_ok=True)
+                with open(saved, "w", encoding="utf-8") as fh:
+                    json.dump(report, fh)
         if report is None:
             broken += 1
             print(f"{model['name']}: verify failed: {error}")

@@ -3,7 +3,9 @@
 For every model of ``bench/verify_real/expected.json`` the harness factory builds the
 unmodified upstream model (pinned, unpacked by ``bench/verify_real.py --fetch``), and this
 script trains it 3 steps (AdamW, lr 1e-4, the mean of squares of the output as the loss:
-what ``amplint verify`` does by default) in these modes, each on a fresh model:
+what ``amplint verify`` does by default; O1 and O2 step on while the loss scaler still skips,
+at most ``SCALER_WARMUP_STEPS`` more, and fail on skipped steps only when the last step was
+skipped) in these modes, each on a fresh model:
 
 ``fp32``       the reference;
 ``O1``         apex's O1 casting policy emulated with a ``TorchFunctionMode`` over the lists
@@ -30,14 +32,18 @@ the finding's op, its levels) the script then reports, at each of the finding's 
                  only for a call whose inputs matched the fp32 call's (finite, within 1e-2):
                  ``x / (std + eps)`` with an overflowed ``std`` is 0 whatever the epsilon;
 * ``fp32 path``  (AMP401) the call on the line got an fp32 input at O1;
-* ``ran``        whether the line ran at all.
+* ``ran``        whether the line ran at all (a finding at a class line: whether a line of
+                 its methods ran; the class statement itself runs at import).
 
 and the verdict these give: ``confirmed`` (any of the first four at a level), ``not
 executed`` (the line ran at none of the finding's levels), else ``not reproduced``.  It
 prints them next to the hand-written verdicts of ``expected.json`` and exits 1 where they
 differ.  ``--fix`` also runs the same modes on copies fixed by ``amplint fix`` (the fp16 O1
 and O2 settings, safe fixes, as ``verify --fix``): a confirmed finding is ``fixed`` when its
-evidence is gone there and the fp32 losses moved less than 1e-2 (``expected_fix``), and the
+evidence is gone there and the fp32 losses moved less than 1e-2 (``expected_fix``); a finding
+whose fix is display-only (AMP401's registration, a line for the training script: no file
+changes) is ``fix not applied (display only)``, and the runs honour the registration, as the
+training script following it (and verify) would; the
 levels' outcomes after the fixes are ``level_outcomes_after``.  Level outcomes (ok / crash at file:line / inf/NaN / skipped steps) come from the same
 runs.
 
@@ -65,6 +71,10 @@ SUITE = os.path.join(HERE, "verify_real")
 TOLERANCE = 1e-2
 UNDERFLOW_FRACTION = 0.01
 STEPS = 3
+#: extra steps while the loss scaler still skips (apex's dynamic scaler starts at 2**16 and halves
+#: on every overflow: a few skipped steps are its warm-up, and a 3-step run can end in the middle
+#: of it); 2**16 reaches the 2**-14 floor in 30 halvings.  ``amplint verify`` steps on the same way.
+SCALER_WARMUP_STEPS = 30
 
 # apex's O1 lists (apex/amp/lists), by Python-level function name
 APEX_HALF = frozenset("""conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc prelu
@@ -273,12 +283,16 @@ def run_mode(build, mode: str, root: str, reference: dict | None, half_extra: fr
     lines = Lines(root)
     scale = 2.0 ** 16
     step = 0
+    last_skipped = False
     try:
-        for step in range(STEPS):
-            torch.manual_seed(1000 + step)
+        while step < STEPS or (last_skipped and step < STEPS + SCALER_WARMUP_STEPS
+                               and all(math.isfinite(x) for x in out["losses"])):
+            step += 1
+            last_skipped = False
+            torch.manual_seed(1000 + step - 1)
             ctx = torch.autocast("cpu", dtype=torch.float16) if mode == "autocast" else contextlib.nullcontext()
             with ctx:
-                if step == 0:
+                if step == 1:
                     with lines.active(), recorder:
                         output = model(*args, **kwargs)
                 else:
@@ -291,6 +305,7 @@ def run_mode(build, mode: str, root: str, reference: dict | None, half_extra: fr
                 grads = [p.grad for p in model.parameters()]
                 if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
                     out["skipped"] += 1
+                    last_skipped = True
                     scale /= 2
                     continue
                 if mode == "O1":
@@ -312,8 +327,10 @@ def run_mode(build, mode: str, root: str, reference: dict | None, half_extra: fr
                 optimizer.step()
     except Exception as exc:  # the level's crash: where, and what
         file, line = crash_site(exc, root)
-        out["crash"] = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:200], "file": file, "line": line, "step": step}
+        out["crash"] = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:200], "file": file, "line": line,
+                        "step": max(step - 1, 0)}
     out["scale"] = scale
+    out["steps"], out["last_skipped"] = len(out["losses"]), last_skipped
     out["origin"] = recorder.origin
     out["calls"] = recorder.calls
     out["ran"] = lines.ran
@@ -327,18 +344,35 @@ def outcome(run: dict) -> str:
         return f"crash at {c['file']}:{c['line']}"
     if run["origin"] is not None or any(not math.isfinite(x) for x in run["losses"]):
         return "inf/NaN"
-    if run["skipped"] >= 2 and run["skipped"] * 2 > STEPS:
-        return f"{run['skipped']} of {STEPS} steps skipped"
+    if run["last_skipped"]:  # still skipping after the warm-up steps: no loss scale makes it fit
+        return f"{run['skipped']} of {run['steps']} steps skipped"
     return "ok"
 
 
-def observe(finding: dict, runs: dict) -> tuple[str, list[str]]:
-    """(verdict, evidence) for one finding from the plain runs at its levels."""
+def running_lines(root: str, file: str, line: int) -> frozenset:
+    """The lines whose running means the finding's code ran: its own line; for a finding at a
+    class line (AMP401's custom autograd Function), the lines of the class's method bodies
+    (the class statement runs at import, used or not)."""
+    import ast
+
+    with open(os.path.join(root, file), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef) and cls.lineno == line:
+            return frozenset(node.lineno for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                             for stmt in fn.body for node in ast.walk(stmt) if isinstance(node, ast.stmt))
+    return frozenset((line,))
+
+
+def observe(finding: dict, runs: dict, lines: frozenset = frozenset()) -> tuple[str, list[str]]:
+    """(verdict, evidence) for one finding from the plain runs at its levels (``lines``: those
+    whose running means the finding's code ran, see :func:`running_lines`; default its line)."""
     file, line, op, code = finding["file"], finding["line"], finding.get("op"), finding["code"]
     evidence, ran_somewhere = [], False
+    lines = lines or frozenset((line,))
     for level in finding["levels"]:
         run = runs[level]
-        ran = (file, line) in run["ran"]
+        ran = any((file, n) in run["ran"] for n in lines)
         ran_somewhere |= ran
         c = run["crash"]
         if c and (c["file"], c["line"]) == (file, line):
@@ -385,12 +419,44 @@ def line_back(original: str, fixed: str, line: int) -> int:
     return line
 
 
-def fixed_copy(model: dict, src: str, tmp: str) -> tuple[str, frozenset]:
+def line_unchanged(original: str, fixed: str, line: int) -> bool:
+    """Whether line ``line`` of the original is in the fixed copy as it was (difflib)."""
+    import difflib
+
+    with open(original, encoding="utf-8") as a, open(fixed, encoding="utf-8") as b:
+        old, new = a.read().splitlines(), b.read().splitlines()
+    return any(tag == "equal" and i1 < line <= i2
+               for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes())
+
+
+def display_fixes(model: dict, src: str) -> dict:
+    """(file, line, code) -> the registrations of each finding whose fix is display-only: no
+    file edit, a line the training script must run (AMP401: ``amp.register_half_function(torch,
+    "einsum")`` before ``amp.initialize``).  Read from ``amplint check --format json`` (the fp16
+    O1 and O2 settings), i.e. which fix amplint proposes, not what it does: that is measured."""
+    import subprocess
+
+    root = os.path.join(src, model["dist"])
+    files = sorted({os.path.join(root, f["file"]) for f in model["findings"]})
+    out: dict = {}
+    for level in ("O1", "O2"):
+        proc = subprocess.run([sys.executable, "-m", "amplint", "check", "--target", "fp16", "--opt-level", level,
+                               "--device", "cpu", "--no-cache", "--format", "json", *files],
+                              capture_output=True, text=True)
+        for f in json.loads(proc.stdout or "[]"):
+            fix = f.get("fix") or {}
+            if fix.get("applicability") == "display":
+                key = (os.path.relpath(os.path.realpath(f["path"]), os.path.realpath(root)), f["line"], f["code"])
+                out.setdefault(key, [tuple(r) for r in fix.get("registrations", [])])
+    return out
+
+
+def fixed_copy(model: dict, src: str, tmp: str, display: dict) -> tuple[str, frozenset]:
     """The dist copied under ``tmp`` with ``amplint fix`` (safe fixes, fp16, the O1 then the O2
     settings, as ``verify --fix`` applies them) on the files with findings; and the functions
-    the fixed files register as half (``amp.register_half_function(torch, "einsum")``, or on the
-    module itself for a ``from torch import einsum``), which
-    the O1 emulation then casts like apex would."""
+    registered as half -- by the fixed files (``amp.register_half_function(torch, "einsum")``)
+    or by the training script as the ``display`` fixes ask (the verifier is that script) --
+    which the O1 emulation then casts like apex would."""
     import re
     import shutil
     import subprocess
@@ -405,6 +471,7 @@ def fixed_copy(model: dict, src: str, tmp: str) -> tuple[str, frozenset]:
     for path in files:
         with open(path, encoding="utf-8") as fh:
             extra.update(re.findall(r"register_half_function\([^,]+,\s*['\"](\w+)['\"]", fh.read()))
+    extra.update(function for regs in display.values() for _, function, kind in regs if kind == "half")
     return dest, frozenset(extra)
 
 
@@ -427,8 +494,10 @@ def truth_for(model: dict, src: str, with_fix: bool = False) -> dict:
     runs = plain_runs(model, src)
     result = {"name": model["name"], "levels": {m: outcome(r) for m, r in runs.items()},
               "losses": {m: [round(x, 4) for x in r["losses"]] for m, r in runs.items()}, "findings": []}
+    root = os.path.join(src, model["dist"])
+    own = {id(f): running_lines(root, f["file"], f["line"]) for f in model["findings"]}
     for f in model["findings"]:
-        verdict, evidence = observe(f, runs)
+        verdict, evidence = observe(f, runs, own[id(f)])
         result["findings"].append({"code": f["code"], "file": f["file"], "line": f["line"], "expected": f["expected"],
                                    "observed": verdict, "evidence": evidence})
     if with_fix:
@@ -436,7 +505,10 @@ def truth_for(model: dict, src: str, with_fix: bool = False) -> dict:
         # level, same kind) is gone there and the fp32 losses did not move beyond the tolerance
         forget(os.path.realpath(src))
         with tempfile.TemporaryDirectory() as tmp:
-            dest, extra = fixed_copy(model, src, tmp)
+            display = display_fixes(model, src)
+            dest, extra = fixed_copy(model, src, tmp, display)
+            unchanged = {id(f): line_unchanged(os.path.join(src, model["dist"], f["file"]), os.path.join(dest, f["file"]), f["line"])
+                         for f in model["findings"]}
             after = plain_runs(model, tmp, extra)
             forget(os.path.realpath(tmp))
             for run in after.values():  # crash lines of the fixed copy -> lines of the original
@@ -449,9 +521,17 @@ def truth_for(model: dict, src: str, with_fix: bool = False) -> dict:
         for f, row in zip(model["findings"], result["findings"]):
             if row["observed"] != "confirmed":
                 continue
-            still = observe(f, after)[1]
+            still = observe(f, after, own[id(f)])[1]
             kinds = {e.split(":")[0] for e in row["evidence"]}
-            if any(e.split(":")[0] in kinds for e in still):
+            regs = display.get((f["file"], f["line"], f["code"]))
+            if regs is not None and unchanged[id(f)]:
+                # no file changed: the fix is a line for the training script; what it does with
+                # that line made is recorded, the verdict says the code is as it was
+                gone = not any(e.split(":")[0] in kinds for e in still)
+                row["observed_fix"] = "fix not applied (display only)"
+                row["evidence_fix"] = [f"with the training script's {', '.join(f'register_{k}_function({m}, {fn!r})' for m, fn, k in regs)}: "
+                                       + ("the failure is gone" if gone else "still fails: " + "; ".join(still))]
+            elif any(e.split(":")[0] in kinds for e in still):
                 row["observed_fix"], row["evidence_fix"] = "fix did not remove it", still
             elif change > TOLERANCE:
                 row["observed_fix"], row["evidence_fix"] = "fix changes fp32 results", [f"fp32 losses moved by {change:.3g}"]

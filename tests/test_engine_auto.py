@@ -102,3 +102,27 @@ def test_fix_then_unsafe_equals_unsafe(folder, tmp_path, amplint):
     for name in sorted(os.listdir(tmp_path / "one")):
         if name.endswith(".py"):
             assert (tmp_path / "one" / name).read_text() == (tmp_path / "two" / name).read_text(), name
+
+
+@pytest.mark.parametrize("folder,line,what", [
+    ("pure_half", 6, "model.half()"), ("pure_half_pretrained", 12, "from_pretrained(torch_dtype=torch.float16)")])
+def test_a_whole_model_cast_to_half_is_pure_half_training(folder, line, what, tmp_path, amplint):
+    """`model.half()` / `model.to(torch.float16)` as a statement and `torch_dtype=torch.float16`
+    mean pure-half training (diffusers, the maintainer-fixes benchmark): nothing is upcast, so a
+    softmax in half is a warning with a fix, as at O2; alone, the model file stays O1 `info`."""
+    shutil.copytree(os.path.join(ENGINES, folder), tmp_path / "p")
+    project = str(tmp_path / "p")
+    (found,) = findings(amplint, project, "--select", "AMP301")
+    assert found["severity"] == "warning" and found["fix"]["applicability"] == "safe", found
+    assert "[engine pure half (auto: " in found["message"] and found["message"].endswith("train.py:%d)]" % line)
+    assert [r["path"].endswith("train.py") and r["line"] == line for r in found["related"]] == [True]
+    assert what in found["related"][0]["note"] and "opt level O2" in found["related"][0]["note"]
+    (alone,) = findings(amplint, str(tmp_path / "p" / "model.py"), "--select", "AMP301")
+    assert alone["severity"] == "info" and alone["fix"] is None
+    # a configured opt level is how the project trains; the cast decides nothing then
+    (o1,) = findings(amplint, project, "--select", "AMP301", "--opt-level", "O1")
+    assert o1["severity"] == "info" and "[engine pure half" not in o1["message"]
+    # an autocast setup wins: half weights under autocast still get its fp32 softmax
+    (tmp_path / "p" / "loop.py").write_text("import torch\nwith torch.autocast('cuda'):\n    pass\n")
+    (ac,) = findings(amplint, project, "--select", "AMP301")
+    assert "torch.autocast" in ac["message"] and ac["severity"] == "info"

@@ -3,6 +3,7 @@ copies and run those, then decide each finding's status."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import math
 import os
@@ -101,6 +102,8 @@ def reference_failure(name: str, crash: dict) -> str:
     mixed precision (``harness.py::broken raised ValueError: ... (harness.py:33)``)."""
     import torch
 
+    if crash.get("type") == "TargetError" and crash.get("phase") == "build":  # verify's own complaint about what the factory returned
+        return f"{name}: {crash.get('message') or 'not a usable target'}"
     where = f" ({os.path.relpath(crash['file'])}:{crash['line']})" if crash.get("file") and crash.get("line") else ""
     what = f"{crash['type']}: {crash['message']}" if crash.get("message") else crash["type"]
     if any(s in (crash.get("message") or "") for s in _NO_CUDA) and not torch.cuda.is_available():
@@ -325,7 +328,40 @@ def _ran(finding: dict, run: dict) -> Optional[bool]:
     if executed is None:
         return None
     lines = executed.get(finding["path"], ())
+    body = _method_lines(finding["path"]).get(finding["line"]) if finding["line"] == finding["end_line"] else None
+    if body is not None:
+        # a finding at a class line (AMP401's custom Function) is about what its methods do; the
+        # class statement itself ran at import whether or not the model ever used the class
+        return not body.isdisjoint(lines)
     return any(finding["line"] <= n <= finding["end_line"] for n in lines)
+
+
+def _method_lines(path: str) -> dict:
+    """Class header line -> the lines of its methods' bodies, for the classes of ``path``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}
+    return _method_lines_of(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _method_lines_of(path: str, mtime_ns: int, size: int) -> dict:
+    import ast
+
+    from amplint.files import read_source
+
+    try:
+        tree = ast.parse(read_source(path).text)
+    except Exception:  # unreadable or not Python: lines are judged as written
+        return {}
+    out = {}
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef):
+            out[cls.lineno] = frozenset(
+                node.lineno for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                for stmt in fn.body for node in ast.walk(stmt) if isinstance(node, ast.stmt))
+    return out
 
 
 def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:

@@ -236,7 +236,11 @@ def normalize_example(result, where: str):
     elif isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], nn.Module):
         model, inputs = result
     else:
-        raise TargetError(f"{where} must return (model, example_inputs) or a model with `example_inputs`, got {type(result).__name__}")
+        got = type(result).__name__
+        if isinstance(result, (tuple, list)):
+            got = f"({', '.join(type(r).__name__ for r in result[:3])}{', ...' if len(result) > 3 else ''})"
+        raise TargetError(f"{where} must return (model, example_inputs) or a model with `example_inputs`, where the "
+                          f"model is a torch.nn.Module; got {got}")
     if isinstance(inputs, dict):
         return model, (), dict(inputs)
     if isinstance(inputs, (tuple, list)):

@@ -118,7 +118,22 @@ def amplint(args: list[str], cwd: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True)
 
 
-def run_amplint(case: dict, before: str) -> tuple[list[dict], str, str]:
+def runs_with(case: dict, mirror_root: str, work: str) -> list[str]:
+    """The project's own code that runs the model (``runs_with`` in cases.jsonl: a file of the
+    same repository at the parent commit, e.g. diffusers' fp16 pipeline test), copied beside the
+    hazard file so that engine detection reads how the project runs it (a script in the
+    model's folder or above applies to it); their names in ``work``."""
+    names = []
+    mirror = os.path.join(mirror_root, case["repo"].replace("/", "+"), "repo")
+    for entry in case.get("runs_with", ()):
+        name = "runs_with_" + os.path.basename(entry["path"])
+        with open(os.path.join(work, name), "w") as fh:
+            fh.write(_git_show(mirror, case["parent"], entry["path"]))
+        names.append(name)
+    return names
+
+
+def run_amplint(case: dict, before: str, mirror_root: str) -> tuple[list[dict], str, str]:
     """(findings of ``check``, ``fix --unsafe-fixes --diff`` output, text after ``fix --unsafe-fixes``)."""
     work = os.path.join(CACHE, case["id"], "work")
     shutil.rmtree(work, ignore_errors=True)
@@ -126,10 +141,11 @@ def run_amplint(case: dict, before: str) -> tuple[list[dict], str, str]:
     name = os.path.basename(case["path"])
     target = os.path.join(work, name)
     shutil.copy(before, target)
-    check = amplint(["check", "--format", "json", "--no-cache", name], work)
-    findings = json.loads(check.stdout or "[]")
-    diff = amplint(["fix", "--unsafe-fixes", "--diff", "--no-cache", name], work).stdout
-    amplint(["fix", "--unsafe-fixes", "--no-cache", name], work)
+    context = runs_with(case, mirror_root, work)
+    check = amplint(["check", "--format", "json", "--no-cache", name, *context], work)
+    findings = [f for f in json.loads(check.stdout or "[]") if os.path.basename(f["path"]) == name]
+    diff = amplint(["fix", "--unsafe-fixes", "--diff", "--no-cache", name, *context], work).stdout
+    amplint(["fix", "--unsafe-fixes", "--no-cache", name, *context], work)
     with open(target) as fh:
         fixed = fh.read()
     return findings, diff, fixed
@@ -280,7 +296,7 @@ def evaluate(case: dict, mirror_root: str, probe: bool) -> dict:
         old = fh.read()
     with open(after) as fh:
         theirs_text = fh.read()
-    findings, diff, ours_text = run_amplint(case, before)
+    findings, diff, ours_text = run_amplint(case, before, mirror_root)
     old_lines = old.splitlines()
     hazard = set(case["hazard_lines"])
 

@@ -96,3 +96,14 @@ def test_a_fixed_run_that_crashed_is_never_fixed(tmp_path, amplint):
     fill = next(f for f in report["findings"] if f["code"] == "AMP101")
     assert fill["status"] == "fixed run crashed" and fill["after_crash"] == ["O2"], fill["status"]
     assert proc.returncode == 1
+
+
+def test_a_factory_that_returns_no_module_is_one_line(tmp_path, amplint):
+    # issue 29 N67: rows "O0 CRASH ... TargetError" and exit 1 before; a target error is one line, exit 2
+    (tmp_path / "harness.py").write_text('def pair():\n    return "not a model", ()\n\n\ndef five():\n    return 5\n')
+    for factory, got in (("pair", "got (str, tuple)"), ("five", "got int")):
+        proc = amplint("verify", f"harness.py::{factory}", "--device", "cpu", "--steps", "1", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stdout + proc.stderr
+        assert proc.stderr.startswith(f"amplint: error: harness.py::{factory}: the factory must return (model, example_inputs)")
+        assert "torch.nn.Module; " + got in proc.stderr and "raised" not in proc.stderr

@@ -9,8 +9,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.environ.get("AMPLINT_REAL_SRC") or os.path.join(
-    os.path.dirname(os.path.dirname(HERE)), "realcode", ".cache", "src")
+#: bench/verify_real/.src: the suite's own copy (bench/verify_real.py makes it when the shared
+#: cache is reached through a link: verify --fix mirrors files by their real path, and a fixed
+#: copy of this file must find the fixed sources relative to itself)
+LOCAL = os.path.join(os.path.dirname(HERE), ".src")
+SRC = os.environ.get("AMPLINT_REAL_SRC") or (LOCAL if os.path.isdir(LOCAL) else os.path.join(
+    os.path.dirname(os.path.dirname(HERE)), "realcode", ".cache", "src"))
 
 
 def use(dist: str) -> str:
