@@ -192,25 +192,56 @@ def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bo
 
 
 def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
-    from . import lintfix
-
+    """The report on the original code's runs ``before``: its findings linted and judged
+    against them; with ``fix``, temporary fixed copies run and each finding judged again."""
     tolerance = cfg.resolved_tolerance()
-    device = cfg.resolved_device()
     selected = [lvl for lvl in cfg.all_levels() if lvl != "O0"]
-    report = {
-        "target": name, "device": device, "dtype": cfg.dtype, "levels": selected, "steps": cfg.steps,
-        "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
-        "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
-        "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
-        "notes": [],
-    }
+    report = _new_report(name, cfg, files, before, fix, tolerance, selected)
     lint_files = sorted(p for p in files if p.endswith(".py"))
     findings: list[dict] = []
     if lint and lint_files:
         if progress:
             progress.message("linting the model's source files")
-        findings, errors = lintfix.lint(lint_files, cfg.dtype, selected or ["O1"], device, config)
+        findings, errors = lintfix.lint(lint_files, cfg.dtype, selected or ["O1"], report["device"], config)
         report["lint_errors"] = errors
+    _judge_before(findings, before, selected, tolerance)
+    after = None
+    if fix and target is not None and lint_files:
+        if progress:
+            progress.message("fixing temporary copies of the sources")
+        originals, texts, changed = _fix_copies(report, lint_files, cfg, selected, unsafe, config)
+        registers = any(f.get("registrations") for f in findings)
+        if report["fixed_files"] or registers:
+            after, ref_out2 = _run_fixed(report, findings, files, texts, originals, target, cfg, progress, output)
+            _judge_fp32_change(report, before, after, ref_out, ref_out2)
+            remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"],
+                                          report["device"], config)
+            maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
+            for f in findings:
+                _judge_after(f, after, maps[f["path"]], remaining, changed, selected, tolerance, report["fp32_change"])
+    report["findings"] = findings
+    _explain_problems(report, findings, before, tolerance)
+    report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
+    report["failing_levels_after"] = analysis.failing(after) if after else None
+    _note_optimizer_eps(report, cfg, selected)
+    report["exit_status"] = exit_status(report)
+    report["model_output"] = output.tail() if output is not None else ""
+    return report
+
+
+def _new_report(name, cfg, files, before, fix, tolerance, selected) -> dict:
+    """The report's fields, in the order its JSON has them, before anything is judged."""
+    return {
+        "target": name, "device": cfg.resolved_device(), "dtype": cfg.dtype, "levels": selected, "steps": cfg.steps,
+        "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
+        "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
+        "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
+        "notes": [],
+    }
+
+
+def _judge_before(findings: list[dict], before: dict, selected: list, tolerance) -> None:
+    """Each finding's evidence in the original code's runs, and its status from them."""
     for f in findings:
         f["evidence"] = []
         for level in selected:
@@ -222,91 +253,110 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             why = _not_executed(f, before, selected)
             if why:
                 f["status"], f["not_executed"] = STATUS_NOT_EXECUTED, why
-    after = None
-    if fix and target is not None and lint_files:
-        if progress:
-            progress.message("fixing temporary copies of the sources")
-        originals, texts, errors = lintfix.fix(lint_files, cfg.dtype, selected or ["O1"], device, unsafe, config)
-        report["lint_errors"].extend(errors)
-        changed = [p for p in lint_files if texts[p] != originals[p]]
-        report["fixed_files"] = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
-        report["lint_errors"] = sorted(set(report["lint_errors"]))
-    registers = any(f.get("registrations") for f in findings)
-    if fix and target is not None and lint_files and (report["fixed_files"] or registers):
-        tmp, mapping, roots = lintfix.mirror(files, texts)
-        try:
-            with isolated_import(tuple(roots)):
-                copy_target = Target(mapping[canonical(target.path)], target.factory)
-                with output.capturing() if output is not None else contextlib.nullcontext():
-                    make2, _, import_lines2 = _load(copy_target)
-                    report["warnings"].extend(_register(findings, mapping))
-                stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
-                if stale:
-                    report["warnings"].append(
-                        "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
-                        + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
-                # the originals too: a harness that imports them anyway must show up as such
-                user_files2 = set(mapping.values()) | set(files)
-                with output.capturing() if output is not None else contextlib.nullcontext():
-                    after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
-                _add_import_lines(after, import_lines2)
-                report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
-        finally:
-            lintfix.cleanup(tmp)
-        # the after run's paths are the originals again (_rename_paths); its lines are those of
-        # the fixed text, hence the line maps below
-        report["fp32_change"] = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
-        if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
-            # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
-            # not a change of working fp32 results
-            report["fp32_repaired"] = True
-            report["fp32_change"] = None
-        maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
-        remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"], device, config)
-        for f in findings:
-            start, end = maps[f["path"]].range(f["line"], f["end_line"])
-            ev = []
-            for level in selected:
-                if level in f["levels"]:
-                    # the after run is in the original files' lines already (_rename_paths)
-                    ev.extend(analysis.evidence(f, level, after[level], tolerance))
-            f["after_evidence"] = ev
-            # gone from the fixed text (its own fix, or another fix on the same lines); a display
-            # fix (registrations the verifier made as the training script) changed no file
-            f["fixed_by_lint"] = f["path"] in changed and not any(
-                (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
-            if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
-                # the fixes removed the crash that kept this line from running: judge it now
-                _judge_reached(f, ev)
-                continue
-            if f["status"] != STATUS_CONFIRMED:
-                continue
-            if f.get("fix") == "display" and not f["fixed_by_lint"]:
-                f["status"] = STATUS_DISPLAY_ONLY
-                continue
-            if not f["fixed_by_lint"]:
-                continue
-            # the failure that manifested before (same level, same kind) is what must be gone;
-            # the fp32 results are checked on their own below
-            seen = {(e["level"], e["kind"]) for e in f["evidence"]}
-            crashed = [lvl for lvl in ["O0", *f["levels"]] if lvl in after and after[lvl]["crash"]]
-            if any((e["level"], e["kind"]) in seen for e in ev):
-                f["status"] = STATUS_STILL_FAILS
-            elif crashed:  # a crash is never a fix: the line may simply not have been reached
-                f["status"], f["after_crash"] = STATUS_FIXED_CRASHED, crashed
-            elif report["fp32_change"] is not None and report["fp32_change"] > tolerance:
-                f["status"] = STATUS_FP32_CHANGED
-            else:
-                f["status"] = STATUS_FIXED
-    report["findings"] = findings
+
+
+def _fix_copies(report: dict, lint_files: list, cfg, selected: list, unsafe: bool, config):
+    """The sources fixed in memory: (original texts, fixed texts, the paths that changed);
+    the report gets their diffs and the fix's errors."""
+    originals, texts, errors = lintfix.fix(lint_files, cfg.dtype, selected or ["O1"], report["device"], unsafe, config)
+    report["lint_errors"].extend(errors)
+    changed = [p for p in lint_files if texts[p] != originals[p]]
+    report["fixed_files"] = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
+    report["lint_errors"] = sorted(set(report["lint_errors"]))
+    return originals, texts, changed
+
+
+def _run_fixed(report: dict, findings: list, files: dict, texts: dict, originals: dict, target: Target, cfg,
+               progress, output):
+    """Every level's run of the fixed copies (written to a temporary folder, imported in
+    isolation, the findings' registrations made): (runs in the original files' terms, the
+    fp32 output)."""
+    tmp, mapping, roots = lintfix.mirror(files, texts)
+    try:
+        with isolated_import(tuple(roots)):
+            copy_target = Target(mapping[canonical(target.path)], target.factory)
+            with output.capturing() if output is not None else contextlib.nullcontext():
+                make2, _, import_lines2 = _load(copy_target)
+                report["warnings"].extend(_register(findings, mapping))
+            stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
+            if stale:
+                report["warnings"].append(
+                    "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
+                    + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
+            # the originals too: a harness that imports them anyway must show up as such
+            user_files2 = set(mapping.values()) | set(files)
+            with output.capturing() if output is not None else contextlib.nullcontext():
+                after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
+            _add_import_lines(after, import_lines2)
+            # the after run's paths are the originals again; its lines are those of the fixed
+            # text, hence the line maps of the judging
+            report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
+    finally:
+        lintfix.cleanup(tmp)
+    return after, ref_out2
+
+
+def _judge_fp32_change(report: dict, before: dict, after: dict, ref_out, ref_out2) -> None:
+    """How much the fixes changed the fp32 (O0) run."""
+    report["fp32_change"] = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
+    if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
+        # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
+        # not a change of working fp32 results
+        report["fp32_repaired"] = True
+        report["fp32_change"] = None
+
+
+def _judge_after(f: dict, after: dict, line_map, remaining, changed: list, selected: list, tolerance,
+                 fp32_change) -> None:
+    """A finding's status once the fixed copies ran."""
+    start, end = line_map.range(f["line"], f["end_line"])
+    ev = []
+    for level in selected:
+        if level in f["levels"]:
+            # the after run is in the original files' lines already (_rename_paths)
+            ev.extend(analysis.evidence(f, level, after[level], tolerance))
+    f["after_evidence"] = ev
+    # gone from the fixed text (its own fix, or another fix on the same lines); a display
+    # fix (registrations the verifier made as the training script) changed no file
+    f["fixed_by_lint"] = f["path"] in changed and not any(
+        (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
+    if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
+        # the fixes removed the crash that kept this line from running: judge it now
+        _judge_reached(f, ev)
+        return
+    if f["status"] != STATUS_CONFIRMED:
+        return
+    if f.get("fix") == "display" and not f["fixed_by_lint"]:
+        f["status"] = STATUS_DISPLAY_ONLY
+        return
+    if not f["fixed_by_lint"]:
+        return
+    # the failure that manifested before (same level, same kind) is what must be gone;
+    # the fp32 results are checked on their own below
+    seen = {(e["level"], e["kind"]) for e in f["evidence"]}
+    crashed = [lvl for lvl in ["O0", *f["levels"]] if lvl in after and after[lvl]["crash"]]
+    if any((e["level"], e["kind"]) in seen for e in ev):
+        f["status"] = STATUS_STILL_FAILS
+    elif crashed:  # a crash is never a fix: the line may simply not have been reached
+        f["status"], f["after_crash"] = STATUS_FIXED_CRASHED, crashed
+    elif fp32_change is not None and fp32_change > tolerance:
+        f["status"] = STATUS_FP32_CHANGED
+    else:
+        f["status"] = STATUS_FIXED
+
+
+def _explain_problems(report: dict, findings: list, before: dict, tolerance) -> None:
+    """The run-time problems of the original code, each with the findings that predicted
+    it; the ones no finding predicted."""
     probs = analysis.problems(before, tolerance)
     for p in probs:
         p["explained_by"] = [f"{f['code']}:{os.path.relpath(f['path'])}:{f['line']}" for f in findings
                              if any(e["level"] == p["level"] and _matches(p, e, f) for e in f["evidence"])]
     report["problems"] = probs
     report["runtime_only"] = [p for p in probs if not p["explained_by"]]
-    report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
-    report["failing_levels_after"] = analysis.failing(after) if after else None
+
+
+def _note_optimizer_eps(report: dict, cfg, selected: list) -> None:
     eps = optimizer_eps(cfg, "O3") if "O3" in selected else None
     if eps is not None and eps != ADAM_EPS:
         report["notes"].append(
@@ -314,9 +364,6 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             f"weights) and Adam's eps={ADAM_EPS:g} is 0 there, so every update where a gradient underflowed is 0/0 = "
             f"NaN from the first step, in any model. The verifier's {cfg.optimizer} used eps={eps:.3g} at O3; "
             f"train at O3 with eps >= {eps:.3g} (e.g. torch.optim.AdamW(..., eps={eps:.3g})), or use O2")
-    report["exit_status"] = exit_status(report)
-    report["model_output"] = output.tail() if output is not None else ""
-    return report
 
 
 def _ran(finding: dict, run: dict) -> Optional[bool]:
