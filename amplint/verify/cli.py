@@ -8,6 +8,7 @@ import os
 import sys
 
 from ..argtypes import positive_int as _positive_int
+from .records import plain
 
 DESCRIPTION = """\
 Run the model under the bundled AMP engine at O0 (the fp32 reference) and the selected opt
@@ -311,7 +312,8 @@ def main(args, lint_settings=None) -> int:
 
     out = sys.stdout
     if args.format == "json":
-        json.dump({"version": 1, "exit_status": status, "results": [_jsonable(r) for r in reports]}, out, indent=1, default=str)
+        json.dump({"version": 1, "exit_status": status, "results": [_jsonable(plain(r)) for r in reports]}, out, indent=1,
+                  default=str)
         out.write("\n")
     else:
         from .report_text import render

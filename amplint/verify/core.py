@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 from . import analysis, lintfix
 from .capture import CapturedOutput
+from .records import VerifyFinding
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
@@ -50,7 +51,7 @@ def _user_modules(before: set) -> dict[str, str]:
     return out
 
 
-def _register(findings: list[dict], mapping: dict[str, str]) -> list[str]:
+def _register(findings: list[VerifyFinding], mapping: dict[str, str]) -> list[str]:
     """Make the registrations the findings' display fixes ask of the training script: the
     verifier is the training script of its runs (it calls ``amp.initialize``).  They last
     until the fixed copy's :func:`isolated_import` ends.  A registration on the finding's own
@@ -60,8 +61,8 @@ def _register(findings: list[dict], mapping: dict[str, str]) -> list[str]:
 
     warnings, done = [], set()
     for f in findings:
-        copy = canonical(mapping.get(f["path"], f["path"]))
-        for module_name, function, kind in map(tuple, f.get("registrations", ())):
+        copy = canonical(mapping.get(f.path, f.path))
+        for module_name, function, kind in map(tuple, f.registrations):
             if (module_name, function, kind, copy) in done:
                 continue
             done.add((module_name, function, kind, copy))
@@ -198,7 +199,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
     selected = [lvl for lvl in cfg.all_levels() if lvl != "O0"]
     report = _new_report(name, cfg, files, before, fix, tolerance, selected)
     lint_files = sorted(p for p in files if p.endswith(".py"))
-    findings: list[dict] = []
+    findings: list[VerifyFinding] = []
     if lint and lint_files:
         if progress:
             progress.message("linting the model's source files")
@@ -210,7 +211,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
         if progress:
             progress.message("fixing temporary copies of the sources")
         originals, texts, changed = _fix_copies(report, lint_files, cfg, selected, unsafe, config)
-        registers = any(f.get("registrations") for f in findings)
+        registers = any(f.registrations for f in findings)
         if report["fixed_files"] or registers:
             after, ref_out2 = _run_fixed(report, findings, files, texts, originals, target, cfg, progress, output)
             _judge_fp32_change(report, before, after, ref_out, ref_out2)
@@ -218,7 +219,7 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
                                           report["device"], config)
             maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
             for f in findings:
-                _judge_after(f, after, maps[f["path"]], remaining, changed, selected, tolerance, report["fp32_change"])
+                _judge_after(f, after, maps[f.path], remaining, changed, selected, tolerance, report["fp32_change"])
     report["findings"] = findings
     _explain_problems(report, findings, before, tolerance)
     report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
@@ -240,19 +241,19 @@ def _new_report(name, cfg, files, before, fix, tolerance, selected) -> dict:
     }
 
 
-def _judge_before(findings: list[dict], before: dict, selected: list, tolerance) -> None:
+def _judge_before(findings: list[VerifyFinding], before: dict, selected: list, tolerance) -> None:
     """Each finding's evidence in the original code's runs, and its status from them."""
     for f in findings:
-        f["evidence"] = []
+        f.evidence = []
         for level in selected:
-            if level in f["levels"]:  # only where the finding's own settings predict it
-                f["evidence"].extend(analysis.evidence(f, level, before[level], tolerance))
-        f["status"] = STATUS_CONFIRMED if f["evidence"] else STATUS_NOT_REPRODUCED
-        f["after_evidence"] = None
-        if not f["evidence"]:
+            if level in f.levels:  # only where the finding's own settings predict it
+                f.evidence.extend(analysis.evidence(f, level, before[level], tolerance))
+        f.status = STATUS_CONFIRMED if f.evidence else STATUS_NOT_REPRODUCED
+        f.after_evidence = None
+        if not f.evidence:
             why = _not_executed(f, before, selected)
             if why:
-                f["status"], f["not_executed"] = STATUS_NOT_EXECUTED, why
+                f.status, f.not_executed = STATUS_NOT_EXECUTED, why
 
 
 def _fix_copies(report: dict, lint_files: list, cfg, selected: list, unsafe: bool, config):
@@ -306,43 +307,43 @@ def _judge_fp32_change(report: dict, before: dict, after: dict, ref_out, ref_out
         report["fp32_change"] = None
 
 
-def _judge_after(f: dict, after: dict, line_map, remaining, changed: list, selected: list, tolerance,
+def _judge_after(f: VerifyFinding, after: dict, line_map, remaining, changed: list, selected: list, tolerance,
                  fp32_change) -> None:
     """A finding's status once the fixed copies ran."""
-    start, end = line_map.range(f["line"], f["end_line"])
+    start, end = line_map.range(f.line, f.end_line)
     ev = []
     for level in selected:
-        if level in f["levels"]:
+        if level in f.levels:
             # the after run is in the original files' lines already (_rename_paths)
             ev.extend(analysis.evidence(f, level, after[level], tolerance))
-    f["after_evidence"] = ev
+    f.after_evidence = ev
     # gone from the fixed text (its own fix, or another fix on the same lines); a display
     # fix (registrations the verifier made as the training script) changed no file
-    f["fixed_by_lint"] = f["path"] in changed and not any(
-        (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
-    if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
+    f.fixed_by_lint = f.path in changed and not any(
+        (f.path, f.code, line) in remaining for line in range(start, end + 1))
+    if f.status == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
         # the fixes removed the crash that kept this line from running: judge it now
         _judge_reached(f, ev)
         return
-    if f["status"] != STATUS_CONFIRMED:
+    if f.status != STATUS_CONFIRMED:
         return
-    if f.get("fix") == "display" and not f["fixed_by_lint"]:
-        f["status"] = STATUS_DISPLAY_ONLY
+    if f.fix == "display" and not f.fixed_by_lint:
+        f.status = STATUS_DISPLAY_ONLY
         return
-    if not f["fixed_by_lint"]:
+    if not f.fixed_by_lint:
         return
     # the failure that manifested before (same level, same kind) is what must be gone;
     # the fp32 results are checked on their own below
-    seen = {(e["level"], e["kind"]) for e in f["evidence"]}
-    crashed = [lvl for lvl in ["O0", *f["levels"]] if lvl in after and after[lvl]["crash"]]
+    seen = {(e["level"], e["kind"]) for e in f.evidence}
+    crashed = [lvl for lvl in ["O0", *f.levels] if lvl in after and after[lvl]["crash"]]
     if any((e["level"], e["kind"]) in seen for e in ev):
-        f["status"] = STATUS_STILL_FAILS
+        f.status = STATUS_STILL_FAILS
     elif crashed:  # a crash is never a fix: the line may simply not have been reached
-        f["status"], f["after_crash"] = STATUS_FIXED_CRASHED, crashed
+        f.status, f.after_crash = STATUS_FIXED_CRASHED, crashed
     elif fp32_change is not None and fp32_change > tolerance:
-        f["status"] = STATUS_FP32_CHANGED
+        f.status = STATUS_FP32_CHANGED
     else:
-        f["status"] = STATUS_FIXED
+        f.status = STATUS_FIXED
 
 
 def _explain_problems(report: dict, findings: list, before: dict, tolerance) -> None:
@@ -350,8 +351,8 @@ def _explain_problems(report: dict, findings: list, before: dict, tolerance) -> 
     it; the ones no finding predicted."""
     probs = analysis.problems(before, tolerance)
     for p in probs:
-        p["explained_by"] = [f"{f['code']}:{os.path.relpath(f['path'])}:{f['line']}" for f in findings
-                             if any(e["level"] == p["level"] and _matches(p, e, f) for e in f["evidence"])]
+        p["explained_by"] = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
+                             if any(e["level"] == p["level"] and _matches(p, e, f) for e in f.evidence)]
     report["problems"] = probs
     report["runtime_only"] = [p for p in probs if not p["explained_by"]]
 
@@ -366,19 +367,19 @@ def _note_optimizer_eps(report: dict, cfg, selected: list) -> None:
             f"train at O3 with eps >= {eps:.3g} (e.g. torch.optim.AdamW(..., eps={eps:.3g})), or use O2")
 
 
-def _ran(finding: dict, run: dict) -> Optional[bool]:
+def _ran(finding: VerifyFinding, run: dict) -> Optional[bool]:
     """Whether any line of the finding ran in ``run`` (None: lines were not traced)."""
     executed = run.get("executed")
     if executed is None:
         return None
-    lines = executed.get(finding["path"], ())
-    return any(finding["line"] <= n <= finding["end_line"] for n in lines)
+    lines = executed.get(finding.path, ())
+    return any(finding.line <= n <= finding.end_line for n in lines)
 
 
-def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
+def _not_executed(finding: VerifyFinding, runs: dict, selected: list) -> Optional[str]:
     """Why none of the finding's lines ran at any of its levels, or None when one did (or
     when lines were not traced)."""
-    levels = [lvl for lvl in selected if lvl in finding["levels"] and lvl in runs]
+    levels = [lvl for lvl in selected if lvl in finding.levels and lvl in runs]
     if not levels:
         return None
     reasons = []
@@ -388,7 +389,7 @@ def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
             return None
         crash = runs[level].get("crash")
         where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash and crash.get("file") else ""
-        if crash and crash.get("file") == finding["path"] and crash.get("line") and finding["end_line"] < crash["line"] \
+        if crash and crash.get("file") == finding.path and crash.get("line") and finding.end_line < crash["line"] \
                 and crash["step"] == 0:
             # above the crash in the same file: passed over on the way to it
             reasons.append(f"never ran at {level} (a branch not taken; the level then crashed{where})")
@@ -399,19 +400,19 @@ def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
     return "; ".join(dict.fromkeys(reasons))
 
 
-def _judge_reached(finding: dict, after_evidence: list) -> None:
+def _judge_reached(finding: VerifyFinding, after_evidence: list) -> None:
     """A finding first reached after the fixes removed an earlier crash."""
-    if finding["fixed_by_lint"] or finding.get("fix") == "display":
+    if finding.fixed_by_lint or finding.fix == "display":
         # only its fixed form ran (a display fix: the registrations verify made for the run):
         # whether the original would have failed is unknown
-        finding["not_executed"] += "; after the fixes it ran in its fixed form" + (
+        finding.not_executed += "; after the fixes it ran in its fixed form" + (
             ", which still fails" if after_evidence else " without failures")
         if after_evidence:
-            finding["status"] = STATUS_STILL_FAILS
+            finding.status = STATUS_STILL_FAILS
         return
-    finding["reached_after_fix"] = True
-    finding["evidence"] = list(after_evidence)
-    finding["status"] = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
+    finding.reached_after_fix = True
+    finding.evidence = list(after_evidence)
+    finding.status = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
 
 
 def _matches(problem: dict, ev: dict, finding: dict) -> bool:

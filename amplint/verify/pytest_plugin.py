@@ -34,6 +34,7 @@ def amp_verify():
         try:
             from amplint.verify import _config, format_report
             from amplint.verify.core import verify_factory
+            from amplint.verify.records import plain
             from amplint.verify.target import model_factory
 
             import torch.nn as nn
@@ -60,6 +61,6 @@ def amp_verify():
         if report["exit_status"] or diverged:
             why = f" (output differs from fp32 beyond {tolerance:g} at {', '.join(diverged)})" if diverged else ""
             pytest.fail(f"model is not mixed-precision safe at {', '.join(report['levels'])}{why}\n\n" + format_report(report), pytrace=False)
-        return report
+        return plain(report)  # plain data, as amplint.verify.verify_model returns
 
     return run

@@ -181,35 +181,35 @@ def _evidence_list(items: Optional[list], empty: str) -> str:
 
 
 def _finding_card(f: dict, report: dict) -> str:
-    status = f["status"]
+    status = f.status
     cls = STATUS_CLASS.get(status, "muted")
-    where = _where(f["path"], f["line"], f.get("column"))
-    body = [f'<p class="message">{e(f["message"])}</p>']
+    where = _where(f.path, f.line, f.column)
+    body = [f'<p class="message">{e(f.message)}</p>']
     before = "Runtime evidence" + (" (original code)" if report.get("after") else "")
-    if f.get("reached_after_fix"):
+    if f.reached_after_fix:
         before = "Runtime evidence (reached only after the fixes removed an earlier crash)"
     if status == "not executed":
-        body.append(f'<h4>{e(before)}</h4><p class="dim">not executed: {e(f.get("not_executed"))}</p>')
+        body.append(f'<h4>{e(before)}</h4><p class="dim">not executed: {e(f.not_executed)}</p>')
     else:
         body.append(f"<h4>{e(before)}</h4>" + _evidence_list(
-            f.get("evidence"), "its expression ran; no crash, inf/NaN, underflow or divergence in it with these inputs"))
-    if f.get("after_evidence") is not None and not f.get("reached_after_fix"):
-        fixed = ("its own fix was applied" if f.get("fixed_by_lint")
+            f.evidence, "its expression ran; no crash, inf/NaN, underflow or divergence in it with these inputs"))
+    if f.after_evidence is not None and not f.reached_after_fix:
+        fixed = ("its own fix was applied" if f.fixed_by_lint
                  else "its display fix was made by the verifier for this run only; your files are unchanged"
-                 if f.get("fix") == "display" else "no fix was applied to it")
-        if f.get("after_crash"):
-            fixed += "; the fixed run crashed at " + ", ".join(f["after_crash"])
+                 if f.fix == "display" else "no fix was applied to it")
+        if f.after_crash:
+            fixed += "; the fixed run crashed at " + ", ".join(f.after_crash)
         body.append(f"<h4>After the fixes <span class=\"dim\">({e(fixed)})</span></h4>"
-                    + _evidence_list(f["after_evidence"], "no failure in this expression"))
-    diff = (report.get("fixed_files") or {}).get(f["path"])
-    hunks = diff_hunks(diff, f["line"], f.get("end_line") or f["line"]) if diff else []
+                    + _evidence_list(f.after_evidence, "no failure in this expression"))
+    diff = (report.get("fixed_files") or {}).get(f.path)
+    hunks = diff_hunks(diff, f.line, f.end_line or f.line) if diff else []
     if hunks:
         body.append("<h4>The fix</h4>" + _diff_html(hunks))
-    elif f.get("fix") and f.get("fix_description"):
-        body.append(f'<p class="dim">fix ({e(f["fix"])}{", not applied" if report.get("fix") else ", not tried: run with --fix"}): '
-                    f'{e(f["fix_description"])}</p>')
-    return (f'<article class="card finding {cls}" data-code="{e(f["code"])}" data-status="{e(status)}">'
-            f'<header><span class="code">{e(f["code"])}</span> {e(f["rule"])} <code class="loc">{e(where)}</code>'
+    elif f.fix and f.fix_description:
+        body.append(f'<p class="dim">fix ({e(f.fix)}{", not applied" if report.get("fix") else ", not tried: run with --fix"}): '
+                    f'{e(f.fix_description)}</p>')
+    return (f'<article class="card finding {cls}" data-code="{e(f.code)}" data-status="{e(status)}">'
+            f'<header><span class="code">{e(f.code)}</span> {e(f.rule)} <code class="loc">{e(where)}</code>'
             f'<span class="pill {cls}">{e(status)}</span></header>{"".join(body)}</article>')
 
 
@@ -222,9 +222,9 @@ def _problem_card(p: dict) -> str:
 
 def _cards(report: dict) -> str:
     findings = sorted(report.get("findings") or [], key=lambda f: (
-        _STATUS_ORDER.index(f["status"]) if f["status"] in _STATUS_ORDER else 9, f["path"], f["line"]))
-    shown = [f for f in findings if f["status"] not in ("not reproduced", "not executed")]
-    quiet = [f for f in findings if f["status"] in ("not reproduced", "not executed")]
+        _STATUS_ORDER.index(f.status) if f.status in _STATUS_ORDER else 9, f.path, f.line))
+    shown = [f for f in findings if f.status not in ("not reproduced", "not executed")]
+    quiet = [f for f in findings if f.status in ("not reproduced", "not executed")]
     out = [_finding_card(f, report) for f in shown]
     out += [_problem_card(p) for p in report.get("runtime_only") or []]
     if quiet:
@@ -539,9 +539,9 @@ def _tables(report: dict) -> str:
                                                              "output vs fp32", "first failure", "time"], rows))
     findings = report.get("findings") or []
     if findings:
-        rows = [[e(f["code"]), e(f["rule"]), e(_where(f["path"], f["line"])), e(f["fix"] or "-"),
-                 f'<span class="{STATUS_CLASS.get(f["status"], "")}">{e(f["status"])}</span>',
-                 e("; ".join(f"{x['level']} {x['kind']}" for x in f.get("evidence") or []) or f.get("not_executed") or "-")]
+        rows = [[e(f.code), e(f.rule), e(_where(f.path, f.line)), e(f.fix or "-"),
+                 f'<span class="{STATUS_CLASS.get(f.status, "")}">{e(f.status)}</span>',
+                 e("; ".join(f"{x['level']} {x['kind']}" for x in f.evidence or []) or f.not_executed or "-")]
                 for f in findings]
         out.append("<h4>Static findings</h4>" + _table("findings", ["code", "rule", "where", "fix", "status", "evidence"], rows))
     runtime = report.get("runtime_only") or []

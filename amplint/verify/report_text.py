@@ -146,16 +146,16 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
             for col in ("finding", "location", "fix", "status", "evidence"):
                 t.add_column(col, overflow="fold")
             for f in findings:
-                ev = f.get("evidence") or []
+                ev = f.evidence or []
                 text = "; ".join(f"{e['level']} {e['kind']}: {e['detail']}" for e in ev[:3]) or (
-                    f.get("not_executed") or "ran: no crash, inf/NaN, underflow or divergence in this expression")
-                if f.get("reached_after_fix"):
+                    f.not_executed or "ran: no crash, inf/NaN, underflow or divergence in this expression")
+                if f.reached_after_fix:
                     text = "reached only after the fixes removed an earlier crash: " + text
-                if f.get("after_evidence"):
-                    text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f["after_evidence"][:3])
-                style = STATUS_STYLE.get(f["status"], "")
-                t.add_row(f"{f['code']} {f['rule']}", f"{_rel(f['path'])}:{f['line']}", f["fix"] or "-",
-                          f"[{style}]{f['status']}[/]", text)
+                if f.after_evidence:
+                    text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f.after_evidence[:3])
+                style = STATUS_STYLE.get(f.status, "")
+                t.add_row(f"{f.code} {f.rule}", f"{_rel(f.path)}:{f.line}", f.fix or "-",
+                          f"[{style}]{f.status}[/]", text)
             console.print(t)
         elif report.get("files"):
             console.print("No static findings in the model's source files.")
