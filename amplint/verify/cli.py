@@ -268,7 +268,7 @@ def main(args, lint_settings=None) -> int:
 
     if lint_settings is None:
         lint_settings = LintSettings(config=args.config)
-    reports: list[dict] = []
+    reports: list = []  # VerifyReport
     status = EXIT_OK
     progress = None
     report_path = args.report or vconfig.resolve_report_path(defaults.get("report"), base)
@@ -305,7 +305,7 @@ def main(args, lint_settings=None) -> int:
                 print(f"amplint: error: {target}: {where_}{type(exc).__name__}: {exc}", file=sys.stderr)
                 return EXIT_ERROR
             reports.append(report)
-            status = max(status, report["exit_status"])
+            status = max(status, report.exit_status)
     finally:
         if progress is not None:
             progress.stop()

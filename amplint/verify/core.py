@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from . import analysis, lintfix
 from .capture import CapturedOutput
-from .records import VerifyFinding
+from .records import VerifyFinding, VerifyReport
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
@@ -162,8 +162,8 @@ def _class_files(make: Callable) -> dict[str, str]:
 
 def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: bool = False,
                   config: Optional[str] = None, progress=None, lint: bool = True,
-                  lint_settings: Optional[lintfix.LintSettings] = None) -> dict:
-    """Everything ``amplint verify PATH::FACTORY`` reports, as plain data."""
+                  lint_settings: Optional[lintfix.LintSettings] = None) -> VerifyReport:
+    """Everything ``amplint verify PATH::FACTORY`` reports."""
     output = CapturedOutput()
     with isolated_import():
         with output.capturing():
@@ -180,7 +180,7 @@ def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: boo
     return finish(str(target), before, ref_out, files, cfg, fix, unsafe, settings, progress, lint, target, output)
 
 
-def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> dict:
+def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> VerifyReport:
     """Verify a model given as a factory in this process (the pytest plugin)."""
     output = CapturedOutput()
     with output.capturing():
@@ -192,7 +192,7 @@ def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bo
     return finish(name, before, ref_out, files, cfg, False, False, lintfix.LintSettings(), None, lint, None, output)
 
 
-def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
+def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> VerifyReport:
     """The report on the original code's runs ``before``: its findings linted and judged
     against them; with ``fix``, temporary fixed copies run and each finding judged again."""
     tolerance = cfg.resolved_tolerance()
@@ -203,8 +203,8 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
     if lint and lint_files:
         if progress:
             progress.message("linting the model's source files")
-        findings, errors = lintfix.lint(lint_files, cfg.dtype, selected or ["O1"], report["device"], config)
-        report["lint_errors"] = errors
+        findings, errors = lintfix.lint(lint_files, cfg.dtype, selected or ["O1"], report.device, config)
+        report.lint_errors = errors
     _judge_before(findings, before, selected, tolerance)
     after = None
     if fix and target is not None and lint_files:
@@ -212,33 +212,28 @@ def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lin
             progress.message("fixing temporary copies of the sources")
         originals, texts, changed = _fix_copies(report, lint_files, cfg, selected, unsafe, config)
         registers = any(f.registrations for f in findings)
-        if report["fixed_files"] or registers:
+        if report.fixed_files or registers:
             after, ref_out2 = _run_fixed(report, findings, files, texts, originals, target, cfg, progress, output)
             _judge_fp32_change(report, before, after, ref_out, ref_out2)
             remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"],
-                                          report["device"], config)
+                                          report.device, config)
             maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
             for f in findings:
-                _judge_after(f, after, maps[f.path], remaining, changed, selected, tolerance, report["fp32_change"])
-    report["findings"] = findings
+                _judge_after(f, after, maps[f.path], remaining, changed, selected, tolerance, report.fp32_change)
+    report.findings = findings
     _explain_problems(report, findings, before, tolerance)
-    report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
-    report["failing_levels_after"] = analysis.failing(after) if after else None
+    report.failing_levels = analysis.failing({k: v for k, v in before.items()})
+    report.failing_levels_after = analysis.failing(after) if after else None
     _note_optimizer_eps(report, cfg, selected)
-    report["exit_status"] = exit_status(report)
-    report["model_output"] = output.tail() if output is not None else ""
+    report.exit_status = exit_status(report)
+    report.model_output = output.tail() if output is not None else ""
     return report
 
 
-def _new_report(name, cfg, files, before, fix, tolerance, selected) -> dict:
-    """The report's fields, in the order its JSON has them, before anything is judged."""
-    return {
-        "target": name, "device": cfg.resolved_device(), "dtype": cfg.dtype, "levels": selected, "steps": cfg.steps,
-        "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
-        "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
-        "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
-        "notes": [],
-    }
+def _new_report(name, cfg, files, before, fix, tolerance, selected) -> VerifyReport:
+    """The report before anything is judged."""
+    return VerifyReport(name, cfg.resolved_device(), cfg.dtype, selected, cfg.steps, cfg.seed, tolerance, cfg.loss,
+                        cfg.optimizer, files=sorted(files), before=before, fix=bool(fix))
 
 
 def _judge_before(findings: list[VerifyFinding], before: dict, selected: list, tolerance) -> None:
@@ -256,18 +251,18 @@ def _judge_before(findings: list[VerifyFinding], before: dict, selected: list, t
                 f.status, f.not_executed = STATUS_NOT_EXECUTED, why
 
 
-def _fix_copies(report: dict, lint_files: list, cfg, selected: list, unsafe: bool, config):
+def _fix_copies(report: VerifyReport, lint_files: list, cfg, selected: list, unsafe: bool, config):
     """The sources fixed in memory: (original texts, fixed texts, the paths that changed);
     the report gets their diffs and the fix's errors."""
-    originals, texts, errors = lintfix.fix(lint_files, cfg.dtype, selected or ["O1"], report["device"], unsafe, config)
-    report["lint_errors"].extend(errors)
+    originals, texts, errors = lintfix.fix(lint_files, cfg.dtype, selected or ["O1"], report.device, unsafe, config)
+    report.lint_errors.extend(errors)
     changed = [p for p in lint_files if texts[p] != originals[p]]
-    report["fixed_files"] = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
-    report["lint_errors"] = sorted(set(report["lint_errors"]))
+    report.fixed_files = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
+    report.lint_errors = sorted(set(report.lint_errors))
     return originals, texts, changed
 
 
-def _run_fixed(report: dict, findings: list, files: dict, texts: dict, originals: dict, target: Target, cfg,
+def _run_fixed(report: VerifyReport, findings: list, files: dict, texts: dict, originals: dict, target: Target, cfg,
                progress, output):
     """Every level's run of the fixed copies (written to a temporary folder, imported in
     isolation, the findings' registrations made): (runs in the original files' terms, the
@@ -278,10 +273,10 @@ def _run_fixed(report: dict, findings: list, files: dict, texts: dict, originals
             copy_target = Target(mapping[canonical(target.path)], target.factory)
             with output.capturing() if output is not None else contextlib.nullcontext():
                 make2, _, import_lines2 = _load(copy_target)
-                report["warnings"].extend(_register(findings, mapping))
+                report.warnings.extend(_register(findings, mapping))
             stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
             if stale:
-                report["warnings"].append(
+                report.warnings.append(
                     "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
                     + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
             # the originals too: a harness that imports them anyway must show up as such
@@ -291,20 +286,20 @@ def _run_fixed(report: dict, findings: list, files: dict, texts: dict, originals
             _add_import_lines(after, import_lines2)
             # the after run's paths are the originals again; its lines are those of the fixed
             # text, hence the line maps of the judging
-            report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
+            report.after = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
     finally:
         lintfix.cleanup(tmp)
     return after, ref_out2
 
 
-def _judge_fp32_change(report: dict, before: dict, after: dict, ref_out, ref_out2) -> None:
+def _judge_fp32_change(report: VerifyReport, before: dict, after: dict, ref_out, ref_out2) -> None:
     """How much the fixes changed the fp32 (O0) run."""
-    report["fp32_change"] = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
+    report.fp32_change = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
     if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
         # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
         # not a change of working fp32 results
-        report["fp32_repaired"] = True
-        report["fp32_change"] = None
+        report.fp32_repaired = True
+        report.fp32_change = None
 
 
 def _judge_after(f: VerifyFinding, after: dict, line_map, remaining, changed: list, selected: list, tolerance,
@@ -346,21 +341,21 @@ def _judge_after(f: VerifyFinding, after: dict, line_map, remaining, changed: li
         f.status = STATUS_FIXED
 
 
-def _explain_problems(report: dict, findings: list, before: dict, tolerance) -> None:
+def _explain_problems(report: VerifyReport, findings: list, before: dict, tolerance) -> None:
     """The run-time problems of the original code, each with the findings that predicted
     it; the ones no finding predicted."""
     probs = analysis.problems(before, tolerance)
     for p in probs:
         p["explained_by"] = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
                              if any(e["level"] == p["level"] and _matches(p, e, f) for e in f.evidence)]
-    report["problems"] = probs
-    report["runtime_only"] = [p for p in probs if not p["explained_by"]]
+    report.problems = probs
+    report.runtime_only = [p for p in probs if not p["explained_by"]]
 
 
-def _note_optimizer_eps(report: dict, cfg, selected: list) -> None:
+def _note_optimizer_eps(report: VerifyReport, cfg, selected: list) -> None:
     eps = optimizer_eps(cfg, "O3") if "O3" in selected else None
     if eps is not None and eps != ADAM_EPS:
-        report["notes"].append(
+        report.notes.append(
             f"optimizer eps below the {cfg.dtype} range: at O3 the optimizer state is {cfg.dtype} (no fp32 master "
             f"weights) and Adam's eps={ADAM_EPS:g} is 0 there, so every update where a gradient underflowed is 0/0 = "
             f"NaN from the first step, in any model. The verifier's {cfg.optimizer} used eps={eps:.3g} at O3; "
@@ -501,13 +496,13 @@ def _fp32_change(a: dict, b: dict, out_a, out_b) -> Optional[float]:
     return max(errs) if errs else None
 
 
-def exit_status(report: dict) -> int:
+def exit_status(report: VerifyReport) -> int:
     """1 when a selected level crashes or produces inf/NaN (after the fixes, with --fix), or a
     fix changes fp32 results beyond the tolerance; else 0."""
-    if report.get("after") is not None:
-        bad = report["failing_levels_after"]
-        change = report.get("fp32_change")
-        if bad or (change is not None and change > report["tolerance"]):
+    if report.after is not None:
+        bad = report.failing_levels_after
+        change = report.fp32_change
+        if bad or (change is not None and change > report.tolerance):
             return 1
         return 0
-    return 1 if report["failing_levels"] else 0
+    return 1 if report.failing_levels else 0

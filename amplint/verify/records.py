@@ -1,4 +1,4 @@
-"""verify's typed records: a static finding as verify judges it.
+"""verify's typed records: a static finding as verify judges it, and the report on a target.
 
 The linter's finding (merged over the levels whose settings predict it, in
 ``lintfix.lint``) gets the evidence of the original code's runs and a status; with
@@ -68,13 +68,63 @@ class VerifyFinding:
         return cls(**data)
 
 
-def plain(report: dict) -> dict:
+@dataclasses.dataclass
+class VerifyReport:
+    """Everything ``amplint verify PATH::FACTORY`` reports on one target: the runs of the
+    original code (``before``: level -> run) and, with ``--fix``, of the fixed copies
+    (``after``), the findings judged against them, the run-time problems no rule
+    predicted, the exit status.  Built step by step by :func:`amplint.verify.core.finish`."""
+
+    target: str
+    device: str
+    dtype: str
+    levels: list  # the selected levels, O0 (the fp32 reference) left out
+    steps: int
+    seed: int
+    tolerance: float
+    loss: str
+    optimizer: str
+    files: list = dataclasses.field(default_factory=list)  # the user's source files the model came from
+    before: dict = dataclasses.field(default_factory=dict)
+    after: Optional[dict] = None
+    findings: list = dataclasses.field(default_factory=list)  # VerifyFinding
+    problems: list = dataclasses.field(default_factory=list)
+    runtime_only: list = dataclasses.field(default_factory=list)  # the problems no finding explains
+    #: how much the fixes changed the fp32 (O0) run (None: no fixed run, or both crashed)
+    fp32_change: Optional[float] = None
+    fixed_files: dict = dataclasses.field(default_factory=dict)  # path -> diff
+    lint_errors: list = dataclasses.field(default_factory=list)
+    fix: bool = False
+    warnings: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+    #: the fp32 run crashed or produced inf/NaN and the fixes repaired it
+    fp32_repaired: bool = False
+    failing_levels: list = dataclasses.field(default_factory=list)
+    failing_levels_after: Optional[list] = None
+    exit_status: int = 0
+    model_output: str = ""
+
+    def to_json(self) -> dict:
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "fp32_repaired" and not value:
+                continue  # only when it happened
+            out[field.name] = [f.to_json() for f in value] if field.name == "findings" else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> "VerifyReport":
+        return cls(**{**data, "findings": [VerifyFinding.from_json(f) if isinstance(f, dict) else f
+                                           for f in data.get("findings", ())]})
+
+
+def plain(report: VerifyReport) -> dict:
     """A verify report as plain data (JSON-able but for NaN/inf): what the Python API and
     ``--format json`` give."""
-    return {**report, "findings": [f.to_json() if isinstance(f, VerifyFinding) else f for f in report["findings"]]}
+    return report.to_json() if isinstance(report, VerifyReport) else report
 
 
-def typed(report: dict) -> dict:
-    """The report :func:`plain` made, with its findings as records again (the reporters
-    read those)."""
-    return {**report, "findings": [VerifyFinding.from_json(f) if isinstance(f, dict) else f for f in report["findings"]]}
+def typed(report) -> VerifyReport:
+    """The report :func:`plain` made, as a record again (the reporters read those)."""
+    return VerifyReport.from_json(report) if isinstance(report, dict) else report

@@ -1,8 +1,6 @@
-"""verify's findings are typed records (amplint.verify.records.VerifyFinding), judged by
-attribute; their JSON keeps the documented shape (fields in order, the optional ones
-only once decided) and the Python API gives plain data."""
-import dataclasses
-
+"""verify's findings and reports are typed records (amplint.verify.records), judged and
+shown by attribute; their JSON keeps the documented shape (fields in order, the optional
+ones only once decided) and the Python API gives plain data."""
 import pytest
 
 from conftest import fixture_path
@@ -10,7 +8,7 @@ from conftest import fixture_path
 pytest.importorskip("torch")
 
 from amplint.verify import format_report, lintfix  # noqa: E402
-from amplint.verify.records import VerifyFinding, plain, typed  # noqa: E402
+from amplint.verify.records import VerifyFinding, VerifyReport, plain, typed  # noqa: E402
 
 BASE = ["code", "rule", "message", "path", "line", "end_line", "column", "end_column", "severity", "fix",
         "fix_description", "registrations", "levels", "evidence", "status", "after_evidence"]
@@ -32,9 +30,13 @@ def test_json_shape_and_round_trip():
     f.fixed_by_lint, f.after_evidence, f.status, f.after_crash = True, [], "fixed run crashed", ["O1"]
     assert list(f.to_json()) == BASE + ["fixed_by_lint", "after_crash"]
     assert VerifyFinding.from_json(f.to_json()) == f
-    report = {"findings": [f], "target": "t"}
-    assert plain(report)["findings"] == [f.to_json()] and typed(plain(report))["findings"] == [f]
-    assert dataclasses.is_dataclass(typed(plain(report))["findings"][0])
+    report = VerifyReport("t", "cpu", "fp16", ["O1"], 1, 0, 0.01, "auto", "adamw", findings=[f])
+    data = plain(report)
+    assert data["findings"] == [f.to_json()] and "fp32_repaired" not in data
+    assert list(data)[:3] == ["target", "device", "dtype"] and list(data)[-2:] == ["exit_status", "model_output"]
+    assert typed(data) == report and isinstance(typed(data).findings[0], VerifyFinding)
+    report.fp32_repaired = True
+    assert list(plain(report)).index("fp32_repaired") == list(plain(report)).index("notes") + 1
 
 
 def test_format_report_takes_the_plain_report(tmp_path):
