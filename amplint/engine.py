@@ -815,17 +815,24 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
     return any(m in text for m in _summary_markers(settings)) or defines_constants(text)
 
 
+def _summary_of(path: str, text: str, settings: Settings) -> FileSummary:
+    """What ``path`` tells the project index (SourceError when it does not parse): the
+    one place summaries are made, for ``fix``'s rounds and :func:`lint_sources` alike.  A
+    file that mentions nothing a summary collects is only checked for syntax."""
+    if not any(m in text for m in _summary_markers(settings)) and not defines_constants(text):
+        check_syntax(path, text)
+        return FileSummary(path)
+    tree = parse(path, text)
+    ctx = FileContext(path, text, tree, settings, None)
+    ctx.walk_and_bucket(set())
+    return summarize(ctx, settings.rules())
+
+
 def _summarize_task(args) -> SummaryOutcome:
     path, settings = args
     try:
         source = _read_source(path)
-        if not any(m in source.text for m in _summary_markers(settings)) and not defines_constants(source.text):
-            check_syntax(path, source.text)
-            return SummaryOutcome(path, FileSummary(path).to_json())
-        tree = parse(path, source.text)
-        ctx = FileContext(path, source.text, tree, settings, None)
-        ctx.walk_and_bucket(set())
-        return SummaryOutcome(path, summarize(ctx, settings.rules()).to_json())
+        return SummaryOutcome(path, _summary_of(path, source.text, settings).to_json())
     except SourceError as exc:
         return SummaryOutcome(path, error=exc)
 
@@ -954,16 +961,13 @@ def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: Lin
     for path, text in sources.items():
         try:
             settings[path] = resolver.for_path(path)
-            tree = parse(path, text)
+            summaries.append(_summary_of(path, text, settings[path]))
         except ConfigError as exc:
             out[path] = SourceResult(path, text, errors=[SourceError(exc.path or path, exc.reason, exc.line or 1)])
             continue
         except SourceError as exc:
             out[path] = SourceResult(path, text, errors=[exc])
             continue
-        ctx = FileContext(path, text, tree, settings[path], None)
-        ctx.walk_and_bucket(set())
-        summaries.append(summarize(ctx, settings[path].rules()))
     project = ProjectIndex(summaries)
     for path, text in sources.items():
         if path in out:
