@@ -25,7 +25,7 @@ from . import engine_detect
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
 from .registry import UNUSED_SUPPRESSION, all_rules, select_rules
 from .baseline import assign_fingerprints
-from .rule import Applicability, Edit, Finding, Fix, Position, Related, Rule, Severity
+from .rule import Applicability, Finding, Fix, Rule, Severity
 from .suppress import apply_suppressions
 
 MAX_FIX_ITERATIONS = 10

@@ -5,7 +5,7 @@ import math
 import os
 from typing import Optional
 
-from .records import VerifyFinding, VerifyReport
+from .records import VerifyReport
 
 
 def _rel(path: Optional[str]) -> str:
