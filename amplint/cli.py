@@ -223,107 +223,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return EXIT_ERROR
 
 
+class _Stop(Exception):
+    """Ends ``check``/``fix`` early with ``status``, after ``message`` (if any) on stderr as
+    ``amplint: error: ...``: how a step of :func:`_lint` says the run cannot go on."""
+
+    def __init__(self, status: int, message: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 def _lint(args) -> int:
-    from .engine import RunOptions, run
-    from .registry import RuleLoadError, all_rules, unknown_codes
+    """``check`` and ``fix``: the options checked, the run, its report, its exit status."""
+    from .engine import run
+    from .registry import RuleLoadError
 
-    if args.alignment is not None and (args.alignment <= 0 or args.alignment & (args.alignment - 1)):
-        print(f"amplint: error: --alignment must be a positive power of two, not {args.alignment}", file=sys.stderr)
-        return EXIT_ERROR
-    if args.config and not os.path.isfile(args.config):
-        print(f"amplint: error: --config {args.config}: no such file", file=sys.stderr)
-        return EXIT_ERROR
-    overrides = {
-        "select": tuple(args.select) if args.select is not None else None,
-        "extend_select": tuple(args.extend_select) if args.extend_select is not None else None,
-        "ignore": tuple(args.ignore) if args.ignore is not None else None,
-        "target": args.target, "opt_level": args.opt_level, "device": args.device,
-        "alignment": args.alignment, "engine": args.engine, "fix_style": args.fix_style,
-        "fail_on": args.fail_on,
-    }
-    if args.exclude:
-        overrides["exclude"] = tuple(args.exclude)
-    if args.extend_exclude:
-        overrides["extend_exclude"] = tuple(args.extend_exclude)
-    allowed = _local_rules_allowed(args)
-    resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
-    paths = args.paths or ["."]
-    stdin = None
-    if args.stdin_filename is not None:
-        if args.paths:
-            print("amplint: error: --stdin-filename reads the source from stdin: give no PATH", file=sys.stderr)
-            return EXIT_ERROR
-        for option in ("add_noqa", "write_baseline"):  # they edit or record files on disk
-            if getattr(args, option, None):
-                print(f"amplint: error: --{option.replace('_', '-')} works on files, not with --stdin-filename", file=sys.stderr)
-                return EXIT_ERROR
-        paths = [args.stdin_filename]
-        stdin = sys.stdin.buffer.read()
     try:
-        base = resolver.for_path(paths[0])
-    except ConfigError:
-        if args.config:
-            raise
-        # reported per file by the run, which lints the files other configs govern
-        base = resolver.defaults()
-    given = (("--select", args.select), ("--ignore", args.ignore), ("--extend-select", args.extend_select))
-    if any(codes for _, codes in given):  # loading every rule costs start-up time: only to check codes
-        try:
-            known = all_rules(base.rule_paths, base.load_plugins)
-        except RuleLoadError as exc:
-            print(f"amplint: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        for option, codes in given:
-            bad = unknown_codes(codes or (), known)
-            if bad:
-                print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
-                _warn_rules_not_loaded(resolver, allowed)
-                return EXIT_ERROR
-
-    baseline = None
-    if args.baseline:
-        from .baseline import Baseline, BaselineError
-
-        try:
-            baseline = Baseline(args.baseline)
-        except BaselineError as exc:
-            print(f"amplint: error: --baseline {exc}", file=sys.stderr)
-            return EXIT_ERROR
-    fmt = args.format or "text"
-    if args.statistics and fmt not in ("text", "concise", "json"):
-        print(f"amplint: error: --statistics works with --format text, concise or json, not {fmt}", file=sys.stderr)
-        return EXIT_ERROR
-    if getattr(args, "verify", None) is not None and not args.diff:
-        for spec in args.verify:
-            if spec and "::" not in spec and not spec.endswith(".py"):  # `fix --verify T .` once took `.` as a target
-                print(f"amplint: error: --verify {spec!r} is not PATH::FACTORY; put the paths to fix before --verify "
-                      f"(`amplint fix {spec} --verify TARGET`), one target per --verify", file=sys.stderr)
-                return EXIT_ERROR
-        status = _needs_torch("amplint fix --verify", lambda: _verify_before_fix(args, overrides, allowed))
-        if status != EXIT_CLEAN:
-            # "did not pass" only after a verification that ran and failed; a usage or target
-            # error (already on stderr) stops the fix before anything ran
-            print("amplint: fixes not written: " + ("the run-time verification above did not pass" if status == EXIT_FINDINGS
-                                                    else "the run-time verification could not run"), file=sys.stderr)
-            return status
+        _check_usage(args)
+        overrides = _overrides(args)
+        allowed = _local_rules_allowed(args)
+        resolver = ConfigResolver(overrides, args.config, allow_local_rules=allowed)
+        paths, stdin = _paths_and_stdin(args)
+        base = _base_settings(resolver, paths[0], args)
+        _check_codes(args, base, resolver, allowed)
+        baseline = _baseline(args)
+        fmt = args.format or "text"
+        if args.statistics and fmt not in ("text", "concise", "json"):
+            raise _Stop(EXIT_ERROR, f"--statistics works with --format text, concise or json, not {fmt}")
+        _verify_first(args, overrides, allowed)
+    except _Stop as stop:
+        if stop.message is not None:
+            print(f"amplint: error: {stop.message}", file=sys.stderr)
+        return stop.status
     if args.show_files:
         return _show_files(paths, resolver, args)
     if args.show_settings:
         return _show_settings(base, paths[0])
     progress, finish = _progress(args.quiet or fmt != "text")
-    options = RunOptions(
-        fix=args.command == "fix" and not getattr(args, "diff", False),
-        unsafe_fixes=getattr(args, "unsafe_fixes", False),
-        diff=getattr(args, "diff", False),
-        use_cache=not args.no_cache and stdin is None,
-        cache_dir=args.cache_dir,
-        jobs=args.jobs,
-        report_unused_suppressions=args.report_unused_suppressions,
-        progress=progress,
-        respect_gitignore=args.respect_gitignore,
-        force_exclude=args.force_exclude,
-        stdin=stdin,
-    )
+    options = _run_options(args, stdin, progress)
     try:
         results = run(paths, resolver, options)
     except RuleLoadError as exc:
@@ -339,14 +275,143 @@ def _lint(args) -> int:
     if getattr(args, "write_baseline", None):
         return _write_baseline(args.write_baseline, results)
     if baseline is not None:
-        for r in results:
-            r.findings = baseline.filter(r.findings)
-        if not args.quiet:
-            stale = f"; {baseline.stale} of its entries matched nothing" if baseline.stale else ""
-            print(f"amplint: {baseline.matched} finding{'s' if baseline.matched != 1 else ''} "
-                  f"in the baseline {args.baseline} not shown{stale}", file=sys.stderr)
+        _apply_baseline(args, baseline, results)
     if getattr(args, "add_noqa", False):
         return _add_noqa(results, resolver)
+    status = _write_report(args, fmt, options, results, stdin)
+    if status is not None:
+        return status
+    return _exit_status(args, base, options, results)
+
+
+def _check_usage(args) -> None:
+    """Option values that are wrong whatever the files: a usage error."""
+    if args.alignment is not None and (args.alignment <= 0 or args.alignment & (args.alignment - 1)):
+        raise _Stop(EXIT_ERROR, f"--alignment must be a positive power of two, not {args.alignment}")
+    if args.config and not os.path.isfile(args.config):
+        raise _Stop(EXIT_ERROR, f"--config {args.config}: no such file")
+
+
+def _overrides(args) -> dict:
+    """The command line's settings, over every config file's."""
+    overrides = {
+        "select": tuple(args.select) if args.select is not None else None,
+        "extend_select": tuple(args.extend_select) if args.extend_select is not None else None,
+        "ignore": tuple(args.ignore) if args.ignore is not None else None,
+        "target": args.target, "opt_level": args.opt_level, "device": args.device,
+        "alignment": args.alignment, "engine": args.engine, "fix_style": args.fix_style,
+        "fail_on": args.fail_on,
+    }
+    if args.exclude:
+        overrides["exclude"] = tuple(args.exclude)
+    if args.extend_exclude:
+        overrides["extend_exclude"] = tuple(args.extend_exclude)
+    return overrides
+
+
+def _paths_and_stdin(args) -> tuple[list[str], Optional[bytes]]:
+    """The paths to lint, and the source read from stdin with ``--stdin-filename``."""
+    if args.stdin_filename is None:
+        return args.paths or ["."], None
+    if args.paths:
+        raise _Stop(EXIT_ERROR, "--stdin-filename reads the source from stdin: give no PATH")
+    for option in ("add_noqa", "write_baseline"):  # they edit or record files on disk
+        if getattr(args, option, None):
+            raise _Stop(EXIT_ERROR, f"--{option.replace('_', '-')} works on files, not with --stdin-filename")
+    return [args.stdin_filename], sys.stdin.buffer.read()
+
+
+def _base_settings(resolver: ConfigResolver, path: str, args):
+    """The settings of the first path: the rules and plugins the codes are checked against,
+    ``fail_on``, ``--show-settings``."""
+    try:
+        return resolver.for_path(path)
+    except ConfigError:
+        if args.config:
+            raise
+        # reported per file by the run, which lints the files other configs govern
+        return resolver.defaults()
+
+
+def _check_codes(args, base, resolver: ConfigResolver, allowed) -> None:
+    """``--select``/``--ignore``/``--extend-select`` name known rules (plugins included)."""
+    from .registry import RuleLoadError, all_rules, unknown_codes
+
+    given = (("--select", args.select), ("--ignore", args.ignore), ("--extend-select", args.extend_select))
+    if not any(codes for _, codes in given):  # loading every rule costs start-up time: only to check codes
+        return
+    try:
+        known = all_rules(base.rule_paths, base.load_plugins)
+    except RuleLoadError as exc:
+        raise _Stop(EXIT_ERROR, str(exc)) from None
+    for option, codes in given:
+        bad = unknown_codes(codes or (), known)
+        if bad:
+            print(f"amplint: error: {option}: unknown rule code or prefix: {', '.join(bad)} (see `amplint rules`)", file=sys.stderr)
+            _warn_rules_not_loaded(resolver, allowed)
+            raise _Stop(EXIT_ERROR)
+
+
+def _baseline(args):
+    """The ``--baseline`` file read, or None."""
+    if not args.baseline:
+        return None
+    from .baseline import Baseline, BaselineError
+
+    try:
+        return Baseline(args.baseline)
+    except BaselineError as exc:
+        raise _Stop(EXIT_ERROR, f"--baseline {exc}") from None
+
+
+def _verify_first(args, overrides: dict, allowed) -> None:
+    """``fix --verify``: the run-time verification, before anything is written."""
+    if getattr(args, "verify", None) is None or args.diff:
+        return
+    for spec in args.verify:
+        if spec and "::" not in spec and not spec.endswith(".py"):  # `fix --verify T .` once took `.` as a target
+            raise _Stop(EXIT_ERROR, f"--verify {spec!r} is not PATH::FACTORY; put the paths to fix before --verify "
+                                    f"(`amplint fix {spec} --verify TARGET`), one target per --verify")
+    status = _needs_torch("amplint fix --verify", lambda: _verify_before_fix(args, overrides, allowed))
+    if status != EXIT_CLEAN:
+        # "did not pass" only after a verification that ran and failed; a usage or target
+        # error (already on stderr) stops the fix before anything ran
+        print("amplint: fixes not written: " + ("the run-time verification above did not pass" if status == EXIT_FINDINGS
+                                                else "the run-time verification could not run"), file=sys.stderr)
+        raise _Stop(status)
+
+
+def _run_options(args, stdin: Optional[bytes], progress):
+    from .engine import RunOptions
+
+    return RunOptions(
+        fix=args.command == "fix" and not getattr(args, "diff", False),
+        unsafe_fixes=getattr(args, "unsafe_fixes", False),
+        diff=getattr(args, "diff", False),
+        use_cache=not args.no_cache and stdin is None,
+        cache_dir=args.cache_dir,
+        jobs=args.jobs,
+        report_unused_suppressions=args.report_unused_suppressions,
+        progress=progress,
+        respect_gitignore=args.respect_gitignore,
+        force_exclude=args.force_exclude,
+        stdin=stdin,
+    )
+
+
+def _apply_baseline(args, baseline, results) -> None:
+    """Leave out the findings the baseline records, and say how many."""
+    for r in results:
+        r.findings = baseline.filter(r.findings)
+    if not args.quiet:
+        stale = f"; {baseline.stale} of its entries matched nothing" if baseline.stale else ""
+        print(f"amplint: {baseline.matched} finding{'s' if baseline.matched != 1 else ''} "
+              f"in the baseline {args.baseline} not shown{stale}", file=sys.stderr)
+
+
+def _write_report(args, fmt: str, options, results, stdin: Optional[bytes]) -> Optional[int]:
+    """The report, where it goes (stdout, ``--output-file``, stderr when the fixed source
+    goes to stdout); an exit status when it cannot be written."""
     if stdin is not None and options.fix:
         # an editor's "format with amplint": the fixed source (or the source unchanged) on
         # stdout, the findings left on stderr
@@ -368,6 +433,11 @@ def _lint(args) -> int:
             return EXIT_ERROR
     else:
         _report(args, fmt, options, results, sys.stdout)
+    return None
+
+
+def _exit_status(args, base, options, results) -> int:
+    """Errors: 2; findings at or above ``fail_on`` (or changes shown by ``--diff``): 1."""
     if any(r.errors for r in results):
         return EXIT_ERROR
     failing = SEVERITIES[: SEVERITIES.index(base.fail_on) + 1]

@@ -19,6 +19,7 @@ Every per-file fact beyond these is a named analysis built once on first use thr
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
@@ -26,7 +27,7 @@ from .bindings import BINDING_NAMES as _BINDING_NAMES
 from .bindings import bound_names, parent_of
 from .config import FileSettings
 from .dtypes import DtypeClass, DtypeFlow, ExplicitDtypeFlow, Precision, PrecisionFacts, dtype_branch
-from .rule import Finding, Fix, Related, Rule, Severity
+from .rule import Edit, Finding, Fix, Position, Related, Rule, Severity
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -636,7 +637,7 @@ class FileContext:
         """0-based character column of an ast (UTF-8 byte) column."""
         if self._ascii:
             return byte_col
-        return len(self.line_text(line).encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+        return len(self.line_text(line).encode("utf-8", "surrogatepass")[:byte_col].decode("utf-8", "replace"))
 
     def segment(self, node: ast.AST) -> str:
         """The exact source text of ``node``."""
@@ -697,12 +698,23 @@ class FileContext:
             rule=rule.name,
             message=message,
             severity=Severity(severity) if severity is not None else rule.severity,
-            fix=fix,
+            fix=self.in_characters(fix),
             related=list(related),
             node=node,
         )
         self.findings.append(finding)
         return finding
+
+    def in_characters(self, fix: Optional[Fix]) -> Optional[Fix]:
+        """``fix`` as a rule made it (``ast`` byte columns) in character columns, the one
+        coordinate system of a reported finding (its own columns, its fix's edits)."""
+        if fix is None or self._ascii:
+            return fix
+
+        def moved(p: Position) -> Position:
+            return Position(p.line, self.char_col(p.line, p.col))
+
+        return dataclasses.replace(fix, edits=tuple(Edit(moved(e.start), moved(e.end), e.text) for e in fix.edits))
 
     def _engine_note(self, message: str, related: Iterable[Related]) -> tuple[str, list[Related]]:
         """With ``engine = "auto"``: the engine assumed, in the message, and where it was

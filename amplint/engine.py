@@ -25,7 +25,7 @@ from . import engine_detect
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
 from .registry import UNUSED_SUPPRESSION, all_rules, select_rules
 from .baseline import assign_fingerprints
-from .rule import Applicability, Edit, Finding, Fix, Position, Related, Rule, Severity
+from .rule import Applicability, Finding, Fix, Rule, Severity
 from .suppress import apply_suppressions
 
 MAX_FIX_ITERATIONS = 10
@@ -224,9 +224,9 @@ def apply_fixes(ctx: FileContext, fixes: Iterable[Fix]) -> tuple[str, int]:
     text = ctx.source
     starts = _line_starts(text)
 
-    def offset(line: int, col: int) -> int:
+    def offset(line: int, col: int) -> int:  # a reported fix's columns are characters
         line = max(1, min(line, len(starts)))
-        return starts[line - 1] + ctx.char_col(line, col)
+        return starts[line - 1] + col
 
     # accepted spans, sorted; they never overlap, so a new span can only clash with
     # its neighbours in this order (bisect, not a scan: thousands of fixes in one file)
@@ -328,40 +328,67 @@ class RunOptions:
     force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
 
-def _finding_from_dict(d: dict) -> Finding:
-    """A finding as it comes back from a worker or the cache.  Its fix's edits are in
-    report coordinates from here on: 0-based *character* columns (``Finding.to_dict``
-    without ``char_col``), no longer byte offsets -- they are shown, not applied."""
-    fix = None
-    if d["fix"] is not None:
-        edits = [Edit(Position(e["line"], e["column"] - 1), Position(e["end_line"], e["end_column"] - 1), e["content"])
-                 for e in d["fix"]["edits"]]
-        fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"], d["fix"].get("registrations", ()))
-    return Finding(
-        d["path"], d["line"], d["column"], d["end_line"], d["end_column"], d["code"], d["rule"],
-        d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]], d["fingerprint"],
-    )
-
-
-def _char_columns(text: str) -> Callable[[int, int], int]:
-    """``(line, utf-8 byte column) -> character column`` for ``text``."""
-    if text.isascii():
-        return lambda line, col: col
-    lines = FileContext.split_lines(text)
-
-    def char_col(line: int, col: int) -> int:
-        source = lines[line - 1] if 0 < line <= len(lines) else ""
-        return len(source.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "replace"))
-
-    return char_col
-
-
-def _outgoing(findings: list[Finding], text: str) -> list[dict]:
-    """Findings of one file as they leave the worker: fingerprinted, fix edits in
-    character columns, no ast node."""
+def _outgoing(findings: list[Finding], text: str) -> list[Finding]:
+    """Findings of one file as they leave the worker: fingerprinted, without their ast
+    node (it would keep the file's whole tree alive, and cross the pool with it)."""
     assign_fingerprints(findings, text)
-    char_col = _char_columns(text)
-    return [f.to_dict(char_col) for f in findings]
+    for f in findings:
+        f.node = None
+    return findings
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckEntry:
+    """One file's result in check mode, as a worker (or a piece of a large file, or the
+    cache) gives it back: its findings (report coordinates, fingerprinted), the source
+    line of each finding's frame, its errors, and -- in the first pass, against an empty
+    project index -- its summary (``FileSummary.to_json``: the project index and its
+    fingerprint are built from these records) and the cross-file questions it asked."""
+
+    path: str
+    findings: tuple[Finding, ...] = ()
+    frames: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    errors: tuple[SourceError, ...] = ()
+    summary: Optional[dict] = None
+    queries: tuple[tuple, ...] = ()
+
+    def to_json(self) -> dict:
+        """The cache's record (``cache.valid_entry`` checks its shape)."""
+        return {"path": self.path, "findings": [f.to_dict() for f in self.findings],
+                "frames": dict(self.frames), "errors": [_error_dict(e) for e in self.errors],
+                "summary": self.summary, "queries": [list(q) for q in self.queries]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CheckEntry":
+        return cls(d["path"], tuple(Finding.from_dict(f) for f in d["findings"]),
+                   {int(k): v for k, v in d["frames"].items()}, tuple(SourceError(**e) for e in d["errors"]),
+                   d["summary"], tuple(tuple(q) for q in d["queries"]))
+
+    def result(self) -> FileResult:
+        return FileResult(self.path, list(self.findings), list(self.errors), frames=dict(self.frames))
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryOutcome:
+    """A file's summary for the project index (``FileSummary.to_json``), or why not."""
+
+    path: str
+    summary: Optional[dict] = None
+    error: Optional[SourceError] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PieceOutcome:
+    """One pool task on a piece of a large file (:func:`_piece_task`): the statements
+    later pieces are given (``preamble`` kind) or the piece's result (``lint`` kind);
+    neither when the piece does not parse (the file is then linted whole) or the file
+    cannot be read (``error``)."""
+
+    path: str
+    first: int
+    preamble: Optional[list] = None
+    part: Optional[CheckEntry] = None
+    error: Optional[SourceError] = None
 
 
 @dataclasses.dataclass
@@ -419,36 +446,30 @@ def _frames(findings: list[Finding], text: str) -> dict[int, str]:
     return frames
 
 
-def _check_task(args) -> dict:
-    """Lint one file (check mode) and return a JSON-able entry: findings, the source
-    lines of their frames, errors, and -- in the first pass, against an empty project
-    index -- the file's summary and the cross-file questions it asked."""
+def _check_task(args) -> CheckEntry:
+    """Lint one file (check mode): its :class:`CheckEntry`."""
     path, settings, unused = args
-    entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
     try:
         source = _read_source(path)
         if not _worth_parsing(source.text, settings, unused):
             check_syntax(path, source.text)
-            entry["summary"] = FileSummary(path).to_json()
-            return entry  # cannot involve torch or any selected rule: checked for syntax errors only
+            # cannot involve torch or any selected rule: checked for syntax errors only
+            return CheckEntry(path, summary=FileSummary(path).to_json())
         given = _WORKER.project
         if given is not None and len(source.text) > LARGE_FILE:  # (the first pass: _check_large_files)
             pieces = _check_in_pieces(path, source.text, settings, unused, given)
             if pieces is not None:
-                entry.update(pieces)
-                return entry
+                return pieces
         project = given if given is not None else ProjectIndex()
         findings, ctx, errors = lint_text(path, source.text, settings, _rules_for(settings), project, unused)
+        summary, queries = None, ()
         if given is None:
-            entry["summary"] = summarize(ctx, settings.rules()).to_json()
-            entry["queries"] = [list(q) for q in dict.fromkeys(project.queries)]
+            summary = summarize(ctx, settings.rules()).to_json()
+            queries = tuple(dict.fromkeys(project.queries))
     except SourceError as exc:
-        entry["errors"].append(_error_dict(exc))
-        return entry
-    entry["findings"] = _outgoing(findings, source.text)
-    entry["frames"] = _frames(findings, source.text)
-    entry["errors"] = [_error_dict(e) for e in errors]
-    return entry
+        return CheckEntry(path, errors=(exc,))
+    return CheckEntry(path, tuple(_outgoing(findings, source.text)), _frames(findings, source.text), tuple(errors),
+                      summary, queries)
 
 
 # --- very large files -------------------------------------------------------------------
@@ -560,61 +581,56 @@ def _merge_facts(into: dict, more: dict) -> None:
 
 
 def _lint_piece(path: str, lines: _Lines, first: int, end: int, preamble, settings: Settings, unused: bool,
-                given: Optional[ProjectIndex]) -> dict:
-    """Lint one piece; its findings (as JSON, with frames), errors, summary and queries.
-    SourceError when it does not parse."""
+                given: Optional[ProjectIndex]) -> tuple[CheckEntry, list]:
+    """Lint one piece: its entry (findings with frames, errors, summary, queries) and the
+    statements later pieces are given.  SourceError when it does not parse."""
     project = given if given is not None else ProjectIndex()
     piece = lines.piece_source(first, end, preamble)
     found, ctx, errors = lint_text(path, piece, settings, _rules_for(settings), project, unused)
-    # as JSON right away: a Finding's node would keep the piece's whole tree alive; the
-    # piece keeps the file's line numbers, so fingerprints and columns are the file's
-    # (occurrence numbers are made file-wide by _join_pieces)
-    findings = _outgoing([f for f in found if first <= f.line < end], piece)
-    out = {
-        "findings": findings,
-        "frames": {f["line"]: lines.line(f["line"]) for f in findings},
-        "errors": [_error_dict(e) for e in errors if first <= e.line < end],
-        "summary": None,
-        "queries": [list(q) for q in dict.fromkeys(project.queries)],
-        "preamble": lines.preamble_of(ctx.tree, first),
-    }
+    # without their nodes right away: a Finding's node would keep the piece's whole tree
+    # alive; the piece keeps the file's line numbers, so fingerprints and columns are the
+    # file's (occurrence numbers are made file-wide by _join_pieces)
+    findings = tuple(_outgoing([f for f in found if first <= f.line < end], piece))
+    summary = None
     if given is None:
         summary = summarize(ctx, settings.rules())
         summary.configs = [c for c in summary.configs if first <= c.line < end]
-        out["summary"] = summary.to_json()
-    return out
+        summary = summary.to_json()
+    part = CheckEntry(path, findings, {f.line: lines.line(f.line) for f in findings},
+                      tuple(e for e in errors if first <= e.line < end), summary, tuple(dict.fromkeys(project.queries)))
+    return part, lines.preamble_of(ctx.tree, first)
 
 
-def _join_pieces(path: str, parts: Sequence[dict]) -> dict:
+def _join_pieces(path: str, parts: Sequence[CheckEntry]) -> CheckEntry:
     """One file's entry from its pieces' (in order)."""
-    entry = {"path": path, "findings": [], "frames": {}, "errors": [], "summary": None, "queries": []}
+    findings, frames, errors, queries = [], {}, [], []
     summary = None
     for part in parts:
-        entry["findings"].extend(part["findings"])
-        entry["frames"].update(part["frames"])
-        entry["errors"].extend(part["errors"])
-        entry["queries"].extend(q for q in part["queries"] if q not in entry["queries"])
-        if part["summary"] is not None:
+        findings.extend(part.findings)
+        frames.update(part.frames)
+        errors.extend(part.errors)
+        queries.extend(q for q in part.queries if q not in queries)
+        if part.summary is not None:
             if summary is None:
                 summary = {"path": path, "configs": [], "facts": {}}
-            summary["configs"].extend(part["summary"]["configs"])
-            _merge_facts(summary["facts"], part["summary"]["facts"])
-    entry["summary"] = summary
-    _renumber_fingerprints(entry["findings"])
-    return entry
+            summary["configs"].extend(part.summary["configs"])
+            _merge_facts(summary["facts"], part.summary["facts"])
+    _renumber_fingerprints(findings)
+    return CheckEntry(path, tuple(findings), frames, tuple(errors), summary, tuple(queries))
 
 
-def _renumber_fingerprints(findings: list[dict]) -> None:
+def _renumber_fingerprints(findings: list[Finding]) -> None:
     """Pieces number repeated fingerprints (``digest:n``) each from 0; number them over
     the whole file, in the order :func:`amplint.baseline.assign_fingerprints` uses."""
     seen: dict[str, int] = {}
-    for f in sorted(findings, key=lambda f: (f["path"], f["line"], f["column"], f["code"])):
-        digest = f["fingerprint"].split(":")[0]
-        f["fingerprint"] = f"{digest}:{seen.get(digest, 0)}"
+    for f in sorted(findings, key=Finding.sort_key):
+        digest = f.fingerprint.split(":")[0]
+        f.fingerprint = f"{digest}:{seen.get(digest, 0)}"
         seen[digest] = seen.get(digest, 0) + 1
 
 
-def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool, given: Optional[ProjectIndex]) -> Optional[dict]:
+def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool,
+                     given: Optional[ProjectIndex]) -> Optional[CheckEntry]:
     """Lint a very large file piece by piece, in this process (see :func:`_run_check` for
     the pieces spread over the pool).  None when a piece does not parse: the file is then
     linted whole, which also reports a real syntax error where it is."""
@@ -623,33 +639,30 @@ def _check_in_pieces(path: str, text: str, settings: Settings, unused: bool, giv
     for first, end in lines.pieces():
         _free_earlier_trees()
         try:
-            part = _lint_piece(path, lines, first, end, _preamble_before(found), settings, unused, given)
+            part, preamble = _lint_piece(path, lines, first, end, _preamble_before(found), settings, unused, given)
         except SourceError:
             return None
-        found.append(part.pop("preamble"))
+        found.append(preamble)
         parts.append(part)
     return _join_pieces(path, parts)
 
 
-def _piece_task(args) -> tuple:
+def _piece_task(args) -> PieceOutcome:
     """Pool task for one piece of a large file: ``("preamble", ...)`` parses the piece
-    alone and returns what later pieces are given (None: it does not parse);
-    ``("lint", ...)`` lints it with its preamble.  The worker reads the file itself (a
+    alone for what later pieces are given; ``("lint", ...)`` lints it with its preamble.  The worker reads the file itself (a
     piece is small, the file is not) and checks that it is what the parent read."""
     kind, path, digest, first, end, preamble, settings, unused = args
     try:
         lines = _large_file_lines(path, digest)
     except SourceError as exc:
-        return path, first, None, exc
+        return PieceOutcome(path, first, error=exc)
     try:
         if kind == "preamble":
             tree = parse(path, lines.piece_source(first, end))
-            return path, first, lines.preamble_of(tree, first), None
-        part = _lint_piece(path, lines, first, end, preamble, settings, unused, None)
-        part.pop("preamble")
-        return path, first, part, None
+            return PieceOutcome(path, first, preamble=lines.preamble_of(tree, first))
+        return PieceOutcome(path, first, part=_lint_piece(path, lines, first, end, preamble, settings, unused, None)[0])
     except SourceError:
-        return path, first, None, None
+        return PieceOutcome(path, first)
 
 
 def _large_file_lines(path: str, digest: str) -> _Lines:
@@ -676,7 +689,8 @@ def _large_file_lines(path: str, digest: str) -> _Lines:
     return lines
 
 
-def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int, progress) -> tuple[dict, list]:
+def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int,
+                       progress) -> tuple[dict[str, CheckEntry], list]:
     """Check mode for files over LARGE_FILE: every piece of every such file is a pool task
     (first parsed alone for the statements later pieces need, then linted).  Returns the
     entries of the files done so, and the (path, settings) of the files to lint whole
@@ -698,37 +712,37 @@ def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requ
     jobs = worker_count(requested_jobs, len(tasks))
     found: dict[str, dict[int, list]] = {}
     failed: dict[str, Optional[SourceError]] = {}
-    for path, first, candidates, error in _map(_piece_task, tasks, jobs, (None,), None):
-        if candidates is None:
-            failed.setdefault(path, error)
+    for outcome in _map(_piece_task, tasks, jobs, (None,), None):
+        if outcome.preamble is None:
+            failed.setdefault(outcome.path, outcome.error)
         else:
-            found.setdefault(path, {})[first] = candidates
+            found.setdefault(outcome.path, {})[outcome.first] = outcome.preamble
     entries = {}
     for path, error in failed.items():
         settings = plans.pop(path)[0]
         if error is None:
             whole.append((path, settings))  # a piece does not parse
         else:
-            entries[path] = _error_entry(path, error)
+            entries[path] = CheckEntry(path, errors=(error,))
     tasks = []
     for path, (settings, digest, pieces) in plans.items():
         before = [found[path][a] for a, _ in pieces]
         tasks.extend(("lint", path, digest, a, b, _preamble_before(before[:i]), settings, unused)
                      for i, (a, b) in enumerate(pieces))
-    parts: dict[str, dict[int, dict]] = {}
+    parts: dict[str, dict[int, CheckEntry]] = {}
     failed = {}
-    for path, first, part, error in _map(_piece_task, tasks, jobs, (None,), progress):
-        if part is None:
-            failed.setdefault(path, error)
+    for outcome in _map(_piece_task, tasks, jobs, (None,), progress):
+        if outcome.part is None:
+            failed.setdefault(outcome.path, outcome.error)
         else:
-            parts.setdefault(path, {})[first] = part
+            parts.setdefault(outcome.path, {})[outcome.first] = outcome.part
     for path, (settings, digest, pieces) in plans.items():
         if path not in failed:
             entries[path] = _join_pieces(path, [parts[path][a] for a, _ in pieces])
         elif failed[path] is None:
             whole.append((path, settings))
         else:
-            entries[path] = _error_entry(path, failed[path])
+            entries[path] = CheckEntry(path, errors=(failed[path],))
     return entries, whole
 
 
@@ -737,10 +751,6 @@ def _size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-def _error_entry(path: str, error: SourceError) -> dict:
-    return {"path": path, "findings": [], "frames": {}, "errors": [_error_dict(error)], "summary": None, "queries": []}
 
 
 def _fix_task(args) -> FileResult:
@@ -784,7 +794,7 @@ def _fix_task(args) -> FileResult:
         result.errors.append(SourceError(path, f"cannot write: {exc.strerror or exc}"))
         result.fixed, result.changed = 0, False  # nothing was written: the summary must not count them
         return result
-    result.findings = [_finding_from_dict(d) for d in _outgoing(findings, source.text)]
+    result.findings = _outgoing(findings, source.text)
     result.frames = _frames(findings, source.text)
     return result
 
@@ -805,19 +815,26 @@ def _worth_parsing(text: str, settings: Settings, unused: bool) -> bool:
     return any(m in text for m in _summary_markers(settings)) or defines_constants(text)
 
 
-def _summarize_task(args) -> tuple[str, Optional[dict], Optional[SourceError]]:
+def _summary_of(path: str, text: str, settings: Settings) -> FileSummary:
+    """What ``path`` tells the project index (SourceError when it does not parse): the
+    one place summaries are made, for ``fix``'s rounds and :func:`lint_sources` alike.  A
+    file that mentions nothing a summary collects is only checked for syntax."""
+    if not any(m in text for m in _summary_markers(settings)) and not defines_constants(text):
+        check_syntax(path, text)
+        return FileSummary(path)
+    tree = parse(path, text)
+    ctx = FileContext(path, text, tree, settings, None)
+    ctx.walk_and_bucket(set())
+    return summarize(ctx, settings.rules())
+
+
+def _summarize_task(args) -> SummaryOutcome:
     path, settings = args
     try:
         source = _read_source(path)
-        if not any(m in source.text for m in _summary_markers(settings)) and not defines_constants(source.text):
-            check_syntax(path, source.text)
-            return path, FileSummary(path).to_json(), None
-        tree = parse(path, source.text)
-        ctx = FileContext(path, source.text, tree, settings, None)
-        ctx.walk_and_bucket(set())
-        return path, summarize(ctx, settings.rules()).to_json(), None
+        return SummaryOutcome(path, _summary_of(path, source.text, settings).to_json())
     except SourceError as exc:
-        return path, None, exc
+        return SummaryOutcome(path, error=exc)
 
 
 def _unified_diff(path: str, old: str, new: str) -> str:
@@ -944,16 +961,13 @@ def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: Lin
     for path, text in sources.items():
         try:
             settings[path] = resolver.for_path(path)
-            tree = parse(path, text)
+            summaries.append(_summary_of(path, text, settings[path]))
         except ConfigError as exc:
             out[path] = SourceResult(path, text, errors=[SourceError(exc.path or path, exc.reason, exc.line or 1)])
             continue
         except SourceError as exc:
             out[path] = SourceResult(path, text, errors=[exc])
             continue
-        ctx = FileContext(path, text, tree, settings[path], None)
-        ctx.walk_and_bucket(set())
-        summaries.append(summarize(ctx, settings[path].rules()))
     project = ProjectIndex(summaries)
     for path, text in sources.items():
         if path in out:
@@ -963,7 +977,7 @@ def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: Lin
             new, fixed, findings, errors = fix_text(path, text, settings[path], rules, project, mode.unsafe)
         else:
             (findings, _, errors), new, fixed = lint_text(path, text, settings[path], rules, project), text, 0
-        out[path] = SourceResult(path, new, [_finding_from_dict(d) for d in _outgoing(findings, new)], list(errors), fixed)
+        out[path] = SourceResult(path, new, _outgoing(findings, new), list(errors), fixed)
     return out
 
 
@@ -1034,11 +1048,11 @@ def _run_fix(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     index = None
     for _ in range(_FIX_ROUNDS):
         summaries, failed = [], {}
-        for path, summary, error in _map(_summarize_task, files, jobs, (None, sources), None):
-            if summary is not None:
-                summaries.append(summary)
+        for outcome in _map(_summarize_task, files, jobs, (None, sources), None):
+            if outcome.summary is not None:
+                summaries.append(outcome.summary)
             else:
-                failed[path] = FileResult(path, errors=[error])
+                failed[outcome.path] = FileResult(outcome.path, errors=[outcome.error])
         now = sorted(summaries, key=lambda d: d["path"])  # summaries come as JSON records
         if index is not None and now == index:
             break  # the fixes written left the index as it was: nothing else to do
@@ -1078,7 +1092,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     settings_of = dict(files)
     raw: dict[str, bytes] = {}
     keys: dict[str, str] = {}
-    entries: dict[str, dict] = {}
+    entries: dict[str, CheckEntry] = {}
     todo = []
     for path, settings in files:
         if cache is not None:
@@ -1089,7 +1103,7 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
             keys[path] = entry_key("check", path, raw[path], settings, unused)
             hit = cache.get(keys[path])
             if valid_entry(hit, path):
-                entries[path] = hit
+                entries[path] = CheckEntry.from_json(hit)
                 continue
         todo.append((path, settings, unused))
     large = [(path, settings) for path, settings, _ in todo if sources is None and _size(path) > LARGE_FILE]
@@ -1101,13 +1115,13 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
     else:
         first_pass = []
     for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress):
-        entries[entry["path"]] = entry
-        if cache is not None and not entry["errors"]:
-            cache.put(keys[entry["path"]], entry)
+        entries[entry.path] = entry
+        if cache is not None and not entry.errors:
+            cache.put(keys[entry.path], entry.to_json())
 
-    project_json = [entries[p]["summary"] for p in sorted(entries) if entries[p]["summary"]]
+    project_json = [entries[p].summary for p in sorted(entries) if entries[p].summary]
     index = ProjectIndex(FileSummary.from_json(s) for s in project_json)
-    again = [p for p in sorted(entries) if entries[p]["queries"] and index.answers_any(entries[p]["queries"], p)]
+    again = [p for p in sorted(entries) if entries[p].queries and index.answers_any(entries[p].queries, p)]
     if again:
         fingerprint = index.fingerprint()
         todo = []
@@ -1116,19 +1130,17 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 keys[path] = entry_key("cross", path, raw[path], settings_of[path], unused, fingerprint)
                 hit = cache.get(keys[path])
                 if valid_entry(hit, path):
-                    entries[path].update(findings=hit["findings"], frames=hit["frames"], errors=hit["errors"])
+                    entries[path] = _second_pass(entries[path], CheckEntry.from_json(hit))
                     continue
             todo.append((path, settings_of[path], unused))
         for entry in _map(_check_task, todo, jobs, (project_json, sources), None):
-            entries[entry["path"]].update(findings=entry["findings"], frames=entry["frames"], errors=entry["errors"])
-            if cache is not None and not entry["errors"]:
-                cache.put(keys[entry["path"]], entry)
-    return {
-        path: FileResult(
-            path,
-            [_finding_from_dict(d) for d in e["findings"]],
-            [SourceError(**d) for d in e["errors"]],
-            frames={int(k): v for k, v in e["frames"].items()},
-        )
-        for path, e in entries.items()
-    }
+            entries[entry.path] = _second_pass(entries[entry.path], entry)
+            if cache is not None and not entry.errors:
+                cache.put(keys[entry.path], entry.to_json())
+    return {path: e.result() for path, e in entries.items()}
+
+
+def _second_pass(first: CheckEntry, second: CheckEntry) -> CheckEntry:
+    """A file's entry after its second pass: the second pass's findings, frames and
+    errors, the first pass's summary and queries (the index was built from those)."""
+    return dataclasses.replace(first, findings=second.findings, frames=second.frames, errors=second.errors)

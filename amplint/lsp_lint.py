@@ -70,7 +70,7 @@ class DocumentLinter:
         """The fast pass after an edit: the edited top-level statements linted alone,
         the previous whole lint elsewhere (amplint/incremental.py); the whole document
         when that is not possible."""
-        from .engine import _finding_from_dict, _outgoing, lint_text
+        from .engine import _outgoing, lint_text
         from .incremental import relint
         from .project import ProjectIndex
 
@@ -85,7 +85,7 @@ class DocumentLinter:
 
         def lint_piece(source: str):
             found, _, errors = lint_text(path, source, settings, rules, ProjectIndex(), False)
-            return [_finding_from_dict(d) for d in _outgoing(found, source)], errors
+            return _outgoing(found, source), errors
 
         out = relint(base.text, base.findings, text, lint_piece)
         if out is None:

@@ -37,10 +37,6 @@ def _comment_lines(text: str, count: int) -> set[int]:
     return ok
 
 
-def _byte_col(line_text: str, char_col: int) -> int:
-    return len(line_text[:char_col].encode("utf-8", "surrogatepass"))
-
-
 def _nodes_by_span(ctx: FileContext) -> dict[tuple[int, int, int, int], ast.AST]:
     """Each node by the span a finding on it reports (1-based character columns);
     the deepest node wins, as ``ast.walk`` goes breadth first."""
@@ -98,10 +94,10 @@ def add_noqa(path: str, findings: Iterable[Finding], settings: Settings) -> tupl
             start, end = directive.codes_span  # in the comment token, never in a string
             current = text[start:end].rstrip()
             merged = (current + ", " if current.strip() else current) + ", ".join(sorted(codes))
-            edit = Edit(Position(number, _byte_col(text, start)), Position(number, _byte_col(text, end)), merged)
+            edit = Edit(Position(number, start), Position(number, end), merged)  # character columns, as apply_fixes takes
         else:
             content = text.rstrip(" \t")
-            edit = Edit(Position(number, _byte_col(text, len(content))), Position(number, _byte_col(text, len(text))),
+            edit = Edit(Position(number, len(content)), Position(number, len(text)),
                         ("  " if content.strip() else "") + f"# noqa: {', '.join(sorted(codes))}")
         if codes:
             fixes.append(Fix([edit], "safe", "add noqa"))

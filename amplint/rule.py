@@ -7,7 +7,10 @@ once, and calls every rule's ``visit_<NodeType>(node, ctx)`` methods with one sh
 
 Fixes are text edits anchored at ``ast`` positions (line 1-based, column a 0-based
 UTF-8 byte offset, exactly what ``ast`` gives), so everything outside an edit is kept
-byte for byte -- comments, formatting, line endings.  The engine re-parses every fixed
+byte for byte -- comments, formatting, line endings.  ``ctx.report`` is the one place
+they change coordinates: like the finding's own columns, the edits of a reported
+finding are in characters from there on (applied, cached, shown and sent to an editor
+alike).  The engine re-parses every fixed
 file and reverts it if the result is not valid Python.
 
 Each rule embeds its own tests (``VALID`` / ``INVALID``), run for every rule by one
@@ -18,7 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-from typing import Any, Callable, ClassVar, Iterable, Optional, Sequence, Union
+from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 
 
 class Severity(str, enum.Enum):
@@ -43,8 +46,12 @@ class Applicability(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Position:
+    """A point in a file.  A rule makes them from ``ast`` nodes (``col``: the 0-based
+    UTF-8 byte offset ``ast`` gives); :meth:`amplint.context.FileContext.report` turns
+    them into 0-based *character* columns, what every :class:`Finding`'s fix holds."""
+
     line: int  # 1-based
-    col: int  # 0-based UTF-8 byte offset, as in ast
+    col: int  # 0-based: UTF-8 bytes in a rule's hands, characters in a reported Finding
 
     @classmethod
     def start_of(cls, node: ast.AST) -> "Position":
@@ -131,16 +138,14 @@ class Finding:
     def sort_key(self):
         return (self.path, self.line, self.column, self.code)
 
-    def to_dict(self, char_col: Optional[Callable[[int, int], int]] = None) -> dict:
+    def to_dict(self) -> dict:
         """The JSON shape documented in the README (``--format json``).
 
         A fix's edits are given like the finding: 1-based lines and 1-based character
-        columns.  ``char_col(line, byte_col)`` turns an edit's UTF-8 byte column into a
-        0-based character column; without it the edits' columns are taken as characters
-        already (findings rebuilt from this dict, in the main process)."""
+        columns (a reported finding's edits are in characters already)."""
         def edit(e: Edit) -> dict:
-            col, end_col = (char_col(e.start.line, e.start.col), char_col(e.end.line, e.end.col)) if char_col else (e.start.col, e.end.col)
-            return {"line": e.start.line, "column": col + 1, "end_line": e.end.line, "end_column": end_col + 1, "content": e.text}
+            return {"line": e.start.line, "column": e.start.col + 1, "end_line": e.end.line,
+                    "end_column": e.end.col + 1, "content": e.text}
 
         return {
             "path": self.path,
@@ -163,6 +168,19 @@ class Finding:
             "related": [dataclasses.asdict(r) for r in self.related],
             "fingerprint": self.fingerprint,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        """The finding :meth:`to_dict` wrote (the cache's entries)."""
+        fix = None
+        if d["fix"] is not None:
+            edits = [Edit(Position(e["line"], e["column"] - 1), Position(e["end_line"], e["end_column"] - 1), e["content"])
+                     for e in d["fix"]["edits"]]
+            fix = Fix(edits, d["fix"]["applicability"], d["fix"]["description"], d["fix"].get("registrations", ()))
+        return cls(
+            d["path"], d["line"], d["column"], d["end_line"], d["end_column"], d["code"], d["rule"],
+            d["message"], Severity(d["severity"]), fix, [Related(**r) for r in d["related"]], d["fingerprint"],
+        )
 
 
 # --- embedded examples ------------------------------------------------------------

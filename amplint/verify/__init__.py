@@ -34,8 +34,10 @@ def verify(target: str, levels: Iterable[str] = ("O1", "O2"), dtype: str = "fp16
     from .core import verify_target
     from .target import Target
 
+    from .records import plain
+
     cfg = _config(levels, dtype, device, steps, loss, seed, tolerance, optimizer, lr)
-    return verify_target(Target.parse(target), cfg, fix=fix or unsafe_fixes, unsafe=unsafe_fixes, lint=lint)
+    return plain(verify_target(Target.parse(target), cfg, fix=fix or unsafe_fixes, unsafe=unsafe_fixes, lint=lint))
 
 
 def verify_model(model, inputs: Any, levels: Iterable[str] = ("O1", "O2"), dtype: str = "fp16",
@@ -46,18 +48,21 @@ def verify_model(model, inputs: Any, levels: Iterable[str] = ("O1", "O2"), dtype
     from .core import verify_factory
     from .target import model_factory
 
+    from .records import plain
+
     cfg = _config(levels, dtype, device, steps, loss, seed, tolerance, optimizer, lr)
-    return verify_factory(model_factory(model, inputs), cfg, name=name, lint=lint)
+    return plain(verify_factory(model_factory(model, inputs), cfg, name=name, lint=lint))
 
 
 def format_report(report: dict, width: int = 140) -> str:
     """The text report of one verify result."""
     import io
 
+    from .records import typed
     from .report_text import render
 
     buf = io.StringIO()
-    render([report], buf, color=False, width=width)
+    render([typed(report)], buf, color=False, width=width)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 

@@ -60,10 +60,10 @@ def named_op(code: str, message: str) -> Optional[str]:
     return op_name(m.group(1)) if m else None
 
 
-def span_of(finding: dict) -> tuple:
+def span_of(finding) -> tuple:  # a VerifyFinding
     """(path, line, column, end_line, end_column) of a finding; columns may be None."""
-    return (finding["path"], finding["line"], finding.get("column"), finding.get("end_line") or finding["line"],
-            finding.get("end_column"))
+    return (finding.path, finding.line, finding.column, finding.end_line or finding.line,
+            finding.end_column)
 
 
 def overlaps(item: dict, span: tuple, columns: bool = True) -> bool:
@@ -95,11 +95,11 @@ def _own_op(item_op: Optional[str], named: Optional[str]) -> bool:
     return named is None or (item_op is not None and op_name(item_op) == named)
 
 
-def evidence(finding: dict, level: str, run: dict, tolerance: float, columns: bool = True) -> list[dict]:
-    """Evidence that ``finding`` (a dict with code, message, path, line, column, end_line,
-    end_column) manifested in ``run``.  ``columns=False`` matches by lines only (a fixed
+def evidence(finding, level: str, run: dict, tolerance: float, columns: bool = True) -> list[dict]:
+    """Evidence that ``finding`` (a :class:`~amplint.verify.records.VerifyFinding`)
+    manifested in ``run``.  ``columns=False`` matches by lines only (a fixed
     copy, whose columns differ from the original's on the lines a fix changed)."""
-    code, message = finding["code"], finding.get("message", "")
+    code, message = finding.code, finding.message
     span = span_of(finding)
     path, start, _, end, _ = span
     out: list[dict] = []

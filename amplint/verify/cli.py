@@ -8,6 +8,7 @@ import os
 import sys
 
 from ..argtypes import positive_int as _positive_int
+from .records import plain
 
 DESCRIPTION = """\
 Run the model under the bundled AMP engine at O0 (the fp32 reference) and the selected opt
@@ -267,7 +268,7 @@ def main(args, lint_settings=None) -> int:
 
     if lint_settings is None:
         lint_settings = LintSettings(config=args.config)
-    reports: list[dict] = []
+    reports: list = []  # VerifyReport
     status = EXIT_OK
     progress = None
     report_path = args.report or vconfig.resolve_report_path(defaults.get("report"), base)
@@ -304,14 +305,15 @@ def main(args, lint_settings=None) -> int:
                 print(f"amplint: error: {target}: {where_}{type(exc).__name__}: {exc}", file=sys.stderr)
                 return EXIT_ERROR
             reports.append(report)
-            status = max(status, report["exit_status"])
+            status = max(status, report.exit_status)
     finally:
         if progress is not None:
             progress.stop()
 
     out = sys.stdout
     if args.format == "json":
-        json.dump({"version": 1, "exit_status": status, "results": [_jsonable(r) for r in reports]}, out, indent=1, default=str)
+        json.dump({"version": 1, "exit_status": status, "results": [_jsonable(plain(r)) for r in reports]}, out, indent=1,
+                  default=str)
         out.write("\n")
     else:
         from .report_text import render

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from . import analysis, lintfix
 from .capture import CapturedOutput
+from .records import VerifyFinding, VerifyReport
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
@@ -51,7 +52,7 @@ def _user_modules(before: set) -> dict[str, str]:
     return out
 
 
-def _register(findings: list[dict], mapping: dict[str, str]) -> list[str]:
+def _register(findings: list[VerifyFinding], mapping: dict[str, str]) -> list[str]:
     """Make the registrations the findings' display fixes ask of the training script: the
     verifier is the training script of its runs (it calls ``amp.initialize``).  They last
     until the fixed copy's :func:`isolated_import` ends.  A registration on the finding's own
@@ -61,8 +62,8 @@ def _register(findings: list[dict], mapping: dict[str, str]) -> list[str]:
 
     warnings, done = [], set()
     for f in findings:
-        copy = canonical(mapping.get(f["path"], f["path"]))
-        for module_name, function, kind in map(tuple, f.get("registrations", ())):
+        copy = canonical(mapping.get(f.path, f.path))
+        for module_name, function, kind in map(tuple, f.registrations):
             if (module_name, function, kind, copy) in done:
                 continue
             done.add((module_name, function, kind, copy))
@@ -164,8 +165,8 @@ def _class_files(make: Callable) -> dict[str, str]:
 
 def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: bool = False,
                   config: Optional[str] = None, progress=None, lint: bool = True,
-                  lint_settings: Optional[lintfix.LintSettings] = None) -> dict:
-    """Everything ``amplint verify PATH::FACTORY`` reports, as plain data."""
+                  lint_settings: Optional[lintfix.LintSettings] = None) -> VerifyReport:
+    """Everything ``amplint verify PATH::FACTORY`` reports."""
     output = CapturedOutput()
     with isolated_import():
         with output.capturing():
@@ -182,7 +183,7 @@ def verify_target(target: Target, cfg: RunConfig, fix: bool = False, unsafe: boo
     return finish(str(target), before, ref_out, files, cfg, fix, unsafe, settings, progress, lint, target, output)
 
 
-def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> dict:
+def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bool = True) -> VerifyReport:
     """Verify a model given as a factory in this process (the pytest plugin)."""
     output = CapturedOutput()
     with output.capturing():
@@ -194,146 +195,188 @@ def verify_factory(make: Callable, cfg: RunConfig, name: str = "model", lint: bo
     return finish(name, before, ref_out, files, cfg, False, False, lintfix.LintSettings(), None, lint, None, output)
 
 
-def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> dict:
-    from . import lintfix
-
+def finish(name, before, ref_out, files, cfg, fix, unsafe, config, progress, lint, target, output=None) -> VerifyReport:
+    """The report on the original code's runs ``before``: its findings linted and judged
+    against them; with ``fix``, temporary fixed copies run and each finding judged again."""
     tolerance = cfg.resolved_tolerance()
-    device = cfg.resolved_device()
     selected = [lvl for lvl in cfg.all_levels() if lvl != "O0"]
-    report = {
-        "target": name, "device": device, "dtype": cfg.dtype, "levels": selected, "steps": cfg.steps,
-        "seed": cfg.seed, "tolerance": tolerance, "loss": cfg.loss, "optimizer": cfg.optimizer,
-        "files": sorted(files), "before": before, "after": None, "findings": [], "problems": [],
-        "runtime_only": [], "fp32_change": None, "fixed_files": {}, "lint_errors": [], "fix": bool(fix), "warnings": [],
-        "notes": [],
-    }
+    report = _new_report(name, cfg, files, before, fix, tolerance, selected)
     lint_files = sorted(p for p in files if p.endswith(".py"))
-    findings: list[dict] = []
+    findings: list[VerifyFinding] = []
     if lint and lint_files:
         if progress:
             progress.message("linting the model's source files")
-        findings, errors = lintfix.lint(lint_files, cfg.dtype, selected or ["O1"], device, config)
-        report["lint_errors"] = errors
-    for f in findings:
-        f["evidence"] = []
-        for level in selected:
-            if level in f["levels"]:  # only where the finding's own settings predict it
-                f["evidence"].extend(analysis.evidence(f, level, before[level], tolerance))
-        f["status"] = STATUS_CONFIRMED if f["evidence"] else STATUS_NOT_REPRODUCED
-        f["after_evidence"] = None
-        if not f["evidence"]:
-            why = _not_executed(f, before, selected)
-            if why:
-                f["status"], f["not_executed"] = STATUS_NOT_EXECUTED, why
+        findings, errors = lintfix.lint(lint_files, cfg.dtype, selected or ["O1"], report.device, config)
+        report.lint_errors = errors
+    _judge_before(findings, before, selected, tolerance)
     after = None
     if fix and target is not None and lint_files:
         if progress:
             progress.message("fixing temporary copies of the sources")
-        originals, texts, errors = lintfix.fix(lint_files, cfg.dtype, selected or ["O1"], device, unsafe, config)
-        report["lint_errors"].extend(errors)
-        changed = [p for p in lint_files if texts[p] != originals[p]]
-        report["fixed_files"] = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
-        report["lint_errors"] = sorted(set(report["lint_errors"]))
-    registers = any(f.get("registrations") for f in findings)
-    if fix and target is not None and lint_files and (report["fixed_files"] or registers):
-        tmp, mapping, roots = lintfix.mirror(files, texts)
-        try:
-            with isolated_import(tuple(roots)):
-                copy_target = Target(mapping[canonical(target.path)], target.factory)
-                with output.capturing() if output is not None else contextlib.nullcontext():
-                    make2, _, import_lines2 = _load(copy_target)
-                    report["warnings"].extend(_register(findings, mapping))
-                stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
-                if stale:
-                    report["warnings"].append(
-                        "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
-                        + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
-                # the originals too: a harness that imports them anyway must show up as such
-                user_files2 = set(mapping.values()) | set(files)
-                with output.capturing() if output is not None else contextlib.nullcontext():
-                    after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
-                _add_import_lines(after, import_lines2)
-                report["after"] = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
-        finally:
-            lintfix.cleanup(tmp)
-        # the after run's paths are the originals again (_rename_paths); its lines are those of
-        # the fixed text, hence the line maps below
-        report["fp32_change"] = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
-        if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
-            # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
-            # not a change of working fp32 results
-            report["fp32_repaired"] = True
-            report["fp32_change"] = None
-        maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
-        remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"], device, config)
-        for f in findings:
-            start, end = maps[f["path"]].range(f["line"], f["end_line"])
-            ev = []
-            for level in selected:
-                if level in f["levels"]:
-                    # the after run is in the original files' lines already (_rename_paths)
-                    ev.extend(analysis.evidence(f, level, after[level], tolerance))
-            f["after_evidence"] = ev
-            # gone from the fixed text (its own fix, or another fix on the same lines); a display
-            # fix (registrations the verifier made as the training script) changed no file
-            f["fixed_by_lint"] = f["path"] in changed and not any(
-                (f["path"], f["code"], line) in remaining for line in range(start, end + 1))
-            if f["status"] == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
-                # the fixes removed the crash that kept this line from running: judge it now
-                _judge_reached(f, ev)
-                continue
-            if f["status"] != STATUS_CONFIRMED:
-                continue
-            if f.get("fix") == "display" and not f["fixed_by_lint"]:
-                f["status"] = STATUS_DISPLAY_ONLY
-                continue
-            if not f["fixed_by_lint"]:
-                continue
-            # the failure that manifested before (same level, same kind) is what must be gone;
-            # the fp32 results are checked on their own below
-            seen = {(e["level"], e["kind"]) for e in f["evidence"]}
-            crashed = [lvl for lvl in ["O0", *f["levels"]] if lvl in after and after[lvl]["crash"]]
-            if any((e["level"], e["kind"]) in seen for e in ev):
-                f["status"] = STATUS_STILL_FAILS
-            elif crashed:  # a crash is never a fix: the line may simply not have been reached
-                f["status"], f["after_crash"] = STATUS_FIXED_CRASHED, crashed
-            elif report["fp32_change"] is not None and report["fp32_change"] > tolerance:
-                f["status"] = STATUS_FP32_CHANGED
-            else:
-                f["status"] = STATUS_FIXED
-    report["findings"] = findings
+        originals, texts, changed = _fix_copies(report, lint_files, cfg, selected, unsafe, config)
+        registers = any(f.registrations for f in findings)
+        if report.fixed_files or registers:
+            after, ref_out2 = _run_fixed(report, findings, files, texts, originals, target, cfg, progress, output)
+            _judge_fp32_change(report, before, after, ref_out, ref_out2)
+            remaining = lintfix.remaining({p: texts[p] for p in lint_files}, cfg.dtype, selected or ["O1"],
+                                          report.device, config)
+            maps = {p: lintfix.LineMap(originals[p], texts[p]) for p in lint_files}
+            for f in findings:
+                _judge_after(f, after, maps[f.path], remaining, changed, selected, tolerance, report.fp32_change)
+    report.findings = findings
+    _explain_problems(report, findings, before, tolerance)
+    report.failing_levels = analysis.failing({k: v for k, v in before.items()})
+    report.failing_levels_after = analysis.failing(after) if after else None
+    _note_optimizer_eps(report, cfg, selected)
+    report.exit_status = exit_status(report)
+    report.model_output = output.tail() if output is not None else ""
+    return report
+
+
+def _new_report(name, cfg, files, before, fix, tolerance, selected) -> VerifyReport:
+    """The report before anything is judged."""
+    return VerifyReport(name, cfg.resolved_device(), cfg.dtype, selected, cfg.steps, cfg.seed, tolerance, cfg.loss,
+                        cfg.optimizer, files=sorted(files), before=before, fix=bool(fix))
+
+
+def _judge_before(findings: list[VerifyFinding], before: dict, selected: list, tolerance) -> None:
+    """Each finding's evidence in the original code's runs, and its status from them."""
+    for f in findings:
+        f.evidence = []
+        for level in selected:
+            if level in f.levels:  # only where the finding's own settings predict it
+                f.evidence.extend(analysis.evidence(f, level, before[level], tolerance))
+        f.status = STATUS_CONFIRMED if f.evidence else STATUS_NOT_REPRODUCED
+        f.after_evidence = None
+        if not f.evidence:
+            why = _not_executed(f, before, selected)
+            if why:
+                f.status, f.not_executed = STATUS_NOT_EXECUTED, why
+
+
+def _fix_copies(report: VerifyReport, lint_files: list, cfg, selected: list, unsafe: bool, config):
+    """The sources fixed in memory: (original texts, fixed texts, the paths that changed);
+    the report gets their diffs and the fix's errors."""
+    originals, texts, errors = lintfix.fix(lint_files, cfg.dtype, selected or ["O1"], report.device, unsafe, config)
+    report.lint_errors.extend(errors)
+    changed = [p for p in lint_files if texts[p] != originals[p]]
+    report.fixed_files = {p: lintfix.diff(os.path.relpath(p), originals[p], texts[p]) for p in changed}
+    report.lint_errors = sorted(set(report.lint_errors))
+    return originals, texts, changed
+
+
+def _run_fixed(report: VerifyReport, findings: list, files: dict, texts: dict, originals: dict, target: Target, cfg,
+               progress, output):
+    """Every level's run of the fixed copies (written to a temporary folder, imported in
+    isolation, the findings' registrations made): (runs in the original files' terms, the
+    fp32 output)."""
+    tmp, mapping, roots = lintfix.mirror(files, texts)
+    try:
+        with isolated_import(tuple(roots)):
+            copy_target = Target(mapping[canonical(target.path)], target.factory)
+            with output.capturing() if output is not None else contextlib.nullcontext():
+                make2, _, import_lines2 = _load(copy_target)
+                report.warnings.extend(_register(findings, mapping))
+            stale = sorted({canonical(getattr(m, "__file__", "") or "") for m in list(sys.modules.values())} & set(files))
+            if stale:
+                report.warnings.append(
+                    "the fixed copy imported the original " + ", ".join(os.path.relpath(p) for p in stale)
+                    + " (an absolute sys.path entry in the harness?); the fix proof may not cover those files")
+            # the originals too: a harness that imports them anyway must show up as such
+            user_files2 = set(mapping.values()) | set(files)
+            with output.capturing() if output is not None else contextlib.nullcontext():
+                after, ref_out2 = _run_all(make2, user_files2, cfg, progress)
+            _add_import_lines(after, import_lines2)
+            # the after run's paths are the originals again; its lines are those of the fixed
+            # text, hence the line maps of the judging
+            report.after = _rename_paths(after, {v: k for k, v in mapping.items()}, texts, originals)
+    finally:
+        lintfix.cleanup(tmp)
+    return after, ref_out2
+
+
+def _judge_fp32_change(report: VerifyReport, before: dict, after: dict, ref_out, ref_out2) -> None:
+    """How much the fixes changed the fp32 (O0) run."""
+    report.fp32_change = _fp32_change(before["O0"], after["O0"], ref_out, ref_out2)
+    if analysis.failing({"O0": before["O0"]}) and not analysis.failing({"O0": after["O0"]}):
+        # the fp32 run itself crashed or produced inf/NaN and the fixes repaired it: that is
+        # not a change of working fp32 results
+        report.fp32_repaired = True
+        report.fp32_change = None
+
+
+def _judge_after(f: VerifyFinding, after: dict, line_map, remaining, changed: list, selected: list, tolerance,
+                 fp32_change) -> None:
+    """A finding's status once the fixed copies ran."""
+    start, end = line_map.range(f.line, f.end_line)
+    ev = []
+    for level in selected:
+        if level in f.levels:
+            # the after run is in the original files' lines already (_rename_paths)
+            ev.extend(analysis.evidence(f, level, after[level], tolerance))
+    f.after_evidence = ev
+    # gone from the fixed text (its own fix, or another fix on the same lines); a display
+    # fix (registrations the verifier made as the training script) changed no file
+    f.fixed_by_lint = f.path in changed and not any(
+        (f.path, f.code, line) in remaining for line in range(start, end + 1))
+    if f.status == STATUS_NOT_EXECUTED and not _not_executed(f, after, selected):
+        # the fixes removed the crash that kept this line from running: judge it now
+        _judge_reached(f, ev)
+        return
+    if f.status != STATUS_CONFIRMED:
+        return
+    if f.fix == "display" and not f.fixed_by_lint:
+        f.status = STATUS_DISPLAY_ONLY
+        return
+    if not f.fixed_by_lint:
+        return
+    # the failure that manifested before (same level, same kind) is what must be gone;
+    # the fp32 results are checked on their own below
+    seen = {(e["level"], e["kind"]) for e in f.evidence}
+    crashed = [lvl for lvl in ["O0", *f.levels] if lvl in after and after[lvl]["crash"]]
+    if any((e["level"], e["kind"]) in seen for e in ev):
+        f.status = STATUS_STILL_FAILS
+    elif crashed:  # a crash is never a fix: the line may simply not have been reached
+        f.status, f.after_crash = STATUS_FIXED_CRASHED, crashed
+    elif fp32_change is not None and fp32_change > tolerance:
+        f.status = STATUS_FP32_CHANGED
+    else:
+        f.status = STATUS_FIXED
+
+
+def _explain_problems(report: VerifyReport, findings: list, before: dict, tolerance) -> None:
+    """The run-time problems of the original code, each with the findings that predicted
+    it; the ones no finding predicted."""
     probs = analysis.problems(before, tolerance)
     for p in probs:
-        p["explained_by"] = [f"{f['code']}:{os.path.relpath(f['path'])}:{f['line']}" for f in findings
-                             if any(e["level"] == p["level"] and _matches(p, e, f) for e in f["evidence"])]
-    report["problems"] = probs
-    report["runtime_only"] = [p for p in probs if not p["explained_by"]]
-    report["failing_levels"] = analysis.failing({k: v for k, v in before.items()})
-    report["failing_levels_after"] = analysis.failing(after) if after else None
+        p["explained_by"] = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
+                             if any(e["level"] == p["level"] and _matches(p, e, f) for e in f.evidence)]
+    report.problems = probs
+    report.runtime_only = [p for p in probs if not p["explained_by"]]
+
+
+def _note_optimizer_eps(report: VerifyReport, cfg, selected: list) -> None:
     eps = optimizer_eps(cfg, "O3") if "O3" in selected else None
     if eps is not None and eps != ADAM_EPS:
-        report["notes"].append(
+        report.notes.append(
             f"optimizer eps below the {cfg.dtype} range: at O3 the optimizer state is {cfg.dtype} (no fp32 master "
             f"weights) and Adam's eps={ADAM_EPS:g} is 0 there, so every update where a gradient underflowed is 0/0 = "
             f"NaN from the first step, in any model. The verifier's {cfg.optimizer} used eps={eps:.3g} at O3; "
             f"train at O3 with eps >= {eps:.3g} (e.g. torch.optim.AdamW(..., eps={eps:.3g})), or use O2")
-    report["exit_status"] = exit_status(report)
-    report["model_output"] = output.tail() if output is not None else ""
-    return report
 
 
-def _ran(finding: dict, run: dict) -> Optional[bool]:
+def _ran(finding: VerifyFinding, run: dict) -> Optional[bool]:
     """Whether any line of the finding ran in ``run`` (None: lines were not traced)."""
     executed = run.get("executed")
     if executed is None:
         return None
-    lines = executed.get(finding["path"], ())
-    body = _method_lines(finding["path"]).get(finding["line"]) if finding["line"] == finding["end_line"] else None
+    lines = executed.get(finding.path, ())
+    body = _method_lines(finding.path).get(finding.line) if finding.line == finding.end_line else None
     if body is not None:
         # a finding at a class line (AMP401's custom Function) is about what its methods do; the
         # class statement itself ran at import whether or not the model ever used the class
         return not body.isdisjoint(lines)
-    return any(finding["line"] <= n <= finding["end_line"] for n in lines)
+    return any(finding.line <= n <= finding.end_line for n in lines)
 
 
 def _method_lines(path: str) -> dict:
@@ -364,10 +407,10 @@ def _method_lines_of(path: str, mtime_ns: int, size: int) -> dict:
     return out
 
 
-def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
+def _not_executed(finding: VerifyFinding, runs: dict, selected: list) -> Optional[str]:
     """Why none of the finding's lines ran at any of its levels, or None when one did (or
     when lines were not traced)."""
-    levels = [lvl for lvl in selected if lvl in finding["levels"] and lvl in runs]
+    levels = [lvl for lvl in selected if lvl in finding.levels and lvl in runs]
     if not levels:
         return None
     reasons = []
@@ -377,7 +420,7 @@ def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
             return None
         crash = runs[level].get("crash")
         where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash and crash.get("file") else ""
-        if crash and crash.get("file") == finding["path"] and crash.get("line") and finding["end_line"] < crash["line"] \
+        if crash and crash.get("file") == finding.path and crash.get("line") and finding.end_line < crash["line"] \
                 and crash["step"] == 0:
             # above the crash in the same file: passed over on the way to it
             reasons.append(f"never ran at {level} (a branch not taken; the level then crashed{where})")
@@ -388,19 +431,19 @@ def _not_executed(finding: dict, runs: dict, selected: list) -> Optional[str]:
     return "; ".join(dict.fromkeys(reasons))
 
 
-def _judge_reached(finding: dict, after_evidence: list) -> None:
+def _judge_reached(finding: VerifyFinding, after_evidence: list) -> None:
     """A finding first reached after the fixes removed an earlier crash."""
-    if finding["fixed_by_lint"] or finding.get("fix") == "display":
+    if finding.fixed_by_lint or finding.fix == "display":
         # only its fixed form ran (a display fix: the registrations verify made for the run):
         # whether the original would have failed is unknown
-        finding["not_executed"] += "; after the fixes it ran in its fixed form" + (
+        finding.not_executed += "; after the fixes it ran in its fixed form" + (
             ", which still fails" if after_evidence else " without failures")
         if after_evidence:
-            finding["status"] = STATUS_STILL_FAILS
+            finding.status = STATUS_STILL_FAILS
         return
-    finding["reached_after_fix"] = True
-    finding["evidence"] = list(after_evidence)
-    finding["status"] = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
+    finding.reached_after_fix = True
+    finding.evidence = list(after_evidence)
+    finding.status = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
 
 
 def _matches(problem: dict, ev: dict, finding: dict) -> bool:
@@ -489,13 +532,13 @@ def _fp32_change(a: dict, b: dict, out_a, out_b) -> Optional[float]:
     return max(errs) if errs else None
 
 
-def exit_status(report: dict) -> int:
+def exit_status(report: VerifyReport) -> int:
     """1 when a selected level crashes or produces inf/NaN (after the fixes, with --fix), or a
     fix changes fp32 results beyond the tolerance; else 0."""
-    if report.get("after") is not None:
-        bad = report["failing_levels_after"]
-        change = report.get("fp32_change")
-        if bad or (change is not None and change > report["tolerance"]):
+    if report.after is not None:
+        bad = report.failing_levels_after
+        change = report.fp32_change
+        if bad or (change is not None and change > report.tolerance):
             return 1
         return 0
-    return 1 if report["failing_levels"] else 0
+    return 1 if report.failing_levels else 0

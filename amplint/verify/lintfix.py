@@ -13,6 +13,7 @@ from amplint.config import ConfigResolver
 from amplint.engine import LintMode, lint_sources
 from amplint.files import read_source
 
+from .records import VerifyFinding
 from .target import canonical
 
 
@@ -53,7 +54,7 @@ def _texts(files: list[str]) -> dict[str, str]:
     return {p: read_source(p).text for p in files}
 
 
-def lint(files: list[str], dtype: str, levels: list[str], device: str, settings: LintSettings) -> tuple[list[dict], list[str]]:
+def lint(files: list[str], dtype: str, levels: list[str], device: str, settings: LintSettings) -> tuple[list[VerifyFinding], list[str]]:
     """Findings on ``files`` for each selected level (merged; each finding lists the levels
     whose settings predict it).  Returns (findings, errors)."""
     merged: dict[tuple, dict] = {}
@@ -68,19 +69,17 @@ def lint(files: list[str], dtype: str, levels: list[str], device: str, settings:
                 key = (canonical(f.path), f.line, f.column, f.code)
                 entry = merged.get(key)
                 if entry is None:
-                    entry = merged[key] = {
-                        "code": f.code, "rule": f.rule, "message": f.message, "path": canonical(f.path),
-                        "line": f.line, "end_line": max(f.end_line, f.line), "column": f.column,
-                        "end_column": f.end_column if f.end_line > f.line or f.end_column > f.column else None,
-                        "severity": f.severity.value,
-                        "fix": f.fix.applicability.value if f.fix else None,
-                        "fix_description": f.fix.description if f.fix else None,
-                        "registrations": [list(r) for r in f.fix.registrations] if f.fix else [],
-                        "levels": [],
-                    }
-                if level not in entry["levels"]:
-                    entry["levels"].append(level)
-    return sorted(merged.values(), key=lambda d: (d["path"], d["line"], d["column"], d["code"])), sorted(set(errors))
+                    entry = merged[key] = VerifyFinding(
+                        f.code, f.rule, f.message, canonical(f.path), f.line, max(f.end_line, f.line), f.column,
+                        f.end_column if f.end_line > f.line or f.end_column > f.column else None,
+                        f.severity.value,
+                        fix=f.fix.applicability.value if f.fix else None,
+                        fix_description=f.fix.description if f.fix else None,
+                        registrations=[list(r) for r in f.fix.registrations] if f.fix else [],
+                    )
+                if level not in entry.levels:
+                    entry.levels.append(level)
+    return sorted(merged.values(), key=lambda d: (d.path, d.line, d.column, d.code)), sorted(set(errors))
 
 
 def fix(files: list[str], dtype: str, levels: list[str], device: str, unsafe: bool,

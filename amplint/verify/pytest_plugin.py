@@ -34,6 +34,7 @@ def amp_verify():
         try:
             from amplint.verify import _config, format_report
             from amplint.verify.core import verify_factory
+            from amplint.verify.records import plain
             from amplint.verify.target import model_factory
 
             import torch.nn as nn
@@ -55,11 +56,11 @@ def amp_verify():
             raise TypeError(f"amp_verify: expected an nn.Module or a factory, got {type(model).__name__}")
         cfg = _config(levels, dtype, device, steps, loss, seed, tolerance, optimizer, lr)
         report = verify_factory(make, cfg, name=name, lint=lint)
-        diverged = [lvl for lvl, r in report["before"].items()
+        diverged = [lvl for lvl, r in report.before.items()
                     if tolerance is not None and lvl != "O0" and r.get("output_rel_err") is not None and r["output_rel_err"] > tolerance]
-        if report["exit_status"] or diverged:
+        if report.exit_status or diverged:
             why = f" (output differs from fp32 beyond {tolerance:g} at {', '.join(diverged)})" if diverged else ""
-            pytest.fail(f"model is not mixed-precision safe at {', '.join(report['levels'])}{why}\n\n" + format_report(report), pytrace=False)
-        return report
+            pytest.fail(f"model is not mixed-precision safe at {', '.join(report.levels)}{why}\n\n" + format_report(report), pytrace=False)
+        return plain(report)  # plain data, as amplint.verify.verify_model returns
 
     return run

@@ -27,6 +27,7 @@ from typing import Optional
 
 from amplint.numerics import FORMATS
 
+from .records import VerifyFinding, VerifyReport
 from .report_text import _rel, level_status, num
 
 #: module rows shown right before the first failure; earlier unremarkable ones are collapsed
@@ -114,8 +115,8 @@ def _loss_text(run: dict) -> str:
     return f"{num(losses[0])} → {num(losses[-1])}" if losses else "-"
 
 
-def _verdicts(report: dict) -> str:
-    views = [("original code", report["before"])] + ([("after the fixes", report["after"])] if report.get("after") else [])
+def _verdicts(report: VerifyReport) -> str:
+    views = [("original code", report.before)] + ([("after the fixes", report.after)] if report.after else [])
     rows = []
     for title, runs in views:
         if len(views) > 1:
@@ -131,12 +132,12 @@ def _verdicts(report: dict) -> str:
     return f'<table class="verdicts">{"".join(rows)}</table>'
 
 
-def _result(report: dict) -> str:
+def _result(report: VerifyReport) -> str:
     from .report_text import _why
 
     from .report_text import _safe_tail
 
-    if report.get("exit_status", 0) == 0:
+    if report.exit_status == 0:
         return f'<p class="result good">{e("safe at the selected levels" + _safe_tail(report))}</p>'
     return f'<p class="result bad">NOT safe: {e(_why(report))}</p>'
 
@@ -180,36 +181,36 @@ def _evidence_list(items: Optional[list], empty: str) -> str:
     return "<ul>" + "".join(f"<li><b>{e(x['level'])} {e(x['kind'])}</b>: {e(x['detail'])}</li>" for x in items) + "</ul>"
 
 
-def _finding_card(f: dict, report: dict) -> str:
-    status = f["status"]
+def _finding_card(f: VerifyFinding, report: VerifyReport) -> str:
+    status = f.status
     cls = STATUS_CLASS.get(status, "muted")
-    where = _where(f["path"], f["line"], f.get("column"))
-    body = [f'<p class="message">{e(f["message"])}</p>']
-    before = "Runtime evidence" + (" (original code)" if report.get("after") else "")
-    if f.get("reached_after_fix"):
+    where = _where(f.path, f.line, f.column)
+    body = [f'<p class="message">{e(f.message)}</p>']
+    before = "Runtime evidence" + (" (original code)" if report.after else "")
+    if f.reached_after_fix:
         before = "Runtime evidence (reached only after the fixes removed an earlier crash)"
     if status == "not executed":
-        body.append(f'<h4>{e(before)}</h4><p class="dim">not executed: {e(f.get("not_executed"))}</p>')
+        body.append(f'<h4>{e(before)}</h4><p class="dim">not executed: {e(f.not_executed)}</p>')
     else:
         body.append(f"<h4>{e(before)}</h4>" + _evidence_list(
-            f.get("evidence"), "its expression ran; no crash, inf/NaN, underflow or divergence in it with these inputs"))
-    if f.get("after_evidence") is not None and not f.get("reached_after_fix"):
-        fixed = ("its own fix was applied" if f.get("fixed_by_lint")
+            f.evidence, "its expression ran; no crash, inf/NaN, underflow or divergence in it with these inputs"))
+    if f.after_evidence is not None and not f.reached_after_fix:
+        fixed = ("its own fix was applied" if f.fixed_by_lint
                  else "its display fix was made by the verifier for this run only; your files are unchanged"
-                 if f.get("fix") == "display" else "no fix was applied to it")
-        if f.get("after_crash"):
-            fixed += "; the fixed run crashed at " + ", ".join(f["after_crash"])
+                 if f.fix == "display" else "no fix was applied to it")
+        if f.after_crash:
+            fixed += "; the fixed run crashed at " + ", ".join(f.after_crash)
         body.append(f"<h4>After the fixes <span class=\"dim\">({e(fixed)})</span></h4>"
-                    + _evidence_list(f["after_evidence"], "no failure in this expression"))
-    diff = (report.get("fixed_files") or {}).get(f["path"])
-    hunks = diff_hunks(diff, f["line"], f.get("end_line") or f["line"]) if diff else []
+                    + _evidence_list(f.after_evidence, "no failure in this expression"))
+    diff = (report.fixed_files or {}).get(f.path)
+    hunks = diff_hunks(diff, f.line, f.end_line or f.line) if diff else []
     if hunks:
         body.append("<h4>The fix</h4>" + _diff_html(hunks))
-    elif f.get("fix") and f.get("fix_description"):
-        body.append(f'<p class="dim">fix ({e(f["fix"])}{", not applied" if report.get("fix") else ", not tried: run with --fix"}): '
-                    f'{e(f["fix_description"])}</p>')
-    return (f'<article class="card finding {cls}" data-code="{e(f["code"])}" data-status="{e(status)}">'
-            f'<header><span class="code">{e(f["code"])}</span> {e(f["rule"])} <code class="loc">{e(where)}</code>'
+    elif f.fix and f.fix_description:
+        body.append(f'<p class="dim">fix ({e(f.fix)}{", not applied" if report.fix else ", not tried: run with --fix"}): '
+                    f'{e(f.fix_description)}</p>')
+    return (f'<article class="card finding {cls}" data-code="{e(f.code)}" data-status="{e(status)}">'
+            f'<header><span class="code">{e(f.code)}</span> {e(f.rule)} <code class="loc">{e(where)}</code>'
             f'<span class="pill {cls}">{e(status)}</span></header>{"".join(body)}</article>')
 
 
@@ -220,13 +221,13 @@ def _problem_card(p: dict) -> str:
             f'<p class="message">{e(p["detail"])}</p></article>')
 
 
-def _cards(report: dict) -> str:
-    findings = sorted(report.get("findings") or [], key=lambda f: (
-        _STATUS_ORDER.index(f["status"]) if f["status"] in _STATUS_ORDER else 9, f["path"], f["line"]))
-    shown = [f for f in findings if f["status"] not in ("not reproduced", "not executed")]
-    quiet = [f for f in findings if f["status"] in ("not reproduced", "not executed")]
+def _cards(report: VerifyReport) -> str:
+    findings = sorted(report.findings or [], key=lambda f: (
+        _STATUS_ORDER.index(f.status) if f.status in _STATUS_ORDER else 9, f.path, f.line))
+    shown = [f for f in findings if f.status not in ("not reproduced", "not executed")]
+    quiet = [f for f in findings if f.status in ("not reproduced", "not executed")]
     out = [_finding_card(f, report) for f in shown]
-    out += [_problem_card(p) for p in report.get("runtime_only") or []]
+    out += [_problem_card(p) for p in report.runtime_only or []]
     if quiet:
         out.append(f'<details class="quiet-findings"><summary>{len(quiet)} finding{"s" if len(quiet) != 1 else ""} '
                    f'not reproduced or not executed</summary>{"".join(_finding_card(f, report) for f in quiet)}</details>')
@@ -404,10 +405,10 @@ def _origin_row(origin: dict, scale, limits, color, first: bool = False) -> str:
             f'<div class="value">{_range_text(stats) if stats else ""}</div></div>')
 
 
-def _charts(report: dict, limits: dict) -> str:
+def _charts(report: VerifyReport, limits: dict) -> str:
     out = []
-    tolerance = report["tolerance"]
-    views = [("original code", report["before"])] + ([("after the fixes", report["after"])] if report.get("after") else [])
+    tolerance = report.tolerance
+    views = [("original code", report.before)] + ([("after the fixes", report.after)] if report.after else [])
     for title, runs in views:
         for level, run in runs.items():
             status = level_status(run)
@@ -503,14 +504,14 @@ def training_chart(level: str, runs: list[tuple[str, dict]]) -> str:
     return f'<figure class="train-panel"><figcaption>{e(" · ".join(captions))}</figcaption>{"".join(svg)}</figure>'
 
 
-def _training(report: dict) -> str:
+def _training(report: VerifyReport) -> str:
     panels = []
-    for level in report["before"]:
-        runs = [("original code", report["before"][level])]
-        if report.get("after") and level in report["after"]:
-            runs.append(("after the fixes", report["after"][level]))
+    for level in report.before:
+        runs = [("original code", report.before[level])]
+        if report.after and level in report.after:
+            runs.append(("after the fixes", report.after[level]))
         panels.append(training_chart(level, runs))
-    legend = ' <span class="dim">(solid: original code; dashed: after the fixes)</span>' if report.get("after") else ""
+    legend = ' <span class="dim">(solid: original code; dashed: after the fixes)</span>' if report.after else ""
     return f'<p class="dim">Loss per training step, and the loss scale (log scale).{legend}</p><div class="panels">{"".join(panels)}</div>'
 
 
@@ -522,12 +523,12 @@ def _table(cls: str, headers: list[str], rows: list[list[str]]) -> str:
     return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
 
 
-def _tables(report: dict) -> str:
+def _tables(report: VerifyReport) -> str:
     from .report_text import first_problem, loss_scale_text
 
     out = []
-    for title, runs in [("Opt levels (original code)", report["before"])] + (
-            [("Opt levels after the fixes", report["after"])] if report.get("after") else []):
+    for title, runs in [("Opt levels (original code)", report.before)] + (
+            [("Opt levels after the fixes", report.after)] if report.after else []):
         rows = []
         for level, run in runs.items():
             st = level_status(run)
@@ -537,21 +538,21 @@ def _tables(report: dict) -> str:
                          e(f"{run.get('seconds', 0):.2f} s")])
         out.append(f"<h4>{e(title)}</h4>" + _table("levels", ["level", "status", "loss first→last", "loss scale", "skipped",
                                                              "output vs fp32", "first failure", "time"], rows))
-    findings = report.get("findings") or []
+    findings = report.findings or []
     if findings:
-        rows = [[e(f["code"]), e(f["rule"]), e(_where(f["path"], f["line"])), e(f["fix"] or "-"),
-                 f'<span class="{STATUS_CLASS.get(f["status"], "")}">{e(f["status"])}</span>',
-                 e("; ".join(f"{x['level']} {x['kind']}" for x in f.get("evidence") or []) or f.get("not_executed") or "-")]
+        rows = [[e(f.code), e(f.rule), e(_where(f.path, f.line)), e(f.fix or "-"),
+                 f'<span class="{STATUS_CLASS.get(f.status, "")}">{e(f.status)}</span>',
+                 e("; ".join(f"{x['level']} {x['kind']}" for x in f.evidence or []) or f.not_executed or "-")]
                 for f in findings]
         out.append("<h4>Static findings</h4>" + _table("findings", ["code", "rule", "where", "fix", "status", "evidence"], rows))
-    runtime = report.get("runtime_only") or []
+    runtime = report.runtime_only or []
     if runtime:
         rows = [[e(p["level"]), e(p["kind"]), e(_where(p.get("file"), p.get("line")) if p.get("file") else "-"), e(p["detail"])]
                 for p in runtime]
         out.append("<h4>Runtime problems no rule predicted</h4>" + _table("runtime-only", ["level", "kind", "where", "detail"], rows))
-    levels = list(report["before"])
+    levels = list(report.before)
     names, seen = [], {}
-    for run in report["before"].values():
+    for run in report.before.values():
         for m in run.get("modules", ()):
             if m["name"] not in seen:
                 seen[m["name"]] = m
@@ -560,7 +561,7 @@ def _tables(report: dict) -> str:
     for name in names:
         row = [e(name), e(seen[name]["class"])]
         for level in levels:
-            m = _module(report["before"][level], name)
+            m = _module(report.before[level], name)
             if not m or not m["forward"]["calls"]:
                 row.append("-")
                 continue
@@ -578,15 +579,15 @@ def _tables(report: dict) -> str:
     return "".join(out)
 
 
-def _extras(report: dict) -> str:
+def _extras(report: VerifyReport) -> str:
     out = []
-    for note in report.get("notes") or []:
+    for note in report.notes or []:
         out.append(f'<p class="note"><b>note:</b> {e(note)}</p>')
-    for warning in report.get("warnings") or []:
+    for warning in report.warnings or []:
         out.append(f'<p class="note warn"><b>warning:</b> {e(warning)}</p>')
-    for err in report.get("lint_errors") or []:
+    for err in report.lint_errors or []:
         out.append(f'<p class="note warn"><b>lint:</b> {e(err)}</p>')
-    printed = (report.get("model_output") or "").rstrip()
+    printed = (report.model_output or "").rstrip()
     if printed:
         out.append(f'<details class="model-output"><summary>Model output (its stdout and stderr while imported, built and '
                    f'trained)</summary><pre>{e(printed)}</pre></details>')
@@ -595,28 +596,26 @@ def _extras(report: dict) -> str:
 
 # --- the page ---------------------------------------------------------------------------------
 
-def _target(report: dict) -> str:
-    if report.get("error"):
-        return f'<section class="target"><h2>{e(report["target"])}</h2><p class="bad">{e(report["error"])}</p></section>'
-    fmt = FORMATS[report["dtype"]]
+def _target(report: VerifyReport) -> str:
+    fmt = FORMATS[report.dtype]
     limits = {"max": fmt.max, "normal": fmt.smallest_normal, "subnormal": fmt.smallest_subnormal}
-    meta = (f"{report['device']} · {report['dtype']} (max {num(fmt.max)}, smallest normal {num(fmt.smallest_normal)}) · "
-            f"{' '.join(report['levels']) or 'O0 only'} against O0 · {report['steps']} steps · seed {report['seed']} · "
-            f"tolerance {report['tolerance']:g}")
-    return (f'<section class="target" data-target="{e(report["target"])}"><h2>{e(report["target"])}</h2>'
+    meta = (f"{report.device} · {report.dtype} (max {num(fmt.max)}, smallest normal {num(fmt.smallest_normal)}) · "
+            f"{' '.join(report.levels) or 'O0 only'} against O0 · {report.steps} steps · seed {report.seed} · "
+            f"tolerance {report.tolerance:g}")
+    return (f'<section class="target" data-target="{e(report.target)}"><h2>{e(report.target)}</h2>'
             f'<p class="meta">{e(meta)}</p>{_result(report)}'
             f'<h3>Verdict per opt level</h3>{_verdicts(report)}'
             f'<h3>Findings</h3><div class="cards">{_cards(report)}</div>'
             f'<h3>Value ranges on the way to the first failure</h3>'
             f'<p class="dim">Per module, in the order the modules returned: smallest non-zero |x| to largest, log scale, '
-            f'against the {e(report["dtype"])} limits (red: max; amber: smallest normal; brown: smallest subnormal).</p>'
+            f'against the {e(report.dtype)} limits (red: max; amber: smallest normal; brown: smallest subnormal).</p>'
             f'{_charts(report, limits)}'
             f'<h3>Loss, loss scale and skipped steps</h3>{_training(report)}'
             f'<h3>Tables</h3>{_tables(report)}{_extras(report)}</section>')
 
 
-def render(reports: list[dict]) -> str:
-    title = "amplint verify: " + ", ".join(r["target"] for r in reports)
+def render(reports: list[VerifyReport]) -> str:
+    title = "amplint verify: " + ", ".join(r.target for r in reports)
     body = "".join(_target(r) for r in reports)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>

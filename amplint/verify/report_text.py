@@ -5,6 +5,8 @@ import math
 import os
 from typing import Optional
 
+from .records import VerifyReport
+
 
 def _rel(path: Optional[str]) -> str:
     if not path:
@@ -122,7 +124,7 @@ STATUS_STYLE = {"confirmed": "bold yellow", "fixed": "bold green", "not reproduc
                 "fix did not remove it": "bold red", "fix changes fp32 results": "bold red"}
 
 
-def render(reports: list[dict], out, color: bool = False, width: Optional[int] = None) -> None:
+def render(reports: list[VerifyReport], out, color: bool = False, width: Optional[int] = None) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -131,35 +133,32 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                       highlight=False, soft_wrap=False)
     b = box.SIMPLE_HEAD
     for report in reports:
-        console.print(f"[bold]amplint verify {report['target']}[/]  ({report['device']}, {report['dtype']}, "
-                      f"{' '.join(report['levels']) or 'O0 only'} against O0, {report['steps']} steps, seed {report['seed']}, "
-                      f"tolerance {report['tolerance']:g})")
-        if report.get("error"):
-            console.print(f"[bold red]error:[/] {report['error']}")
-            continue
-        console.print(_levels_table("Opt levels" + (" (original code)" if report.get("after") else ""), report["before"], b))
-        if report.get("after"):
-            console.print(_levels_table("Opt levels after the fixes (temporary copies)", report["after"], b))
-        findings = report.get("findings") or []
+        console.print(f"[bold]amplint verify {report.target}[/]  ({report.device}, {report.dtype}, "
+                      f"{' '.join(report.levels) or 'O0 only'} against O0, {report.steps} steps, seed {report.seed}, "
+                      f"tolerance {report.tolerance:g})")
+        console.print(_levels_table("Opt levels" + (" (original code)" if report.after else ""), report.before, b))
+        if report.after:
+            console.print(_levels_table("Opt levels after the fixes (temporary copies)", report.after, b))
+        findings = report.findings or []
         if findings:
             t = Table(title="Static findings checked at runtime", box=b, title_justify="left")
             for col in ("finding", "location", "fix", "status", "evidence"):
                 t.add_column(col, overflow="fold")
             for f in findings:
-                ev = f.get("evidence") or []
+                ev = f.evidence or []
                 text = "; ".join(f"{e['level']} {e['kind']}: {e['detail']}" for e in ev[:3]) or (
-                    f.get("not_executed") or "ran: no crash, inf/NaN, underflow or divergence in this expression")
-                if f.get("reached_after_fix"):
+                    f.not_executed or "ran: no crash, inf/NaN, underflow or divergence in this expression")
+                if f.reached_after_fix:
                     text = "reached only after the fixes removed an earlier crash: " + text
-                if f.get("after_evidence"):
-                    text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f["after_evidence"][:3])
-                style = STATUS_STYLE.get(f["status"], "")
-                t.add_row(f"{f['code']} {f['rule']}", f"{_rel(f['path'])}:{f['line']}", f["fix"] or "-",
-                          f"[{style}]{f['status']}[/]", text)
+                if f.after_evidence:
+                    text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f.after_evidence[:3])
+                style = STATUS_STYLE.get(f.status, "")
+                t.add_row(f"{f.code} {f.rule}", f"{_rel(f.path)}:{f.line}", f.fix or "-",
+                          f"[{style}]{f.status}[/]", text)
             console.print(t)
-        elif report.get("files"):
+        elif report.files:
             console.print("No static findings in the model's source files.")
-        runtime = report.get("runtime_only") or []
+        runtime = report.runtime_only or []
         if runtime:
             t = Table(title="Runtime problems no rule predicted", box=b, title_justify="left")
             for col in ("level", "kind", "location", "detail"):
@@ -168,18 +167,18 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
                 loc = f"{_rel(p['file'])}:{p['line']}" if p.get("file") else "-"
                 t.add_row(p["level"], p["kind"], loc, p["detail"])
             console.print(t)
-        if report.get("fix") and report.get("fp32_repaired"):
+        if report.fix and report.fp32_repaired:
             console.print("fp32 (O0) run: it failed with the original code and the fixes repaired it")
-        elif report.get("fix") and report.get("after"):
-            change = report.get("fp32_change")
+        elif report.fix and report.after:
+            change = report.fp32_change
             console.print(f"fp32 (O0) results after the fixes: max relative change {num(change)} "
-                          f"({'within' if change is not None and change <= report['tolerance'] else 'BEYOND'} tolerance {report['tolerance']:g})")
-        if report.get("fix"):
-            for path, d in (report.get("fixed_files") or {}).items():
+                          f"({'within' if change is not None and change <= report.tolerance else 'BEYOND'} tolerance {report.tolerance:g})")
+        if report.fix:
+            for path, d in (report.fixed_files or {}).items():
                 console.print(f"[dim]{d.rstrip()}[/]", markup=True, highlight=False)
-            if not report.get("fixed_files"):
+            if not report.fixed_files:
                 console.print("No fixes to apply.")
-        printed = (report.get("model_output") or "").rstrip()
+        printed = (report.model_output or "").rstrip()
         if printed:
             lines = printed.splitlines()
             shown = lines[-40:]
@@ -187,13 +186,13 @@ def render(reports: list[dict], out, color: bool = False, width: Optional[int] =
             console.print(f"[bold]Model output[/] (its stdout and stderr while imported, built and trained{more}):")
             for line in shown:
                 console.print("  | " + line, markup=False, highlight=False)
-        for note in report.get("notes") or []:
+        for note in report.notes or []:
             console.print(f"[cyan]note:[/] {note}")
-        for warning in report.get("warnings") or []:
+        for warning in report.warnings or []:
             console.print(f"[yellow]warning:[/] {warning}")
-        for err in report.get("lint_errors") or []:
+        for err in report.lint_errors or []:
             console.print(f"[yellow]lint:[/] {err}")
-        status = report.get("exit_status", 0)
+        status = report.exit_status
         if status == 0:
             console.print("[bold green]Result: safe at the selected levels[/]" + _safe_tail(report))
         else:
@@ -206,28 +205,28 @@ def failures(runs: dict, levels) -> str:
     return ", ".join(f"{level} {level_status(runs[level]).replace('CRASH', 'crash')}" for level in levels if level in runs)
 
 
-def _safe_tail(report: dict) -> str:
+def _safe_tail(report: VerifyReport) -> str:
     """`` after the fixes``, naming what the original code did when it failed."""
-    if not report.get("after"):
+    if not report.after:
         return ""
-    bad = report.get("failing_levels") or []
-    return " after the fixes" + (f" (the original code: {failures(report['before'], bad)})" if bad else "")
+    bad = report.failing_levels or []
+    return " after the fixes" + (f" (the original code: {failures(report.before, bad)})" if bad else "")
 
 
-def _why(report: dict) -> str:
+def _why(report: VerifyReport) -> str:
     """The failures that happened, the original code first: ``original code: O2 crash; after
     the fixes: O2 inf/NaN``."""
     parts = []
-    before_bad = report.get("failing_levels") or []
-    if report.get("after") is not None:
+    before_bad = report.failing_levels or []
+    if report.after is not None:
         if before_bad:
-            parts.append(f"original code: {failures(report['before'], before_bad)}")
-        after_bad = report.get("failing_levels_after") or []
+            parts.append(f"original code: {failures(report.before, before_bad)}")
+        after_bad = report.failing_levels_after or []
         if after_bad:
-            parts.append(f"after the fixes: {failures(report['after'], after_bad)}")
-        change = report.get("fp32_change")
-        if change is not None and change > report["tolerance"]:
+            parts.append(f"after the fixes: {failures(report.after, after_bad)}")
+        change = report.fp32_change
+        if change is not None and change > report.tolerance:
             parts.append(f"the fixes change fp32 results by {num(change)}")
     elif before_bad:
-        parts.append(failures(report["before"], before_bad))
+        parts.append(failures(report.before, before_bad))
     return "; ".join(parts) or "see above"

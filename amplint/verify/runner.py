@@ -780,6 +780,28 @@ class _Buffers:
             b.copy_(value)
 
 
+@dataclasses.dataclass
+class _LevelState:
+    """What one level's run keeps while it goes (:meth:`LevelRunner.run_level`): where it
+    is (``phase``, ``step``: a crash is described by them), its hooks' aggregates and
+    pending values, the step-0 census, where inf/NaN were first made."""
+
+    level: str
+    is_ref: bool
+    out: dict = dataclasses.field(default_factory=dict)
+    phase: str = "build"
+    step: int = 0
+    pending: "_Pending" = dataclasses.field(default_factory=lambda: _Pending())
+    modules: list = dataclasses.field(default_factory=list)  # (name, module, forward _Agg, gradient _Agg)
+    order: list = dataclasses.field(default_factory=lambda: [0])
+    census: Optional["Census"] = None
+    origin: Optional[dict] = None  # step 0's census, or a later step's traced replay
+    lines: Optional[LineTrace] = None
+    handles: list = dataclasses.field(default_factory=list)
+    products: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
+    hook_state: dict = dataclasses.field(default_factory=dict)
+
+
 class LevelRunner:
     def __init__(self, make: Callable, user_files: set, cfg: RunConfig, loss_fn: Callable):
         self.make = make
@@ -800,127 +822,151 @@ class LevelRunner:
         return normalize_example(result, "the factory")
 
     def run_level(self, level: str, on_step: Optional[Callable] = None) -> dict:
+        """Build the model, train it ``cfg.steps`` steps at ``level`` and describe what
+        happened (a crash included: it ends the run, never the verifier)."""
         from amplint import amp
 
         cfg = self.cfg
-        device = cfg.resolved_device()
-        is_ref = level == "O0"
-        out: dict[str, Any] = {"level": level, "dtype": "fp32" if is_ref else cfg.dtype, "crash": None, "losses": [],
-                               "loss_scales": [], "skipped_steps": 0, "output_rel_err": None, "loss_rel_err": None,
-                               "modules": [], "sites": [], "first_nonfinite_module": None, "first_nonfinite_site": None,
-                               "origin": None, "seconds": 0.0, "nonfinite_loss": False}
+        run = _LevelState(level, level == "O0")
+        run.out = {"level": level, "dtype": "fp32" if run.is_ref else cfg.dtype, "crash": None, "losses": [],
+                   "loss_scales": [], "skipped_steps": 0, "output_rel_err": None, "loss_rel_err": None,
+                   "modules": [], "sites": [], "first_nonfinite_module": None, "first_nonfinite_site": None,
+                   "origin": None, "seconds": 0.0, "nonfinite_loss": False}
         started = time.perf_counter()
         amp.reset()
         sites = ConstructionSites(lambda f: canonical(f) in self.user_files)
-        phase, step = "build", 0
-        handles = []
-        pending = _Pending()
-        modules: list[tuple[str, Any, _Agg, _Agg]] = []
-        order = [0]
-        census = None
-        origin = None  # where inf/NaN were first made: step 0's census, or a later step's traced replay
-        lines = LineTrace(self.user_files) if cfg.census else None
-        products = contextlib.ExitStack()
+        run.lines = LineTrace(self.user_files) if cfg.census else None
         try:
-            with lines.active() if lines else contextlib.nullcontext():
-                model, args, kwargs = self.build(sites)
-            model = model.to(device)
-            args, kwargs = _to_device(args, device), _to_device(kwargs, device)
-            model.train()
-            phase = "hooks"
-            state = {"step": 0, "collect": cfg.hooks, "full": True}
-            if cfg.hooks:
-                for idx, (name, mod) in enumerate(model.named_modules()):
-                    fwd, grd = _Agg(), _Agg()
-                    modules.append((name or "(model)", mod, fwd, grd))
-                    handles.append(mod.register_forward_hook(self._hook(idx, fwd, grd, pending, state, order, is_ref)))
-            optimizer = _optimizer(cfg, model.parameters(), level)
-            phase = "initialize"
-            kw: dict[str, Any] = {"opt_level": level, "verbosity": 0}
-            if not is_ref and cfg.dtype == "bf16":
-                kw["half_dtype"] = torch.bfloat16
-            if optimizer is not None:
-                model, optimizer = amp.initialize(model, optimizer, **kw)
-            else:
-                model = amp.initialize(model, **kw)
-            if not is_ref and device == "cpu" and cfg.half_gemm_in_fp32:
-                products.enter_context(HalfGemmInFp32())
-            step = -1
-            while self._another_step(step + 1, cfg.steps, out, optimizer):
-                step += 1
-                state["step"] = step
-                state["full"] = step == 0 or step == cfg.steps - 1
-                _seed_all(cfg.seed * 1000 + step + 1)
-                if optimizer is not None:
-                    optimizer.zero_grad(set_to_none=True)
-                phase = "forward"
-                # after a clean traced step 0, each step may be the one where inf/NaN first appear
-                watch = step > 0 and census is not None and origin is None
-                buffers = _Buffers(model) if watch else None
-                traced = lines.active() if lines and step == 0 else contextlib.nullcontext()
-                with traced:
-                    if step == 0 and cfg.census:
-                        census = Census(self.user_files, self.reference, is_ref, pending, order)
-                        with census:
-                            output = model(*args, **kwargs)
-                    else:
-                        output = model(*args, **kwargs)
-                    phase = "loss"
-                    loss = self.loss_fn(output, (args, kwargs))
-                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                    raise TypeError(f"the loss must be a scalar tensor, got {type(loss).__name__}")
-                loss_value = float(loss.detach().float())
-                if watch:
-                    pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
-                    if self._went_nonfinite(modules, step, loss_value):
-                        # this step's forward once more, traced, from the same parameters, buffers,
-                        # inputs and seed; it replaces the first (same values, hooks not recounted)
-                        del output, loss
-                        phase = "forward"
-                        buffers.restore()
-                        _seed_all(cfg.seed * 1000 + step + 1)
-                        output, origin = self._traced_forward(model, args, kwargs, is_ref, state)
-                        if origin is not None:
-                            origin["step"] = step
-                        phase = "loss"
-                        loss = self.loss_fn(output, (args, kwargs))
-                out["losses"].append(loss_value)
-                if not _finite(loss_value):
-                    out["nonfinite_loss"] = True
-                if step == 0:
-                    outs = floating_tensors(output, limit=64)
-                    if is_ref:
-                        self.reference.output = [t.detach().float().clone() for t in outs]
-                    else:
-                        out["output_rel_err"] = _relative_error(outs, self.reference.output)
-                    pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
-                    origin = self._origin(census, pending, is_ref)
-                if optimizer is not None and loss.requires_grad:
-                    phase = "backward"
-                    skipped_before = amp.skipped_steps(0)
-                    with lines.active() if lines and step == 0 else contextlib.nullcontext():  # custom backward()s
-                        with amp.scale_loss(loss, optimizer) as scaled:
-                            scaled.backward()
-                    phase = "step"
-                    optimizer.step()
-                    out["loss_scales"].append(float(amp.loss_scale(0)))
-                    out["last_step_skipped"] = amp.skipped_steps(0) > skipped_before
-                    out["skipped_steps"] += amp.skipped_steps(0) - skipped_before
-                pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+            model, optimizer, args, kwargs = self._prepare(run, sites)
+            run.step = -1
+            while self._another_step(run.step + 1, cfg.steps, run.out, optimizer):
+                run.step += 1
+                self._train_step(run, model, optimizer, args, kwargs)
                 if on_step:
                     on_step()
         except (Exception, SystemExit) as exc:
-            out["crash"] = describe_crash(exc, self.user_files, phase, step)
+            run.out["crash"] = describe_crash(exc, self.user_files, run.phase, run.step)
             try:
-                pending.flush(self.reference.nonfinite, self.reference.nonfinite if is_ref else None)
+                self._flush(run)
             except Exception:
-                pending.items.clear()
+                run.pending.items.clear()
         finally:
-            products.close()
-            for h in handles:
+            run.products.close()
+            for h in run.handles:
                 h.remove()
             amp.reset()
-        if is_ref:
+        self._compare_losses(run)
+        self._describe(run, sites)
+        run.out["seconds"] = time.perf_counter() - started
+        return run.out
+
+    def _flush(self, run: "_LevelState") -> None:
+        run.pending.flush(self.reference.nonfinite, self.reference.nonfinite if run.is_ref else None)
+
+    def _prepare(self, run: "_LevelState", sites: ConstructionSites):
+        """The model built (its construction sites recorded), on the device, with its
+        hooks and optimizer, through ``amp.initialize``: (model, optimizer, args, kwargs)."""
+        from amplint import amp
+
+        cfg, level, is_ref = self.cfg, run.level, run.is_ref
+        device = cfg.resolved_device()
+        with run.lines.active() if run.lines else contextlib.nullcontext():
+            model, args, kwargs = self.build(sites)
+        model = model.to(device)
+        args, kwargs = _to_device(args, device), _to_device(kwargs, device)
+        model.train()
+        run.phase = "hooks"
+        run.hook_state = {"step": 0, "collect": cfg.hooks, "full": True}
+        if cfg.hooks:
+            for idx, (name, mod) in enumerate(model.named_modules()):
+                fwd, grd = _Agg(), _Agg()
+                run.modules.append((name or "(model)", mod, fwd, grd))
+                run.handles.append(mod.register_forward_hook(
+                    self._hook(idx, fwd, grd, run.pending, run.hook_state, run.order, is_ref)))
+        optimizer = _optimizer(cfg, model.parameters(), level)
+        run.phase = "initialize"
+        kw: dict[str, Any] = {"opt_level": level, "verbosity": 0}
+        if not is_ref and cfg.dtype == "bf16":
+            kw["half_dtype"] = torch.bfloat16
+        if optimizer is not None:
+            model, optimizer = amp.initialize(model, optimizer, **kw)
+        else:
+            model = amp.initialize(model, **kw)
+        if not is_ref and device == "cpu" and cfg.half_gemm_in_fp32:
+            run.products.enter_context(HalfGemmInFp32())
+        return model, optimizer, args, kwargs
+
+    def _train_step(self, run: "_LevelState", model, optimizer, args, kwargs) -> None:
+        """One training step: forward (traced at step 0, replayed traced at the step where
+        inf/NaN first appear), loss, backward through the loss scaler, optimizer step."""
+        from amplint import amp
+
+        cfg, out, step, is_ref, lines = self.cfg, run.out, run.step, run.is_ref, run.lines
+        run.hook_state["step"] = step
+        run.hook_state["full"] = step == 0 or step == cfg.steps - 1
+        _seed_all(cfg.seed * 1000 + step + 1)
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        run.phase = "forward"
+        # after a clean traced step 0, each step may be the one where inf/NaN first appear
+        watch = step > 0 and run.census is not None and run.origin is None
+        buffers = _Buffers(model) if watch else None
+        traced = lines.active() if lines and step == 0 else contextlib.nullcontext()
+        with traced:
+            if step == 0 and cfg.census:
+                run.census = Census(self.user_files, self.reference, is_ref, run.pending, run.order)
+                with run.census:
+                    output = model(*args, **kwargs)
+            else:
+                output = model(*args, **kwargs)
+            run.phase = "loss"
+            loss = self.loss_fn(output, (args, kwargs))
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError(f"the loss must be a scalar tensor, got {type(loss).__name__}")
+        loss_value = float(loss.detach().float())
+        if watch:
+            self._flush(run)
+            if self._went_nonfinite(run.modules, step, loss_value):
+                # this step's forward once more, traced, from the same parameters, buffers,
+                # inputs and seed; it replaces the first (same values, hooks not recounted)
+                del output, loss
+                run.phase = "forward"
+                buffers.restore()
+                _seed_all(cfg.seed * 1000 + step + 1)
+                output, run.origin = self._traced_forward(model, args, kwargs, is_ref, run.hook_state)
+                if run.origin is not None:
+                    run.origin["step"] = step
+                run.phase = "loss"
+                loss = self.loss_fn(output, (args, kwargs))
+        out["losses"].append(loss_value)
+        if not _finite(loss_value):
+            out["nonfinite_loss"] = True
+        if step == 0:
+            outs = floating_tensors(output, limit=64)
+            if is_ref:
+                self.reference.output = [t.detach().float().clone() for t in outs]
+            else:
+                out["output_rel_err"] = _relative_error(outs, self.reference.output)
+            self._flush(run)
+            run.origin = self._origin(run.census, run.pending, is_ref)
+        if optimizer is not None and loss.requires_grad:
+            run.phase = "backward"
+            skipped_before = amp.skipped_steps(0)
+            with lines.active() if lines and step == 0 else contextlib.nullcontext():  # custom backward()s
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+            run.phase = "step"
+            optimizer.step()
+            out["loss_scales"].append(float(amp.loss_scale(0)))
+            out["last_step_skipped"] = amp.skipped_steps(0) > skipped_before
+            out["skipped_steps"] += amp.skipped_steps(0) - skipped_before
+        self._flush(run)
+
+    def _compare_losses(self, run: "_LevelState") -> None:
+        """The fp32 run's losses are the reference; another level's largest relative
+        difference from them."""
+        out = run.out
+        if run.is_ref:
             self.reference.losses = list(out["losses"])
         elif self.reference.losses and out["losses"]:
             n = min(len(out["losses"]), len(self.reference.losses))
@@ -928,12 +974,17 @@ class LevelRunner:
             for a, b in zip(out["losses"][:n], self.reference.losses[:n]):
                 errs.append(abs(a - b) / abs(b) if b else abs(a - b) if _finite(a) else math.inf)
             out["loss_rel_err"] = max(errs) if errs else None
-        out["executed"] = lines.by_file() if lines else None
-        out["modules"] = self._module_report(modules, sites)
-        if origin is None and census is not None:  # step 0 crashed: its calls so far
-            origin = self._origin(census, pending, is_ref)
-        out["origin"] = origin  # before the sites: Census.origin marks the sites whose inputs were tainted
-        out["sites"] = self._site_report(census)
+
+    def _describe(self, run: "_LevelState", sites: ConstructionSites) -> None:
+        """The lines that ran, each module's and op site's statistics, where inf/NaN were
+        first made and first seen."""
+        out = run.out
+        out["executed"] = run.lines.by_file() if run.lines else None
+        out["modules"] = self._module_report(run.modules, sites)
+        if run.origin is None and run.census is not None:  # step 0 crashed: its calls so far
+            run.origin = self._origin(run.census, run.pending, run.is_ref)
+        out["origin"] = run.origin  # before the sites: Census.origin marks the sites whose inputs were tainted
+        out["sites"] = self._site_report(run.census)
         first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
         if first:
             out["first_nonfinite_module"] = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
@@ -941,8 +992,6 @@ class LevelRunner:
         if firsts:
             s = min(firsts, key=lambda s: tuple(s["first_new_nonfinite"]))
             out["first_nonfinite_site"] = {"file": s["file"], "line": s["line"], "op": s["op"]}
-        out["seconds"] = time.perf_counter() - started
-        return out
 
     @staticmethod
     def _another_step(step: int, steps: int, out: dict, optimizer) -> bool:

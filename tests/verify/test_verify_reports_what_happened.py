@@ -51,15 +51,17 @@ def test_a_display_only_fix_is_not_fixed(amplint):
 
 
 def test_the_banner_names_the_failure_original_code_first():
+    from amplint.verify.records import VerifyReport
     from amplint.verify.report_text import _safe_tail, _why
 
     run = lambda level, **kw: {"level": level, "crash": None, **kw}  # noqa: E731
     crash = {"type": "RuntimeError", "message": "x", "phase": "forward", "step": 0, "file": None, "line": None}
-    report = {"before": {"O0": run("O0"), "O1": run("O1", nonfinite_loss=True), "O2": run("O2", crash=crash)},
-              "after": {"O0": run("O0"), "O1": run("O1"), "O2": run("O2", nonfinite_loss=True)},
-              "failing_levels": ["O1", "O2"], "failing_levels_after": ["O2"], "fp32_change": 0.0, "tolerance": 0.01}
+    report = VerifyReport("t", "cpu", "fp16", ["O1", "O2"], 1, 0, 0.01, "auto", "adamw",
+                          before={"O0": run("O0"), "O1": run("O1", nonfinite_loss=True), "O2": run("O2", crash=crash)},
+                          after={"O0": run("O0"), "O1": run("O1"), "O2": run("O2", nonfinite_loss=True)},
+                          failing_levels=["O1", "O2"], failing_levels_after=["O2"], fp32_change=0.0)
     assert _why(report) == "original code: O1 inf/NaN, O2 crash; after the fixes: O2 inf/NaN"
-    report["after"]["O2"], report["failing_levels_after"] = run("O2"), []
+    report.after["O2"], report.failing_levels_after = run("O2"), []
     assert _safe_tail(report) == " after the fixes (the original code: O1 inf/NaN, O2 crash)"
 
 

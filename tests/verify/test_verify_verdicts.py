@@ -6,6 +6,7 @@ loss a model returns, skipped steps, the model's own output, O3's optimizer, and
 after ``--fix``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import textwrap
@@ -13,6 +14,7 @@ import textwrap
 import pytest
 
 from amplint.verify import core
+from amplint.verify.records import VerifyFinding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -462,11 +464,12 @@ def test_a_finding_first_reached_after_a_crash_fix_is_judged_on_that_run(tmp_pat
     eps = by_code(data["results"][0], "AMP102")
     assert eps["status"] == "not executed" and "after the fixes it ran in its fixed form without failures" in eps["not_executed"]
     # with the eps left unfixed (no safe fix of its own), the rerun's evidence confirms it
-    unfixed = {"fixed_by_lint": False, "not_executed": "crashed at line 14", "status": "not executed"}
+    unfixed = VerifyFinding("AMP102", "underflow-epsilon", "eps", path, 16, 16, 1, None, "warning", fixed_by_lint=False,
+                            not_executed="crashed at line 14", status="not executed")
     core._judge_reached(unfixed, [{"level": "O2", "kind": "inf/NaN", "detail": "normalize"}])
-    assert unfixed["status"] == "confirmed" and unfixed["reached_after_fix"] is True
-    core._judge_reached(quiet := dict(unfixed, status="not executed"), [])
-    assert quiet["status"] == "not reproduced"
+    assert unfixed.status == "confirmed" and unfixed.reached_after_fix is True
+    core._judge_reached(quiet := dataclasses.replace(unfixed, status="not executed"), [])
+    assert quiet.status == "not reproduced"
 
 
 def test_registration_on_a_model_module_loaded_under_another_name(tmp_path, amplint):

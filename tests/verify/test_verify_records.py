@@ -1,0 +1,49 @@
+"""verify's findings and reports are typed records (amplint.verify.records), judged and
+shown by attribute; their JSON keeps the documented shape (fields in order, the optional
+ones only once decided) and the Python API gives plain data."""
+import pytest
+
+from conftest import fixture_path
+
+pytest.importorskip("torch")
+
+from amplint.verify import format_report, lintfix  # noqa: E402
+from amplint.verify.records import VerifyFinding, VerifyReport, plain, typed  # noqa: E402
+
+BASE = ["code", "rule", "message", "path", "line", "end_line", "column", "end_column", "severity", "fix",
+        "fix_description", "registrations", "levels", "evidence", "status", "after_evidence"]
+
+
+def test_lint_gives_records():
+    findings, errors = lintfix.lint([fixture_path("verify", "attention_mask.py")], "fp16", ["O1", "O2"], "cpu",
+                                    lintfix.LintSettings())
+    assert not errors and findings
+    assert all(isinstance(f, VerifyFinding) for f in findings)  # a dict here is the old shape
+    amp101 = next(f for f in findings if f.code == "AMP101")
+    assert amp101.levels == ["O1", "O2"] and amp101.fix == "safe" and amp101.line == 27
+
+
+def test_json_shape_and_round_trip():
+    f = VerifyFinding("AMP101", "overflow-constant", "m", "/x.py", 3, 3, 5, 9, "error", fix="safe",
+                      fix_description="d", levels=["O1"], evidence=[{"level": "O1", "kind": "crash"}], status="confirmed")
+    assert list(f.to_json()) == BASE  # nothing decided after the first runs: no optional key
+    f.fixed_by_lint, f.after_evidence, f.status, f.after_crash = True, [], "fixed run crashed", ["O1"]
+    assert list(f.to_json()) == BASE + ["fixed_by_lint", "after_crash"]
+    assert VerifyFinding.from_json(f.to_json()) == f
+    report = VerifyReport("t", "cpu", "fp16", ["O1"], 1, 0, 0.01, "auto", "adamw", findings=[f])
+    data = plain(report)
+    assert data["findings"] == [f.to_json()] and "fp32_repaired" not in data
+    assert list(data)[:3] == ["target", "device", "dtype"] and list(data)[-2:] == ["exit_status", "model_output"]
+    assert typed(data) == report and isinstance(typed(data).findings[0], VerifyFinding)
+    report.fp32_repaired = True
+    assert list(plain(report)).index("fp32_repaired") == list(plain(report)).index("notes") + 1
+
+
+def test_format_report_takes_the_plain_report(tmp_path):
+    from amplint.verify import verify
+
+    path = tmp_path / "m.py"
+    path.write_text("import torch\n\n\ndef example():\n    return torch.nn.Linear(8, 8), (torch.randn(2, 8),)\n")
+    report = verify(f"{path}::example", levels=("O1",), device="cpu", steps=1)
+    assert isinstance(report["findings"], list) and all(isinstance(f, dict) for f in report["findings"])
+    assert "safe at the selected levels" in format_report(report)
