@@ -152,7 +152,19 @@ def _warn_rules_not_loaded(resolver: Optional[ConfigResolver], allowed: bool) ->
         print(line, file=sys.stderr)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: Optional[Sequence[str]]) -> Optional[str]:
+    """The command ``argv`` names (its first word that is not an option: the top level
+    has no option that takes a value), or None."""
+    for word in sys.argv[1:] if argv is None else argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (``check``, ``fix``...), the options of
+    ``fp8-plan`` and ``verify`` only when it is one of them: they import their own
+    modules, a start-up cost ``check`` of one file would otherwise pay every time."""
     parser = _Parser(
         prog="amplint",
         description="Find, fix and prove what breaks or slows PyTorch mixed-precision (fp16/bf16) training.",
@@ -177,22 +189,29 @@ def build_parser() -> argparse.ArgumentParser:
                             description='A language server over stdio: diagnostics, quick fixes, fix-all and hover. '
                                         'Needs the lsp extra: pip install "amplint[lsp]".')
     _add_allow_option(server)
-    fp8_plan = sub.add_parser("fp8-plan", help="which nn.Linear layers to convert to fp8, and the module_filter_fn (imports and runs your code)",
-                              description=_fp8_cli().PLAN_DESCRIPTION)
-    _fp8_cli().add_plan_arguments(fp8_plan)
-    try:
-        from .verify import cli as verify_cli
-    except ImportError:
-        verify_cli = None
-    if verify_cli is not None:
-        verify = sub.add_parser("verify", help="run the model under O0-O3 and prove findings and fixes (imports and runs your code)",
-                                description=verify_cli.DESCRIPTION)
-        verify_cli.add_arguments(verify)
+    fp8_help = "which nn.Linear layers to convert to fp8, and the module_filter_fn (imports and runs your code)"
+    verify_help = "run the model under O0-O3 and prove findings and fixes (imports and runs your code)"
+    everything = command not in ("check", "fix", "rules", "explain", "server")  # help lists them all
+    if everything or command == "fp8-plan":
+        fp8_plan = sub.add_parser("fp8-plan", help=fp8_help, description=_fp8_cli().PLAN_DESCRIPTION)
+        _fp8_cli().add_plan_arguments(fp8_plan)
+    else:
+        sub.add_parser("fp8-plan", help=fp8_help)
+    if everything or command == "verify":
+        try:
+            from .verify import cli as verify_cli
+        except ImportError:
+            verify_cli = None
+        if verify_cli is not None:
+            verify = sub.add_parser("verify", help=verify_help, description=verify_cli.DESCRIPTION)
+            verify_cli.add_arguments(verify)
+    else:
+        sub.add_parser("verify", help=verify_help)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_of(argv))
     args, extras = parser.parse_known_args(argv)
     if extras:  # reported by the command's own parser: its prog, its options to suggest
         parser.commands.get(args.command, parser).unrecognized(extras)

@@ -15,11 +15,6 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from . import trust
 from .amp.policy import OPT_LEVELS
 from .numerics import FORMATS, TARGETS, Format
@@ -281,6 +276,10 @@ def read_pyproject(path: Path) -> Optional[dict[str, Any]]:
     """The ``[tool.amplint]`` table of ``path`` (None when the file has none)."""
     from .reading import REPO_FILE_LIMIT, read_regular
 
+    try:  # imported here: a run with no pyproject.toml above its files never needs it
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
     try:  # a regular file of a sane size only: a repository may commit a FIFO or a link to /dev/zero
         text = read_regular(str(path), limit=REPO_FILE_LIMIT).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -133,31 +133,36 @@ class FileContext:
         pop, push = stack.pop, stack.append
         fields_of = _CHILD_FIELDS
         AST = ast.AST
+        #: node class -> (child fields, its bucket or None, binding / import list or None):
+        #: decided once per class, not by name for every node
+        plans: dict[type, tuple] = {}
         while stack:
             node = pop()
             cls = node.__class__
-            fields = fields_of.get(cls)
-            if fields is None:
-                fields = fields_of[cls] = _child_fields(cls)
+            plan = plans.get(cls)
+            if plan is None:
+                fields = fields_of.get(cls)
+                if fields is None:
+                    fields = fields_of[cls] = _child_fields(cls)
+                name = cls.__name__
+                also = bindings if name in _BINDING_NAMES else imports if name in ("Import", "ImportFrom") else None
+                plan = plans[cls] = (fields, buckets.get(name), also)
+            fields, bucket, also = plan
             # children pushed last-first so that nodes come off the stack in source order
             for field in fields:
                 value = getattr(node, field, None)
                 if value.__class__ is list:
-                    for i in range(len(value) - 1, -1, -1):
-                        child = value[i]
+                    for child in reversed(value):
                         if isinstance(child, AST):
                             child.amplint_parent = node
                             push(child)
                 elif isinstance(value, AST):
                     value.amplint_parent = node
                     push(value)
-            name = cls.__name__
-            if name in buckets:
-                buckets[name].append(node)
-            if name in _BINDING_NAMES:
-                bindings.append(node)
-            elif name == "Import" or name == "ImportFrom":
-                imports.append(node)
+            if bucket is not None:
+                bucket.append(node)
+            if also is not None:
+                also.append(node)
         self._calls = buckets["Call"]
         self._resolve_imports()
         return buckets

@@ -591,7 +591,7 @@ class DtypeFlow:
         is_method = parent_of(func).__class__ is ast.ClassDef
         if is_method and func.name == "__init__":
             return DtypeClass.SCALAR  # constructor arguments are sizes and settings
-        if _used_as_bool(func, name):
+        if _used_as_bool(ctx, func, name):
             return DtypeClass.BOOL  # ~mask, x[mask], masked_fill(mask, ...): a bool mask
         if is_method and func.name in ("forward", "__call__"):
             if name in _DATA_PARAMETERS and not self.pure_half:
@@ -1119,23 +1119,44 @@ def _names_root(expr: ast.AST) -> Optional[str]:
     return expr.id if expr.__class__ is ast.Name else None
 
 
-def _used_as_bool(func: ast.AST, name: str) -> bool:
+def _used_as_bool(ctx, func: ast.AST, name: str) -> bool:
     """Whether parameter ``name`` of ``func`` is used as a bool mask: inverted with
     ``~``, the condition of ``masked_fill``/``where``, or (a name with "mask") a
     tensor's index (``loss[mask]``).  ``mask.sum()`` of one is then an int64 count."""
     if "mask" not in name.lower():
         return False
+    return name in ctx.get(BoolMasks).of(func)
+
+
+class BoolMasks:
+    """Per function, built on first ask and kept for the file: the names it uses as a
+    bool mask (:func:`_used_as_bool`), from one walk of the function rather than one
+    per parameter asked about."""
+
+    def __init__(self, ctx):
+        self._by_function: dict[int, frozenset[str]] = {}
+
+    def of(self, func: ast.AST) -> frozenset[str]:
+        found = self._by_function.get(id(func))
+        if found is None:
+            found = self._by_function[id(func)] = _bool_mask_names(func)
+        return found
+
+
+def _bool_mask_names(func: ast.AST) -> frozenset[str]:
+    names = set()
     for node in ast.walk(func):
         kind = node.__class__
-        if kind is ast.UnaryOp and node.op.__class__ is ast.Invert and _names_root(node.operand) == name:
-            return True
-        if kind is ast.Subscript and node.slice.__class__ is ast.Name and node.slice.id == name:
-            return True
-        if kind is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in _BOOL_ARGUMENT and node.args:
-            if _names_root(node.args[0]) == name and not (
-                    node.func.attr == "where" and node.func.value.__class__ is ast.Name and node.func.value.id == name):
-                return True
-    return False
+        if kind is ast.UnaryOp and node.op.__class__ is ast.Invert:
+            names.add(_names_root(node.operand))
+        elif kind is ast.Subscript and node.slice.__class__ is ast.Name:
+            names.add(node.slice.id)
+        elif kind is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in _BOOL_ARGUMENT and node.args:
+            root = _names_root(node.args[0])
+            if not (node.func.attr == "where" and node.func.value.__class__ is ast.Name and node.func.value.id == root):
+                names.add(root)
+    names.discard(None)
+    return frozenset(names)
 
 
 def _device_like(expr: ast.AST) -> bool:

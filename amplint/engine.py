@@ -900,6 +900,18 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
     return out
 
 
+def _load_before_fork(settings: Iterable[Settings]) -> None:
+    """Import the rules these settings select, and the modules a file's summary uses,
+    in this process before the pool forks its workers: each worker then starts with
+    them loaded instead of importing them again (~50 ms of CPU a worker)."""
+    from . import evaluate  # noqa: F401  (what summarize imports on first use)
+    from .fp8 import setup  # noqa: F401
+    from .semantic import configs, facts  # noqa: F401
+
+    for one in {s.fingerprint(): s for s in settings}.values():
+        _rules_for(one)
+
+
 def _init_pool_worker(parent_pid: int, *init_args) -> None:
     from .procs import die_with_parent
 
@@ -1114,6 +1126,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         first_pass = list(done.values())
     else:
         first_pass = []
+    if jobs > 1 and len(todo) >= POOL_THRESHOLD:
+        _load_before_fork(settings for _, settings, _ in todo)
     for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress):
         entries[entry.path] = entry
         if cache is not None and not entry.errors:

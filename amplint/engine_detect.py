@@ -85,6 +85,47 @@ def dotted_name(expr: ast.AST) -> Optional[str]:
     return None
 
 
+#: the node classes the setup detectors read (here and :mod:`amplint.fp8.setup`)
+_SETUP_CLASSES = frozenset((ast.Import, ast.ImportFrom, ast.Call, ast.Attribute))
+#: fields that hold shared singletons (Load/Store contexts, operators): leaves, skipped
+_SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def setup_nodes(tree: ast.Module) -> list[ast.AST]:
+    """The tree's imports, calls and attributes in :func:`ast.walk`'s order (breadth
+    first), found in one walk and kept on the tree (``tree.amplint_setup_nodes``, like
+    the parent links): engine detection reads them twice per file (the settings, the
+    summary), the fp8 detection, the bf16-cast count and the ``amp.initialize`` lookup
+    once each, and five walks of the whole tree cost more than the rules' own work on
+    some files.  Breadth first because the import aliases :func:`evidence` applies to a
+    call are those met before it in that order."""
+    found = getattr(tree, "amplint_setup_nodes", None)
+    if found is not None:
+        return found
+    order = [tree]
+    found = []
+    fields_of, wanted, AST = _FIELDS, _SETUP_CLASSES, ast.AST
+    push, keep = order.append, found.append
+    for node in order:  # the list grows while it is read: a queue, as ast.walk's
+        cls = node.__class__
+        if cls in wanted:
+            keep(node)
+        fields = fields_of.get(cls)
+        if fields is None:
+            fields = fields_of[cls] = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+        for field in fields:
+            value = getattr(node, field, None)
+            if value.__class__ is list:
+                for child in value:
+                    if isinstance(child, AST):
+                        push(child)
+            elif isinstance(value, AST):
+                push(value)
+    tree.amplint_setup_nodes = found
+    return found
+
+
 def _dtype_target(expr: Optional[ast.AST]) -> Optional[str]:
     name = dotted_name(expr) if expr is not None else None
     return _DTYPES.get(name.rsplit(".", 1)[-1]) if name else None
@@ -100,7 +141,7 @@ def evidence(tree: ast.Module, path: str, source: str) -> list[Evidence]:
     def add(engine, target, node, what):
         found.append(Evidence(engine, target, path, node.lineno, node.col_offset + 1, what))
 
-    for node in ast.walk(tree):
+    for node in setup_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "apex.amp" or alias.name.startswith("apex.amp."):
@@ -193,7 +234,7 @@ _INITIALIZE_TEXT = re.compile(r"amp\w*\s*\.\s*initialize\b")
 
 def initialize_calls(tree: ast.Module) -> list[int]:
     """Lines of ``amp.initialize(...)`` calls (where registrations must come before)."""
-    return [n.lineno for n in ast.walk(tree)
+    return [n.lineno for n in setup_nodes(tree)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "initialize"
             and isinstance(n.func.value, ast.Name) and "amp" in n.func.value.id]
 
@@ -205,7 +246,7 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
     if not found and not init:
         return None
     imported = set()
-    for node in ast.walk(tree):
+    for node in setup_nodes(tree):
         if isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -279,7 +320,7 @@ def cast_target(tree: ast.Module, source: str) -> Optional[str]:
     if "bfloat16" not in source:
         return None
     bf16 = 0
-    for node in ast.walk(tree):
+    for node in setup_nodes(tree):
         if node.__class__ is ast.Attribute:
             if node.attr in ("float16", "half") and dotted_name(node.value) == "torch":
                 return None

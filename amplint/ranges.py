@@ -37,6 +37,14 @@ class MagnitudeBounds:
     def __init__(self, ctx):
         self.ctx = ctx
         self._memo: dict[int, Optional[float]] = {}
+        #: id(function) -> its assignments in ast.walk order (one walk per function, not per name)
+        self._assigns: dict[int, list[ast.Assign]] = {}
+
+    def _assignments(self, func: ast.AST) -> list[ast.Assign]:
+        found = self._assigns.get(id(func))
+        if found is None:
+            found = self._assigns[id(func)] = [n for n in ast.walk(func) if n.__class__ is ast.Assign]
+        return found
 
     def of(self, expr: Optional[ast.AST], depth: int = 0) -> Optional[float]:
         if expr is None or depth > 12:
@@ -123,7 +131,7 @@ class MagnitudeBounds:
     def _unpacked_from_map(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
         """The lambda body of ``a, b, c = map(lambda t: body, (x, y, z))`` binding ``name``."""
         stmt = self.ctx.enclosing_statement(name)
-        for node in ast.walk(func):
+        for node in self._assignments(func):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)):
                 continue
             if stmt is not None and node.lineno >= stmt.lineno:
@@ -142,7 +150,7 @@ class MagnitudeBounds:
         (``w, idx = torch.topk(w, 2)``): their bound is that tensor's."""
         stmt = self.ctx.enclosing_statement(name)
         last = None
-        for node in ast.walk(func):
+        for node in self._assignments(func):
             if node.__class__ is not ast.Assign or stmt is None or node.lineno >= stmt.lineno:
                 continue
             for target in node.targets:

@@ -42,6 +42,7 @@ def main() -> None:
     single = {"amplint": [py, "-m", "amplint", "check", os.path.join(src, one), "--no-cache", "-q"]}
     if args.before:
         single["before"] = [args.before, "-m", "amplint", "check", os.path.join(src, one), "--no-cache", "-q"]
+    load_start = os.getloadavg()[0]
     for cmd in list(tools.values()) + list(single.values()):
         timed(cmd, work)  # warm-up: bytecode caches written
     rows = {name: [] for name in tools}
@@ -50,11 +51,11 @@ def main() -> None:
         for name, cmd in tools.items():
             rows[name].append(timed(cmd, work))
         for name, cmd in single.items():
-            ones[name].append(timed(cmd, work)[0])
+            ones[name].append(timed(cmd, work))
         print(f"round {r + 1}: " + "  ".join(f"{n} {w:.2f}s/{c:.2f}cpu" for n, (w, c) in ((n, rows[n][-1]) for n in rows)),
               flush=True)
     print(f"files: {args.files} from {args.venv}; rounds: {args.rounds}; cpus: {os.cpu_count()}; "
-          f"load average at end: {os.getloadavg()[0]:.1f}")
+          f"load average at start: {load_start:.1f}, at end: {os.getloadavg()[0]:.1f}")
     for name in tools:
         if name == "ast":
             continue
@@ -62,7 +63,8 @@ def main() -> None:
         cpu = statistics.median(c / a[1] for (_, c), a in zip(rows[name], rows["ast"]))
         print(f"{name}: median wall x ast {wall:.2f} (range {min(w / a[0] for (w, _), a in zip(rows[name], rows['ast'])):.2f}-"
               f"{max(w / a[0] for (w, _), a in zip(rows[name], rows['ast'])):.2f}), median CPU x ast {cpu:.2f}; "
-              f"one-file check median {statistics.median(ones[name]):.3f}s (min {min(ones[name]):.3f}s)")
+              f"one-file check median {statistics.median(w for w, _ in ones[name]):.3f}s "
+              f"(min {min(w for w, _ in ones[name]):.3f}s), CPU median {statistics.median(c for _, c in ones[name]):.3f}s")
     shutil.rmtree(work, ignore_errors=True)
 
 

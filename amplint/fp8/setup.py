@@ -21,7 +21,7 @@ import dataclasses
 import re
 from typing import Optional
 
-from ..engine_detect import dotted_name  # one spelling of a dotted name for both detectors
+from ..engine_detect import dotted_name, setup_nodes  # one spelling of a dotted name for both detectors
 
 FACT = "@fp8"
 #: substrings without which a file holds no evidence
@@ -64,7 +64,7 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
     def add(kind, node, what, recipe=None):
         found.append(Fp8Evidence(kind, path, node.lineno, node.col_offset + 1, what, recipe))
 
-    for node in ast.walk(tree):
+    for node in setup_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "transformer_engine":
