@@ -651,6 +651,9 @@ class DtypeFlow:
             return self._call_sites.get("." + func.name, [])
         if self.ctx.functions.get(func.name) is func:
             return self._call_sites.get(func.name, [])
+        if parent_of(func).__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):  # a helper nested in forward
+            enclosing = parent_of(func)
+            return [c for c in self._call_sites.get(func.name, []) if self.ctx.enclosing_function(c) is enclosing]
         return []
 
     def _attribute(self, node: ast.Attribute) -> DtypeClass:

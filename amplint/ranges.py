@@ -96,6 +96,8 @@ class MagnitudeBounds:
                 return None  # `x = x * 3` in a loop: bounded by nothing the file shows
             return self.of(value, depth + 1)
         unpacked = self._unpacked_from_map(name, func)
+        if isinstance(unpacked, ast.Name) and unpacked.id in ctx.functions:  # map(l2norm, (q, k))
+            return self._returned(ctx.functions[unpacked.id], depth)
         if unpacked is not None:
             return self.of(unpacked, depth + 1)
         picked = self._picked_values(name, func)
@@ -134,6 +136,9 @@ class MagnitudeBounds:
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
                     and call.args and isinstance(call.args[0], ast.Lambda)):
                 return call.args[0].body
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
+                    and call.args and isinstance(call.args[0], ast.Name)):
+                return call.args[0]  # the mapped function, named
         return None
 
     def _picked_values(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
@@ -165,8 +170,19 @@ class MagnitudeBounds:
             return call.args[0] if call.args else None
         return f.value
 
+    def _returned(self, func: ast.AST, depth: int) -> Optional[float]:
+        """The bound of every value a function of the file returns, whatever its arguments
+        (``def l2norm(t): return F.normalize(t, dim=-1)``)."""
+        returns = [n.value for n in ast.walk(func) if isinstance(n, ast.Return)]
+        if not returns or any(r is None for r in returns):
+            return None
+        bounds = [self.of(r, depth + 1) for r in returns]
+        return None if None in bounds else max(bounds)
+
     def _call(self, call: ast.Call, depth: int) -> Optional[float]:
         func = call.func
+        if isinstance(func, ast.Name) and func.id in self.ctx.functions:
+            return self._returned(self.ctx.functions[func.id], depth)
         qualname = self.ctx.qualname(func) or ""
         name = qualname.rsplit(".", 1)[-1] if qualname else func.attr if isinstance(func, ast.Attribute) else None
         if name is None:

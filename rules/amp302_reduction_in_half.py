@@ -34,7 +34,7 @@ _WHY_BF16 = {
 }
 #: operands that are counts, masks or indices, not activations: summing them is exact
 _INTEGER_NAME = re.compile(
-    r"mask|^is_|^has_|(^|_)(ids|idx|index|indices|count|counts|len|lens|lengths?|labels?|targets?|"
+    r"mask|one_?hot|^is_|^has_|(^|_)(ids|idx|index|indices|count|counts|len|lens|lengths?|labels?|targets?|"
     r"valid|positions?|grid|grids|sizes?|shapes?|thw|frames|num_\w+)\d*$"
 )
 _INTEGER_METHODS = frozenset(
@@ -43,7 +43,10 @@ _INTEGER_METHODS = frozenset(
 )
 #: methods through which an integer / mask tensor stays one
 _SHAPE_METHODS = frozenset("flip view reshape transpose permute unsqueeze squeeze flatten roll expand contiguous "
-                           "cumsum sum prod to".split())
+                           "cumsum sum prod to float half double type type_as".split())
+#: constructors of integer-valued tensors (a sum of them is a count)
+_INTEGER_TENSORS = frozenset({"torch.nn.functional.one_hot", "torch.ones_like", "torch.ones"})
+_INTEGER_DTYPES = frozenset({"torch.long", "torch.int64", "torch.int", "torch.int32", "torch.bool"})
 #: consumers that make a sum's overflow harmless or show it counts (``.prod(-1) // 4``, ``int(x.sum())``)
 _INTEGER_CONSUMERS = frozenset({"tolist", "item", "long", "int", "bool", "nonzero"})
 
@@ -62,6 +65,8 @@ def _integer_like(ctx, operand, depth: int = 0) -> bool:
             sides = (operand.left, operand.right)
             return all(isinstance(x, ast.Constant) or _integer_like(ctx, x, depth + 1) for x in sides)
         return False
+    if isinstance(operand, ast.Call) and ctx.qualname(operand.func) in _INTEGER_TENSORS:
+        return True
     if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute):
         if operand.func.attr in _INTEGER_METHODS:
             return True
@@ -84,6 +89,9 @@ def _integer_consumer(ctx, call) -> bool:
         return True
     if isinstance(parent, ast.Attribute) and parent.attr in _INTEGER_CONSUMERS:
         return True
+    grand = ctx.parent(parent) if isinstance(parent, ast.Attribute) and parent.attr in ("to", "type") else None
+    if isinstance(grand, ast.Call) and grand.args and ctx.qualname(grand.args[0]) in _INTEGER_DTYPES:
+        return True  # `.sum(dim=1).to(torch.long)`
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "bool", "len", "range"):
         return True
     return False
@@ -407,6 +415,9 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
         ):
             return
         if isinstance(operand, ast.Constant) or reductions.bounded_reduction(ctx, node, attr, operand, is_method):
+            return
+        if attr in ("sum", "nansum", "cumsum") and (reductions.convex_combination(ctx, node, operand, is_method)
+                                                     or reductions.sum_of_stacked_terms(ctx, node, operand, is_method)):
             return
         exponent = None
         if attr == "pow":

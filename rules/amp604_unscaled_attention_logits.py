@@ -7,8 +7,9 @@ from typing import Optional
 
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
-_SCALE_NAME = re.compile(r"scale|sqrt|norm_factor|temperature|inv_scale", re.I)
+_SCALE_NAME = re.compile(r"scale|scaling|sqrt|norm_factor|temperature|inv_scale", re.I)
 _TRANSPOSES = frozenset({"transpose", "permute", "mT", "T", "t"})
+_KEY_NAME = re.compile(r"^(k|keys?)$|^keys?_|_keys?$", re.I)
 
 
 def _is_key_transpose(expr: ast.AST) -> bool:
@@ -18,13 +19,30 @@ def _is_key_transpose(expr: ast.AST) -> bool:
     return isinstance(expr, ast.Attribute) and expr.attr in ("mT", "T")
 
 
+def _is_key(ctx, expr: ast.AST) -> bool:
+    """A transposed key: directly, or a name assigned a transpose / permute / reshape on an
+    earlier line (``k = k.reshape(b, c, h * w)`` after ``q = q.permute(0, 2, 1)``), or a
+    name that says it is the keys (``self.keys``, ``key_layer``)."""
+    from amplint.analysis.reductions import reaching_value
+
+    if _is_key_transpose(expr):
+        return True
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _TRANSPOSES | {"reshape", "view"}):
+            return True
+    name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else ""
+    return bool(_KEY_NAME.search(name))
+
+
 def _qk_product(ctx, expr: ast.AST) -> Optional[tuple[ast.AST, ast.AST]]:
     """(q, k-transposed) when ``expr`` is ``q @ k.transpose(...)`` / ``torch.matmul`` /
     ``torch.bmm`` of that shape."""
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult) and _is_key_transpose(expr.right):
         return expr.left, expr.right
     if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") in ("torch.matmul", "torch.bmm") \
-            and len(expr.args) == 2 and not expr.keywords and _is_key_transpose(expr.args[1]):
+            and len(expr.args) == 2 and not expr.keywords and any(_is_key(ctx, a) for a in expr.args):
         return expr.args[0], expr.args[1]
     if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") == "torch.einsum" and len(expr.args) == 3 \
             and _is_logits_spec(expr.args[0]):
@@ -65,6 +83,8 @@ def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
         qn = ctx.qualname(expr.func) or ""
         name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", "")
         return isinstance(op, ast.Div) and (name == "sqrt" or qn.endswith(".sqrt"))
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div) and isinstance(op, ast.Mult):
+        return ctx.evaluate(expr.left) is not None and _is_scale(ctx, expr.right, expr.op)  # `* (1.0 / math.sqrt(d))`
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Pow) and isinstance(expr.right, (ast.Constant, ast.UnaryOp)):
         value = ctx.evaluate(expr.right)
         return value is not None and value.value == (0.5 if isinstance(op, ast.Div) else -0.5)
@@ -72,6 +92,30 @@ def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
         name = expr.id if isinstance(expr, ast.Name) else expr.attr
         return bool(_SCALE_NAME.search(name))
     return False
+
+
+def _reached_products(ctx, expr: ast.AST, depth: int = 0) -> list:
+    """The q·k products a scaled name holds (``w = torch.bmm(q, k)`` on an earlier line),
+    or a sum of them (``(matrix_ac + matrix_bd) * self.scale``)."""
+    from amplint.analysis.reductions import reaching_value
+
+    if depth > 3:
+        return []
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        left, right = _reached_products(ctx, expr.left, depth + 1), _reached_products(ctx, expr.right, depth + 1)
+        return left + right if left and right else []
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        if value is None:
+            return []
+        product = _qk_product(ctx, value)
+        return [product] if product is not None else _reached_products(ctx, value, depth + 1)
+    return []
+
+
+def _unit_bounded(ctx, operand: ast.AST) -> bool:
+    bound = ctx.magnitude_bound(operand)
+    return bound is not None and bound <= 1
 
 
 class UnscaledAttentionLogits(Rule):
@@ -84,7 +128,7 @@ class UnscaledAttentionLogits(Rule):
     #: every hand-written attention has this shape; whether it overflows depends on the
     #: activations, so the rule is opt-in (`select = ["AMP604"]`)
     enabled_by_default = False
-    markers = ("transpose", ".mT", ".T", "permute", "einsum")
+    markers = ("transpose", ".mT", ".T", "permute", "einsum", "matmul", "bmm")
     docs = """
 ## What it does
 Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a transposed key, or
@@ -240,14 +284,13 @@ change in the last bits. It is offered when the scaling applies directly to the 
             return
         product = _qk_product(ctx, left)
         direct = product is not None
-        if product is None and isinstance(left, ast.Name):
-            from amplint.analysis.reductions import reaching_value
-
-            value = reaching_value(ctx, left)
-            product = _qk_product(ctx, value) if value is not None else None
-        if product is None or not ctx.in_forward(node):
+        products = [product] if direct else _reached_products(ctx, left)
+        if not products or not ctx.in_forward(node):
             return
-        q, kt = product
+        # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|
+        if all(any(_unit_bounded(ctx, side) for side in pair) for pair in products):
+            return
+        q, kt = products[0]
         message = ("attention logits `q @ k^T` computed in fp16 before the scaling: a head-dim-128 dot product of "
                    "elements of magnitude 23 is 67712 > 65504 (inf, then a NaN softmax row); scale `q` first or use "
                    "`scaled_dot_product_attention`")

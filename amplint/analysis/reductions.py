@@ -713,3 +713,42 @@ def bounded_reduction(ctx, call: ast.Call, attr: str, operand: ast.AST, is_metho
     if attr in ("prod", "cumprod"):
         return True
     return argument(call, "dim", 0 if is_method else 1) is not None
+
+
+def convex_combination(ctx, call: ast.Call, operand: ast.AST, is_method: bool) -> bool:
+    """A sum along given dimensions of ``weights * values`` whose weights the file shows
+    sum to 1 (softmax, ``x / x.sum()``: :class:`amplint.semantic.weights.NormalisedWeights`):
+    a weighted average, no larger than the largest value."""
+    from amplint.semantic.weights import NormalisedWeights
+
+    if argument(call, "dim", 0 if is_method else 1) is None:
+        return False
+    return ctx.get(NormalisedWeights).weighted_product(operand)
+
+
+def _stacked(ctx, expr: ast.AST, depth: int = 0) -> Optional[ast.Call]:
+    """The ``torch.stack(...)`` call ``expr`` is, through names."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        return None if value is None else _stacked(ctx, value, depth + 1)
+    if isinstance(expr, ast.Call) and ctx.qualname(expr.func) == "torch.stack":
+        return expr
+    return None
+
+
+def sum_of_stacked_terms(ctx, call: ast.Call, operand: ast.AST, is_method: bool) -> bool:
+    """``torch.stack(terms, dim=d).sum(d)``: the elementwise sum of the listed tensors
+    (parallel branches, a few steps), no more a long reduction than ``a + b + c``."""
+    stack = _stacked(ctx, operand)
+    dim = argument(call, "dim", 0 if is_method else 1)
+    if stack is None or dim is None:
+        return False
+    stacked_dim = argument(stack, "dim", 1)
+    if stacked_dim is None:
+        stacked_dim = ast.Constant(0)
+    if ast.dump(stacked_dim) == ast.dump(dim):
+        return True
+    a, b = ctx.evaluate(stacked_dim), ctx.evaluate(dim)
+    return a is not None and b is not None and a.value == b.value
