@@ -58,6 +58,8 @@ class MagnitudeBounds:
             return self.of(expr.operand, depth + 1) if isinstance(expr.op, (ast.USub, ast.UAdd)) else None
         if kind is ast.Subscript or kind is ast.Starred:
             return self.of(expr.value, depth + 1)
+        if kind is ast.Attribute and expr.value.__class__ is ast.Name and expr.value.id == "self":
+            return self._self_attribute(expr, depth)
         if kind is ast.BinOp:
             return self._binop(expr, depth)
         if kind is ast.Name:
@@ -112,6 +114,24 @@ class MagnitudeBounds:
         bounds = [self.of(arg, depth + 1) for arg in passed]
         return None if None in bounds else max(bounds)
 
+    def _self_attribute(self, attr: ast.Attribute, depth: int) -> Optional[float]:
+        """``self.h`` where every tensor the class assigns it is bounded (``self.h =
+        torch.tanh(...)`` in forward, ``self.h = None`` in reset)."""
+        ctx = self.ctx
+        cls = ctx.enclosing_class(attr)
+        if cls is None:
+            return None
+        values = []
+        for klass in (cls, *ctx.base_classes(cls)):
+            for stmt in klass.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    values += [a.value for a in ctx.self_assignments(stmt).get(attr.attr, ())]
+        values = [v for v in values if not (isinstance(v, ast.Constant) and v.value is None)]
+        if not values or any(v is None for v in values):
+            return None
+        bounds = [self.of(v, depth + 1) for v in values]
+        return None if None in bounds else max(bounds)
+
     def _grows_in_loop(self, value: ast.AST, name: str, func: ast.AST) -> bool:
         if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(value)):
             return False
@@ -125,6 +145,7 @@ class MagnitudeBounds:
     def _unpacked_from_map(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
         """The lambda body of ``a, b, c = map(lambda t: body, (x, y, z))`` binding ``name``."""
         stmt = self.ctx.enclosing_statement(name)
+        last = None  # the last tuple assignment binding the name before the use
         for node in ast.walk(func):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)):
                 continue
@@ -132,7 +153,10 @@ class MagnitudeBounds:
                 continue
             if not any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets[0].elts):
                 continue
-            call = node.value
+            if last is None or node.lineno > last.lineno:
+                last = node
+        if last is not None:
+            call = last.value
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
                     and call.args and isinstance(call.args[0], ast.Lambda)):
                 return call.args[0].body

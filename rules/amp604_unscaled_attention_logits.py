@@ -131,13 +131,18 @@ class UnscaledAttentionLogits(Rule):
     markers = ("transpose", ".mT", ".T", "permute", "einsum", "matmul", "bmm")
     docs = """
 ## What it does
-Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a transposed key, or
+Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a key transposed
+there or on an earlier line, or named a key, or
 `einsum("b h i d, b h j d -> b h i j", q, k)`) in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
-`d ** -0.5` / `self.scale`) only *after* the product, when the target is fp16 and the
+`d ** -0.5` / `1 / math.sqrt(d)` / `self.scale`) only *after* the product -- in the same
+expression, or on a later line through a variable, or a sum of such products (Transformer-XL's
+`(ac + bd) / sqrt(d)`) -- when the target is fp16 and the
 matmul runs in half (O1 and above: `matmul` is on every autocast half list). bf16 (fp32's
 range) is never reported. Off by default -- every hand-written attention has this shape,
 and whether it overflows depends on the activations -- turn it on with
-`select = ["AMP604"]` (or `extend-select`).
+`select = ["AMP604"]` (or `extend-select`). Not flagged: a product of l2-normalised `q`
+or `k` (`F.normalize`, a helper returning it: cosine attention), whose dot products are
+bounded by the head dim or the other vector's norm.
 
 ## Why is this bad?
 The dot product sums `d` products before anything scales it: with head dim 128 and `q`,
@@ -211,8 +216,31 @@ change in the last bits. It is offered when the scaling applies directly to the 
                 def forward(self, x, w):
                     return x @ w / math.sqrt(64)
             """),
+        # cosine attention: l2-normalised q and k, dot products bounded by the head dim
+        Valid("""
+            import torch.nn.functional as F
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    q, k = map(lambda t: F.normalize(t, dim=-1), (q, k))
+                    return (q @ k.transpose(-2, -1)) * self.scale
+            """),
     ]
     INVALID = [
+        # the key transposed on an earlier line, the scale on a later one: at the scaling
+        Invalid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k, c):
+                    k = k.reshape(2, c, -1)
+                    w = torch.bmm(q, k)
+                    w = w * (int(c) ** (-0.5))
+                    return w.softmax(-1)
+            """,
+            line=7,
+            expected_fix=None,
+        ),
         Invalid("""
             import math
             from torch import nn
