@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import re
 from typing import Any, Optional
 
 from .analysis.calls import argument
@@ -302,6 +303,8 @@ _LIKE_FACTORIES = frozenset("zeros_like ones_like empty_like full_like rand_like
 _NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full new_tensor".split())
 _INT_FACTORIES = frozenset("randint randperm LongTensor IntTensor".split())
 #: forward parameters that hold data from the loader, not activations (fp32 unless O2 casts inputs)
+#: parameters that hold sequence lengths (integer tensors or plain ints)
+_LENGTHS_PARAMETER = re.compile(r"^(\w+_)?(lengths?|lens|seq_lens?)$")
 _DATA_PARAMETERS = frozenset("target targets tgt y_true gt labels label ref reference".split())
 _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
@@ -597,6 +600,8 @@ class DtypeFlow:
             return DtypeClass.SCALAR  # constructor arguments are sizes and settings
         if _used_as_bool(func, name):
             return DtypeClass.BOOL  # ~mask, x[mask], masked_fill(mask, ...): a bool mask
+        if _LENGTHS_PARAMETER.search(name):
+            return DtypeClass.INTEGER  # `src_lengths`, `keys_length`: counts of positions, never activations
         if is_method and func.name in ("forward", "__call__"):
             if name in _DATA_PARAMETERS and not self.pure_half:
                 return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
