@@ -519,6 +519,8 @@ class DtypeFlow:
         entries = _assignments(self.ctx, func).get(node.id)
         if entries:
             found = self._reaching(node, func, entries)
+            if found is DtypeClass.UNKNOWN and _used_as_bool(func, node.id):
+                return DtypeClass.BOOL  # `m = rearrange(mask, ...)` used as `~m`: a bool mask
             if found is not None:
                 return found
         args = func.args
@@ -951,6 +953,10 @@ class DtypeFlow:
         operands = [a for a in args if not isinstance(a, ast.Starred)]
         if short in ("cat", "stack", "concat", "hstack", "vstack") and operands:
             seq = operands[0]
+            if isinstance(seq, ast.Name) and self.ctx.enclosing_function(seq) is not None:
+                value = reaching_value(self.ctx, seq)  # `parts = [c.sum(-1) for c in ...]; torch.cat(parts)`
+                if isinstance(value, (ast.ListComp, ast.List, ast.Tuple)):
+                    seq = value
             if isinstance(seq, (ast.ListComp, ast.GeneratorExp)):
                 return self.of(seq.elt)
             elts = seq.elts if isinstance(seq, (ast.List, ast.Tuple)) else None
