@@ -7,7 +7,7 @@ not (attention pooling, softmax-gated mixtures of experts).  The facts:
 
 * ``softmax`` / ``gumbel_softmax`` calls (functional, method, ``torch.``), and a call of an
   ``nn.Softmax`` submodule (``self.softmax = nn.Softmax(dim=1)``);
-* ``x / x.sum(...)`` (through ``.float()``, ``.clamp(...)``, ``+ eps`` and names: ``mask /
+* ``mask / lengths`` (a masked mean's uniform weights) and ``x / x.sum(...)`` (through ``.float()``, ``.clamp(...)``, ``+ eps`` and names: ``mask /
   total`` with ``total = mask.sum(2, keepdim=True)``);
 * layout changes and dropout of such a tensor, names through their reaching assignment,
   elements of a list every append to which is one (``w += [F.softmax(e, dim=1)]``), a
@@ -21,10 +21,13 @@ another dimension than the softmax's is rare in model code.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from amplint.dtypes import _dominates as dominates, reaching_value
 
+#: names of sequence lengths (the count of valid positions a mask keeps)
+_LENGTHS = re.compile(r"(^|_)(lengths?|lens?)$")
 _SOFTMAX = frozenset({"softmax", "gumbel_softmax"})
 #: methods / torch functions that keep a tensor's elements (or scale them by a constant)
 _LAYOUT = frozenset({
@@ -86,7 +89,7 @@ class NormalisedWeights:
         if isinstance(expr, ast.Name):
             return self._name(expr, depth)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
-            return self._divided_by_own_sum(expr)
+            return self._divided_by_own_sum(expr) or self._mask_over_lengths(expr)
         if isinstance(expr, (ast.List, ast.Tuple)):
             return bool(expr.elts) and all(self.of(e, depth + 1) for e in expr.elts)
         if isinstance(expr, ast.Call):
@@ -208,6 +211,16 @@ class NormalisedWeights:
                   and isinstance(node.func.value, ast.Name) and node.func.value.id == name.id and node.args):
                 elements.append(node.args[0])
         return elements if built_empty else None
+
+    def _mask_over_lengths(self, expr: ast.BinOp) -> bool:
+        """``mask / lengths``: a 0/1 padding mask divided by the number of valid positions,
+        the uniform weights of a masked mean."""
+        def names(node):
+            return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+                    if isinstance(n, (ast.Name, ast.Attribute))]
+        left = names(expr.left)
+        return (any("mask" in n.lower() for n in left) and not any(_LENGTHS.search(n) for n in left)
+                and any(_LENGTHS.search(n) for n in names(expr.right)))
 
     def _divided_by_own_sum(self, expr: ast.BinOp) -> bool:
         """``x / x.sum(...)``, the denominator through names, casts, a clamp and ``+ eps``."""
