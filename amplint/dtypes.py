@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import re
 from typing import Any, Optional
 
 from .amp import policy
@@ -303,6 +304,8 @@ _LIKE_FACTORIES = frozenset("zeros_like ones_like empty_like full_like rand_like
 _NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full new_tensor".split())
 _INT_FACTORIES = frozenset("randint randperm LongTensor IntTensor".split())
 #: forward parameters that hold data from the loader, not activations (fp32 unless O2 casts inputs)
+#: parameters that hold sequence lengths (integer tensors or plain ints)
+_LENGTHS_PARAMETER = re.compile(r"^(\w+_)?(lengths?|lens|seq_lens?)$")
 _DATA_PARAMETERS = frozenset("target targets tgt y_true gt labels label ref reference".split())
 _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
@@ -512,6 +515,8 @@ class DtypeFlow:
         entries = _assignments(self.ctx, func).get(node.id)
         if entries:
             found = self._reaching(node, func, entries)
+            if found is DtypeClass.UNKNOWN and _used_as_bool(func, node.id):
+                return DtypeClass.BOOL  # `m = rearrange(mask, ...)` used as `~m`: a bool mask
             if found is not None:
                 return found
         args = func.args
@@ -593,6 +598,8 @@ class DtypeFlow:
             return DtypeClass.SCALAR  # constructor arguments are sizes and settings
         if _used_as_bool(ctx, func, name):
             return DtypeClass.BOOL  # ~mask, x[mask], masked_fill(mask, ...): a bool mask
+        if _LENGTHS_PARAMETER.search(name):
+            return DtypeClass.INTEGER  # `src_lengths`, `keys_length`: counts of positions, never activations
         if is_method and func.name in ("forward", "__call__"):
             if name in _DATA_PARAMETERS and not self.pure_half:
                 return DtypeClass.INPUT  # data from the loader; O1 / autocast never cast inputs
@@ -647,6 +654,9 @@ class DtypeFlow:
             return self._call_sites.get("." + func.name, [])
         if self.ctx.functions.get(func.name) is func:
             return self._call_sites.get(func.name, [])
+        if parent_of(func).__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):  # a helper nested in forward
+            enclosing = parent_of(func)
+            return [c for c in self._call_sites.get(func.name, []) if self.ctx.enclosing_function(c) is enclosing]
         return []
 
     def _attribute(self, node: ast.Attribute) -> DtypeClass:
@@ -937,6 +947,10 @@ class DtypeFlow:
         operands = [a for a in args if not isinstance(a, ast.Starred)]
         if short in ("cat", "stack", "concat", "hstack", "vstack") and operands:
             seq = operands[0]
+            if isinstance(seq, ast.Name) and self.ctx.enclosing_function(seq) is not None:
+                value = reaching_value(self.ctx, seq)  # `parts = [c.sum(-1) for c in ...]; torch.cat(parts)`
+                if isinstance(value, (ast.ListComp, ast.List, ast.Tuple)):
+                    seq = value
             if isinstance(seq, (ast.ListComp, ast.GeneratorExp)):
                 return self.of(seq.elt)
             elts = seq.elts if isinstance(seq, (ast.List, ast.Tuple)) else None

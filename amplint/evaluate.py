@@ -93,6 +93,11 @@ _BINOPS = {
 MAX_TRAIL = 8
 
 
+#: one-argument math functions folded on constants
+_MATH_FUNCTIONS = {"math.log": math.log, "math.log2": math.log2, "math.log10": math.log10,
+                   "math.sqrt": math.sqrt, "math.exp": math.exp}
+
+
 @dataclasses.dataclass(frozen=True)
 class Value:
     """A folded number and where it came from."""
@@ -205,6 +210,12 @@ class Evaluator:
             if inner is None:
                 return None
             return Value(int(inner.value) if name == "int" else float(inner.value), inner.origin, inner.literal)
+        if name in _MATH_FUNCTIONS and len(call.args) == 1 and not call.keywords:  # `math.log(1. / 0.01)`
+            inner = self.evaluate(call.args[0], scope, depth + 1)
+            try:
+                return None if inner is None else Value(_MATH_FUNCTIONS[name](inner.value), inner.origin, inner.literal)
+            except (ValueError, OverflowError):
+                return None
         return None
 
     # --- names -----------------------------------------------------------------------

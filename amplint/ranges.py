@@ -66,6 +66,8 @@ class MagnitudeBounds:
             return self.of(expr.operand, depth + 1) if isinstance(expr.op, (ast.USub, ast.UAdd)) else None
         if kind is ast.Subscript or kind is ast.Starred:
             return self.of(expr.value, depth + 1)
+        if kind is ast.Attribute and expr.value.__class__ is ast.Name and expr.value.id == "self":
+            return self._self_attribute(expr, depth)
         if kind is ast.BinOp:
             return self._binop(expr, depth)
         if kind is ast.Name:
@@ -104,6 +106,8 @@ class MagnitudeBounds:
                 return None  # `x = x * 3` in a loop: bounded by nothing the file shows
             return self.of(value, depth + 1)
         unpacked = self._unpacked_from_map(name, func)
+        if isinstance(unpacked, ast.Name) and unpacked.id in ctx.functions:  # map(l2norm, (q, k))
+            return self._returned(ctx.functions[unpacked.id], depth)
         if unpacked is not None:
             return self.of(unpacked, depth + 1)
         picked = self._picked_values(name, func)
@@ -116,6 +120,24 @@ class MagnitudeBounds:
         if not passed:
             return None
         bounds = [self.of(arg, depth + 1) for arg in passed]
+        return None if None in bounds else max(bounds)
+
+    def _self_attribute(self, attr: ast.Attribute, depth: int) -> Optional[float]:
+        """``self.h`` where every tensor the class assigns it is bounded (``self.h =
+        torch.tanh(...)`` in forward, ``self.h = None`` in reset)."""
+        ctx = self.ctx
+        cls = ctx.enclosing_class(attr)
+        if cls is None:
+            return None
+        values = []
+        for klass in (cls, *ctx.base_classes(cls)):
+            for stmt in klass.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    values += [a.value for a in ctx.self_assignments(stmt).get(attr.attr, ())]
+        values = [v for v in values if not (isinstance(v, ast.Constant) and v.value is None)]
+        if not values or any(v is None for v in values):
+            return None
+        bounds = [self.of(v, depth + 1) for v in values]
         return None if None in bounds else max(bounds)
 
     def _grows_in_loop(self, value: ast.AST, name: str, func: ast.AST) -> bool:
@@ -131,6 +153,7 @@ class MagnitudeBounds:
     def _unpacked_from_map(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
         """The lambda body of ``a, b, c = map(lambda t: body, (x, y, z))`` binding ``name``."""
         stmt = self.ctx.enclosing_statement(name)
+        last = None  # the last tuple assignment binding the name before the use
         for node in self._assignments(func):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)):
                 continue
@@ -138,10 +161,16 @@ class MagnitudeBounds:
                 continue
             if not any(isinstance(t, ast.Name) and t.id == name.id for t in node.targets[0].elts):
                 continue
-            call = node.value
+            if last is None or node.lineno > last.lineno:
+                last = node
+        if last is not None:
+            call = last.value
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
                     and call.args and isinstance(call.args[0], ast.Lambda)):
                 return call.args[0].body
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
+                    and call.args and isinstance(call.args[0], ast.Name)):
+                return call.args[0]  # the mapped function, named
         return None
 
     def _picked_values(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
@@ -173,8 +202,19 @@ class MagnitudeBounds:
             return call.args[0] if call.args else None
         return f.value
 
+    def _returned(self, func: ast.AST, depth: int) -> Optional[float]:
+        """The bound of every value a function of the file returns, whatever its arguments
+        (``def l2norm(t): return F.normalize(t, dim=-1)``)."""
+        returns = [n.value for n in ast.walk(func) if isinstance(n, ast.Return)]
+        if not returns or any(r is None for r in returns):
+            return None
+        bounds = [self.of(r, depth + 1) for r in returns]
+        return None if None in bounds else max(bounds)
+
     def _call(self, call: ast.Call, depth: int) -> Optional[float]:
         func = call.func
+        if isinstance(func, ast.Name) and func.id in self.ctx.functions:
+            return self._returned(self.ctx.functions[func.id], depth)
         qualname = self.ctx.qualname(func) or ""
         name = qualname.rsplit(".", 1)[-1] if qualname else func.attr if isinstance(func, ast.Attribute) else None
         if name is None:

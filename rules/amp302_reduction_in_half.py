@@ -34,7 +34,7 @@ _WHY_BF16 = {
 }
 #: operands that are counts, masks or indices, not activations: summing them is exact
 _INTEGER_NAME = re.compile(
-    r"mask|^is_|^has_|(^|_)(ids|idx|index|indices|count|counts|len|lens|lengths?|labels?|targets?|"
+    r"mask|one_?hot|^is_|^has_|(^|_)(ids|idx|index|indices|count|counts|len|lens|lengths?|labels?|targets?|"
     r"valid|positions?|grid|grids|sizes?|shapes?|thw|frames|num_\w+)\d*$"
 )
 _INTEGER_METHODS = frozenset(
@@ -43,7 +43,10 @@ _INTEGER_METHODS = frozenset(
 )
 #: methods through which an integer / mask tensor stays one
 _SHAPE_METHODS = frozenset("flip view reshape transpose permute unsqueeze squeeze flatten roll expand contiguous "
-                           "cumsum sum prod to".split())
+                           "cumsum sum prod to float half double type type_as".split())
+#: constructors of integer-valued tensors (a sum of them is a count)
+_INTEGER_TENSORS = frozenset({"torch.nn.functional.one_hot", "torch.ones_like", "torch.ones"})
+_INTEGER_DTYPES = frozenset({"torch.long", "torch.int64", "torch.int", "torch.int32", "torch.bool"})
 #: consumers that make a sum's overflow harmless or show it counts (``.prod(-1) // 4``, ``int(x.sum())``)
 _INTEGER_CONSUMERS = frozenset({"tolist", "item", "long", "int", "bool", "nonzero"})
 
@@ -62,6 +65,8 @@ def _integer_like(ctx, operand, depth: int = 0) -> bool:
             sides = (operand.left, operand.right)
             return all(isinstance(x, ast.Constant) or _integer_like(ctx, x, depth + 1) for x in sides)
         return False
+    if isinstance(operand, ast.Call) and ctx.qualname(operand.func) in _INTEGER_TENSORS:
+        return True
     if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute):
         if operand.func.attr in _INTEGER_METHODS:
             return True
@@ -84,6 +89,9 @@ def _integer_consumer(ctx, call) -> bool:
         return True
     if isinstance(parent, ast.Attribute) and parent.attr in _INTEGER_CONSUMERS:
         return True
+    grand = ctx.parent(parent) if isinstance(parent, ast.Attribute) and parent.attr in ("to", "type") else None
+    if isinstance(grand, ast.Call) and grand.args and ctx.qualname(grand.args[0]) in _INTEGER_DTYPES:
+        return True  # `.sum(dim=1).to(torch.long)`
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "bool", "len", "range"):
         return True
     return False
@@ -105,9 +113,12 @@ range-growing operations on possibly-half tensors without fp32 accumulation:
 `sum`, `nansum`, `cumsum`, `cumprod`, `prod`, `norm` / `torch.linalg.vector_norm` /
 `torch.linalg.norm`, `var`, `exp`, and `pow` with a constant exponent above 1, as tensor
 methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x`, `torch.square`). Not flagged: an operand already fp32 (`.float()`,
-`.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks and counts,
-`torch.logsumexp` and `exp(x - x.max(...))` (stable forms), and the exp / sum of a
-hand-written softmax (AMP303 reports those).
+`.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks, one-hot rows and
+counts, weighted averages (a sum along a dimension of values times softmax or
+`w / w.sum()` weights: no larger than the largest value), sums along a `torch.stack`'s
+own dimension or a `view` dimension of at most 16 (`a + b`, not a long reduction),
+`exp` of a value clamped below 11.09, `torch.logsumexp` and `exp(x - x.max(...))`
+(stable forms), and the exp / sum of a hand-written softmax (AMP303 reports those).
 
 `mean` is not reported: fp16 `mean` accumulates in fp32 and its result cannot leave the
 inputs' range -- measured on CPU (PyTorch 2.13) and on an H200 (PyTorch 2.11), the mean of
@@ -243,6 +254,13 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
                     h = x.float()
                     return (h * h).mean(-1), torch.sum(targets ** 2, -1), x ** 2
             """),
+        # a softmax-weighted average, a sum of stacked branches (O2: would be warnings)
+        Valid("""
+            import torch
+            class R(torch.nn.Module):
+                def forward(self, x, e, a, b):
+                    return (x * e.softmax(1)).sum(1) + torch.stack([a, b], 1).sum(1)
+            """, settings={"opt_level": "O2"}),
         # a mean cannot overflow, even in pure half (O2): not reported
         Valid("""
             import torch
@@ -408,6 +426,10 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
             return
         if isinstance(operand, ast.Constant) or reductions.bounded_reduction(ctx, node, attr, operand, is_method):
             return
+        if attr in ("sum", "nansum", "cumsum") and (reductions.convex_combination(ctx, node, operand, is_method)
+                                                     or reductions.sum_of_stacked_terms(ctx, node, operand, is_method)
+                                                     or reductions.sum_over_short_view_dim(ctx, node, operand, is_method)):
+            return
         exponent = None
         if attr == "pow":
             value = ctx.evaluate(calls.argument(node, "exponent", 0 if is_method else 1) or ast.Constant(None))
@@ -418,6 +440,9 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
             return
         if attr == "exp" and reductions.max_subtracted(ctx, operand):
             return
+        limit = reductions.upper_bound(ctx, operand) if attr == "exp" else None
+        if limit is not None and limit < (88.7 if ctx.settings.target == "bf16" else 11.09):
+            return  # `logit_scale.clamp(max=math.log(100)).exp()`: at most 100
         severity = reductions.severity_for(ctx.settings, qualname)
         if severity is None:
             return

@@ -226,6 +226,9 @@ class RotaryEmbedding(nn.Module):
         if prec is None or prec.kind != "half":
             return
         half = prec.half
+        func = ctx.enclosing_function(node)
+        if half.mode == "activation" and func is not None and func.name == "__init__":
+            return  # no activation exists at construction: `.to(weight)` there is fp32
         level = ctx.settings.opt_level
         later = half.mode == "buffer" and level == "O1"
         if not half.is_half_at(level) and not later:

@@ -25,7 +25,9 @@ named for rotary / sinusoidal / positional / timestep embeddings, or one computi
 `sin` and `cos`). Half means: an operand cast to the activation dtype (O1 and above), a
 registered buffer such as `inv_freq` that `model.half()` / `model.to(torch.bfloat16)` / O2
 casts (`info` under O1), an explicit `.half()` / `.bfloat16()`, or a product the selected
-autocast policy runs in half (`einsum` under `engine = "torch"`).
+autocast policy runs in half (`einsum` under `engine = "torch"`). Also flags, in the same
+code, an angle table cast to half right before its `sin` / `cos` (`freqs = freqs.to(t)`
+then `freqs.cos()`; `torch.sin(angles.to(x))`): the cast, once per table.
 
 ## Why is this bad?
 The angle `t * inv_freq` reaches the sequence length in radians, where half keeps few
@@ -132,6 +134,18 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         ),
     ]
     INVALID = [
+        # an fp32 angle table cast to the activation dtype before its sin / cos: the cast
+        Invalid("""
+            import torch
+            class Rotary(torch.nn.Module):
+                def forward(self, x, freqs):
+                    angles = freqs.to(x)
+                    return x * angles.cos() + x * angles.sin()
+            """,
+            line=4,
+            count=1,
+            expected_fix=None,
+        ),
         Invalid("""
             import torch
             from torch import nn
@@ -251,8 +265,23 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         self._check(ctx, node)
 
+    def begin_file(self, ctx) -> set:
+        return set()  # the angle casts reported (one finding for the sin and the cos of a cast)
+
     def visit_Call(self, node: ast.Call, ctx) -> None:
         self._check(ctx, node)
+        cast = position_tables.cast_angles(ctx, node)
+        prec = ctx.precision_of(cast) if cast is not None else None
+        if prec is None or prec.kind != "half" or id(cast) in ctx.state(self):
+            return
+        ctx.state(self).add(id(cast))
+        half, level = prec.half, ctx.settings.opt_level
+        later = half.mode == "buffer" and level == "O1"
+        if not half.is_half_at(level) and not later:
+            return
+        how = f"{positions.when(half)}{' (fp32 under O1)' if later else ''}"
+        ctx.report(self, cast, f"angles {how} before `{node.func.attr}`: at T=4096 a bf16 rotary `cos` table is "
+                   f"off by 2.0 (fp16: 1.96); take sin/cos in fp32 and cast their result", severity=Severity.INFO if later else Severity.WARNING)
 
     def _check(self, ctx, node: ast.AST) -> None:
         found = position_tables.outer_operands(ctx, node)

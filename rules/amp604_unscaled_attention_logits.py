@@ -8,8 +8,9 @@ from typing import Optional
 from amplint.numerics import FP16
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
-_SCALE_NAME = re.compile(r"scale|sqrt|norm_factor|temperature|inv_scale", re.I)
+_SCALE_NAME = re.compile(r"scale|scaling|sqrt|norm_factor|temperature|inv_scale", re.I)
 _TRANSPOSES = frozenset({"transpose", "permute", "mT", "T", "t"})
+_KEY_NAME = re.compile(r"^(k|keys?)$|^keys?_|_keys?$", re.I)
 
 
 def _is_key_transpose(expr: ast.AST) -> bool:
@@ -19,13 +20,30 @@ def _is_key_transpose(expr: ast.AST) -> bool:
     return isinstance(expr, ast.Attribute) and expr.attr in ("mT", "T")
 
 
+def _is_key(ctx, expr: ast.AST) -> bool:
+    """A transposed key: directly, or a name assigned a transpose / permute / reshape on an
+    earlier line (``k = k.reshape(b, c, h * w)`` after ``q = q.permute(0, 2, 1)``), or a
+    name that says it is the keys (``self.keys``, ``key_layer``)."""
+    from amplint.analysis.reductions import reaching_value
+
+    if _is_key_transpose(expr):
+        return True
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _TRANSPOSES | {"reshape", "view"}):
+            return True
+    name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else ""
+    return bool(_KEY_NAME.search(name))
+
+
 def _qk_product(ctx, expr: ast.AST) -> Optional[tuple[ast.AST, ast.AST]]:
     """(q, k-transposed) when ``expr`` is ``q @ k.transpose(...)`` / ``torch.matmul`` /
     ``torch.bmm`` of that shape."""
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult) and _is_key_transpose(expr.right):
         return expr.left, expr.right
     if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") in ("torch.matmul", "torch.bmm") \
-            and len(expr.args) == 2 and not expr.keywords and _is_key_transpose(expr.args[1]):
+            and len(expr.args) == 2 and not expr.keywords and any(_is_key(ctx, a) for a in expr.args):
         return expr.args[0], expr.args[1]
     if isinstance(expr, ast.Call) and (ctx.qualname(expr.func) or "") == "torch.einsum" and len(expr.args) == 3 \
             and _is_logits_spec(expr.args[0]):
@@ -66,6 +84,8 @@ def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
         qn = ctx.qualname(expr.func) or ""
         name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", "")
         return isinstance(op, ast.Div) and (name == "sqrt" or qn.endswith(".sqrt"))
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div) and isinstance(op, ast.Mult):
+        return ctx.evaluate(expr.left) is not None and _is_scale(ctx, expr.right, expr.op)  # `* (1.0 / math.sqrt(d))`
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Pow) and isinstance(expr.right, (ast.Constant, ast.UnaryOp)):
         value = ctx.evaluate(expr.right)
         return value is not None and value.value == (0.5 if isinstance(op, ast.Div) else -0.5)
@@ -73,6 +93,30 @@ def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
         name = expr.id if isinstance(expr, ast.Name) else expr.attr
         return bool(_SCALE_NAME.search(name))
     return False
+
+
+def _reached_products(ctx, expr: ast.AST, depth: int = 0) -> list:
+    """The q·k products a scaled name holds (``w = torch.bmm(q, k)`` on an earlier line),
+    or a sum of them (``(matrix_ac + matrix_bd) * self.scale``)."""
+    from amplint.analysis.reductions import reaching_value
+
+    if depth > 3:
+        return []
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        left, right = _reached_products(ctx, expr.left, depth + 1), _reached_products(ctx, expr.right, depth + 1)
+        return left + right if left and right else []
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        if value is None:
+            return []
+        product = _qk_product(ctx, value)
+        return [product] if product is not None else _reached_products(ctx, value, depth + 1)
+    return []
+
+
+def _unit_bounded(ctx, operand: ast.AST) -> bool:
+    bound = ctx.magnitude_bound(operand)
+    return bound is not None and bound <= 1
 
 
 class UnscaledAttentionLogits(Rule):
@@ -85,16 +129,21 @@ class UnscaledAttentionLogits(Rule):
     #: every hand-written attention has this shape; whether it overflows depends on the
     #: activations, so the rule is opt-in (`select = ["AMP604"]`)
     enabled_by_default = False
-    markers = ("transpose", ".mT", ".T", "permute", "einsum")
+    markers = ("transpose", ".mT", ".T", "permute", "einsum", "matmul", "bmm")
     docs = """
 ## What it does
-Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a transposed key, or
+Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a key transposed
+there or on an earlier line, or named a key, or
 `einsum("b h i d, b h j d -> b h i j", q, k)`) in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
-`d ** -0.5` / `self.scale`) only *after* the product, when the target is fp16 and the
+`d ** -0.5` / `1 / math.sqrt(d)` / `self.scale`) only *after* the product -- in the same
+expression, or on a later line through a variable, or a sum of such products (Transformer-XL's
+`(ac + bd) / sqrt(d)`) -- when the target is fp16 and the
 matmul runs in half (O1 and above: `matmul` is on every autocast half list). bf16 (fp32's
 range) is never reported. Off by default -- every hand-written attention has this shape,
 and whether it overflows depends on the activations -- turn it on with
-`select = ["AMP604"]` (or `extend-select`).
+`select = ["AMP604"]` (or `extend-select`). Not flagged: a product of l2-normalised `q`
+or `k` (`F.normalize`, a helper returning it: cosine attention), whose dot products are
+bounded by the head dim or the other vector's norm.
 
 ## Why is this bad?
 The dot product sums `d` products before anything scales it: with head dim 128 and `q`,
@@ -168,8 +217,31 @@ change in the last bits. It is offered when the scaling applies directly to the 
                 def forward(self, x, w):
                     return x @ w / math.sqrt(64)
             """),
+        # cosine attention: l2-normalised q and k, dot products bounded by the head dim
+        Valid("""
+            import torch.nn.functional as F
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    q, k = map(lambda t: F.normalize(t, dim=-1), (q, k))
+                    return (q @ k.transpose(-2, -1)) * self.scale
+            """),
     ]
     INVALID = [
+        # the key transposed on an earlier line, the scale on a later one: at the scaling
+        Invalid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k, c):
+                    k = k.reshape(2, c, -1)
+                    w = torch.bmm(q, k)
+                    w = w * (int(c) ** (-0.5))
+                    return w.softmax(-1)
+            """,
+            line=7,
+            expected_fix=None,
+        ),
         Invalid("""
             import math
             from torch import nn
@@ -241,14 +313,13 @@ change in the last bits. It is offered when the scaling applies directly to the 
             return
         product = _qk_product(ctx, left)
         direct = product is not None
-        if product is None and isinstance(left, ast.Name):
-            from amplint.analysis.reductions import reaching_value
-
-            value = reaching_value(ctx, left)
-            product = _qk_product(ctx, value) if value is not None else None
-        if product is None or not ctx.in_forward(node):
+        products = [product] if direct else _reached_products(ctx, left)
+        if not products or not ctx.in_forward(node):
             return
-        q, kt = product
+        # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|
+        if all(any(_unit_bounded(ctx, side) for side in pair) for pair in products):
+            return
+        q, kt = products[0]
         message = ("attention logits `q @ k^T` computed in fp16 before the scaling: a head-dim-128 dot product of "
                    "elements of magnitude 23 is 67712 > 65504 (inf, then a NaN softmax row); scale `q` first or use "
                    "`scaled_dot_product_attention`")

@@ -122,3 +122,28 @@ def cast_follows(ctx, call: ast.Call) -> bool:
             node = grand
         else:
             return False
+
+
+def cast_angles(ctx, call: ast.Call) -> Optional[ast.Call]:
+    """The cast that puts the angles of a ``sin`` / ``cos`` in half right before it, in
+    position-table code: ``freqs = freqs.to(t); t * freqs.cos()`` or
+    ``torch.sin(angles.to(x))`` -- an fp32 table rounded to half before the trig, not after."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in TRIG:
+        return None
+    qualname = ctx.qualname(func) or ""
+    if qualname in ("torch.sin", "torch.cos") and len(call.args) == 1:
+        operand = call.args[0]
+    elif not qualname and not call.args:
+        operand = func.value
+    else:
+        return None
+    if isinstance(operand, ast.Name) and ctx.enclosing_function(operand) is not None:
+        operand = positions.reaching_value(ctx, operand)
+    if not (isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute)
+            and operand.func.attr in ("to", "type_as", "half", "bfloat16") and not ctx.qualname(operand.func)):
+        return None
+    before = ctx.precision_of(operand.func.value)
+    if before is not None and before.kind in ("half", "int") or not in_table_code(ctx, call):
+        return None  # already half (reported where it became so), or integers (AMP601's)
+    return operand

@@ -110,11 +110,11 @@ def is_position_like(ctx, expr: ast.AST, depth: int = 0) -> bool:
             return True
         if value is None and _embedded_input(ctx, root):
             return True
-        if not POSITION_NAME.search(root.id):
+        if not POSITION_NAME.search(root.id) or "mask" in root.id:  # `masked_position`: a 0/1 mask
             return False
         return root.id not in LOOSE_POSITION_NAMES or in_table_scope(ctx, root)
     if isinstance(root, ast.Attribute):
-        return bool(POSITION_NAME.search(root.attr)) and root.attr not in LOOSE_POSITION_NAMES
+        return bool(POSITION_NAME.search(root.attr)) and root.attr not in LOOSE_POSITION_NAMES and "mask" not in root.attr
     return False
 
 

@@ -700,3 +700,111 @@ def bounded_reduction(ctx, call: ast.Call, attr: str, operand: ast.AST, is_metho
     if attr in ("prod", "cumprod"):
         return True
     return argument(call, "dim", 0 if is_method else 1) is not None
+
+
+def convex_combination(ctx, call: ast.Call, operand: ast.AST, is_method: bool) -> bool:
+    """A sum along given dimensions of ``weights * values`` whose weights the file shows
+    sum to 1 (softmax, ``x / x.sum()``: :class:`amplint.semantic.weights.NormalisedWeights`):
+    a weighted average, no larger than the largest value."""
+    from amplint.semantic.weights import NormalisedWeights
+
+    if argument(call, "dim", 0 if is_method else 1) is None:
+        return False
+    return ctx.get(NormalisedWeights).weighted_product(operand)
+
+
+def _stacked(ctx, expr: ast.AST, depth: int = 0) -> Optional[ast.Call]:
+    """The ``torch.stack(...)`` call ``expr`` is, through names."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        return None if value is None else _stacked(ctx, value, depth + 1)
+    if isinstance(expr, ast.Call) and ctx.qualname(expr.func) == "torch.stack":
+        return expr
+    return None
+
+
+def sum_of_stacked_terms(ctx, call: ast.Call, operand: ast.AST, is_method: bool) -> bool:
+    """``torch.stack(terms, dim=d).sum(d)``: the elementwise sum of the listed tensors
+    (parallel branches, a few steps), no more a long reduction than ``a + b + c``."""
+    stack = _stacked(ctx, operand)
+    dim = argument(call, "dim", 0 if is_method else 1)
+    if stack is None or dim is None:
+        return False
+    stacked_dim = argument(stack, "dim", 1)
+    if stacked_dim is None:
+        stacked_dim = ast.Constant(0)
+    if ast.dump(stacked_dim) == ast.dump(dim):
+        return True
+    a, b = ctx.evaluate(stacked_dim), ctx.evaluate(dim)
+    return a is not None and b is not None and a.value == b.value
+
+
+#: a dimension this short makes a sum as harmless as ``a + b`` (LSTM directions, radix splits)
+_FEW = 16
+
+
+def _small_size(ctx, expr: ast.AST, depth: int = 0) -> bool:
+    if depth > 3:
+        return False
+    value = ctx.evaluate(expr)
+    if value is not None:
+        return 0 < value.value <= _FEW
+    if isinstance(expr, ast.IfExp):  # `2 if bidirectional else 1`
+        return _small_size(ctx, expr.body, depth + 1) and _small_size(ctx, expr.orelse, depth + 1)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        cls = ctx.enclosing_class(expr)
+        values = [] if cls is None else [
+            a.value for klass in (cls, *ctx.base_classes(cls)) for stmt in klass.body
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for a in ctx.self_assignments(stmt).get(expr.attr, ())]
+        return bool(values) and all(v is not None and _small_size(ctx, v, depth + 1) for v in values)
+    return False
+
+
+def sum_over_short_view_dim(ctx, call: ast.Call, operand: ast.AST, is_method: bool) -> bool:
+    """``h.view(-1, self.dirs, bsz, hsz).sum(1)``: the summed dimension is one a ``view`` /
+    ``reshape`` just made, of a size the file shows is at most 16."""
+    dim = ctx.evaluate(argument(call, "dim", 0 if is_method else 1) or ast.Constant(None))
+    shaped = operand
+    for _ in range(4):
+        if isinstance(shaped, ast.Name):
+            shaped = reaching_value(ctx, shaped)
+        elif (isinstance(shaped, ast.Call) and isinstance(shaped.func, ast.Attribute)
+              and shaped.func.attr == "contiguous"):
+            shaped = shaped.func.value
+        else:
+            break
+    if dim is None or not (isinstance(shaped, ast.Call) and isinstance(shaped.func, ast.Attribute)
+                           and shaped.func.attr in ("view", "reshape") and not ctx.qualname(shaped.func)):
+        return False
+    sizes = shaped.args[0].elts if len(shaped.args) == 1 and isinstance(shaped.args[0], ast.Tuple) else shaped.args
+    if any(isinstance(s, ast.Starred) for s in sizes) or not isinstance(dim.value, int):
+        return False
+    index = int(dim.value)
+    if not -len(sizes) <= index < len(sizes):
+        return False
+    return _small_size(ctx, sizes[index])
+
+
+def upper_bound(ctx, expr: ast.AST, depth: int = 0) -> Optional[float]:
+    """A constant the file clamps ``expr`` below (``x.clamp(max=c)``, ``torch.clamp(x, max=c)``,
+    ``x.clamp_max(c)``), through names: ``exp`` of it is at most ``exp(c)``."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        value = reaching_value(ctx, expr)
+        return None if value is None else upper_bound(ctx, value, depth + 1)
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)):
+        return None
+    qualname = ctx.qualname(expr.func) or ""
+    attr = expr.func.attr
+    if qualname in ("torch.clamp", "torch.clip") or not qualname and attr in ("clamp", "clip", "clamp_"):
+        limit = argument(expr, "max", 2 if qualname else 1)
+    elif not qualname and attr == "clamp_max":
+        limit = argument(expr, "max", 0)
+    else:
+        return None
+    value = ctx.evaluate(limit) if limit is not None else None
+    return None if value is None else float(value.value)

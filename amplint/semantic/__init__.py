@@ -8,6 +8,8 @@ module, the way a rule's ``collect`` works.
 
 * :mod:`.sizes` -- every value a layer size takes (loops over width lists, all call
   sites, argparse defaults, config overrides at construction sites);
+* :mod:`.weights` -- tensors that are normalised weights (softmax, ``x / x.sum()``,
+  ``mask / lengths``), so that a sum of weights times values is a weighted average;
 * :mod:`.facts` -- the cross-file collectors: argparse defaults, number sequences at
   module level, constructions of config classes, functions and classes whose
   parameters reach a layer size;
