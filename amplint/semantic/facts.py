@@ -76,7 +76,7 @@ class ArgparseDefaults:
         for dest, (default, call) in ctx.get(cls).by_dest.items():
             value = _number(ctx, default)
             if value is not None:
-                out[dest] = [value, *_position(ctx, call)]
+                out[dest] = [value, *_position(ctx, default)]  # where the number is written
         return {"by_name": out} if out else None
 
 

@@ -206,7 +206,7 @@ class SizeValues:
             default, call = local
             value = self.evaluator.evaluate(default, None, 1)
             if value is not None:
-                return value.via(ctx.related(call, f"default of `--{dest}`"))
+                return value.via(ctx.related(default, f"default of `--{dest}`"))
             return None
         if ctx.project is None:
             return None
@@ -421,11 +421,12 @@ class LayerSizes:
         found = self._by_call.get(id(call))
         if found is None:
             from ..analysis.calls import argument
-            from ..analysis.dims import LAYERS, is_torch_layer, layer_name
+            from ..analysis.dims import LAYERS
+            from .layers import torch_layer
 
             found = {}
-            name = layer_name(call)
-            if name is not None and is_torch_layer(self.ctx, call, name):
+            name = torch_layer(self.ctx, call)
+            if name is not None:
                 values = self.ctx.get(SizeValues)
                 for dim in LAYERS[name][0]:
                     expr = argument(call, dim.keyword, dim.index)
