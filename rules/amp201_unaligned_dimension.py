@@ -29,8 +29,11 @@ def _why(settings, alignment: int) -> str:
 def _sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:
     if len(sizes) == 1:
         s = sizes[0]
+        if s.never:
+            return f"{s.label} {s.never}: never a multiple of {alignment}"
         return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
-    parts = ", ".join(f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})" for s in sizes)
+    parts = ", ".join(f"{s.label} {s.never}" if s.never else f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})"
+                      for s in sizes)
     return f"sizes not multiples of {alignment}: {parts}"
 
 

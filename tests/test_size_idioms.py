@@ -93,3 +93,20 @@ def test_layer_sizes_accessor_gives_every_value_with_its_site():
     sizes = ctx.get(LayerSizes).of(conv)
     assert sorted({v.value for v in sizes["in_channels"]}) == [24, 116, 176, 232, 352]
     assert all(v.origin and v.origin[-1].line == 4 for v in sizes["in_channels"])
+
+
+def test_a_small_width_is_reported_when_it_is_a_hidden_width(found):
+    lines = sorted(k[1] for k in found if k[0] == "hidden_small.py")
+    # conv1 writes 10 and conv2 reads it; 3 colour channels, the 2/4 heads, 10 landmarks: the data's
+    assert lines == [10, 11]
+    assert "out_channels is 10" in found[("hidden_small.py", 10)]["message"]
+
+
+def test_a_layer_class_bound_to_a_name_is_a_layer(found):
+    assert "`nn.LSTM` hidden_size is 300" in found[("layer_alias.py", 9)]["message"]
+
+
+def test_a_width_no_value_of_its_inputs_can_align_is_reported(found):
+    assert sorted(k[1] for k in found if k[0] == "odd_width.py") == [11, 13]
+    assert "odd for every value of its inputs" in found[("odd_width.py", 11)]["message"]
+    assert "never a multiple of 8" in found[("odd_width.py", 13)]["message"]

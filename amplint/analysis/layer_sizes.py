@@ -77,6 +77,9 @@ class UnalignedSize:
     small: bool = False
     #: the side of the layer the size is on: "in", "out" or "both" (a hidden size)
     side: str = "both"
+    #: no value is known, but none of the values its inputs can take aligns it: why
+    #: (``size`` is 0 then)
+    never: str = ""
 
 
 def _names_in(expr: ast.AST) -> list[str]:
@@ -327,6 +330,8 @@ class LayerSurvey:
         candidates = ctx.get(SizeValues).values(expr, folded=True)
         if call is not None:
             self._record(ctx, call, role, candidates)
+        if not candidates:
+            return self._never_aligned(expr, ctx, label, role)
         distinct = len({c.value for c in candidates})
         found = [f for f in (self._judge(expr, ctx, label, role, c) for c in candidates) if f is not None]
         if not found:
@@ -336,6 +341,20 @@ class LayerSurvey:
         # of several values, another file's option) is the author's call
         origin = tuple(dict.fromkeys(r for f in found for r in f.origin))[:_MAX_RELATED]
         return dataclasses.replace(found[0], root=None, choice=distinct, origin=origin)
+
+    def _never_aligned(self, expr: ast.AST, ctx, label: str, role: str) -> Optional[UnalignedSize]:
+        """A size of unknown inputs that no value of them can align (``2 * dim + 1``)."""
+        if expr.__class__ is ast.Constant or role == "vocab" or (role in ("in", "in_channels") and _pixels_in(expr)):
+            return None
+        residues = ctx.get(SizeValues).residues(expr, self.alignment)
+        if 0 in residues or data_named(_names_in(expr)):
+            return None
+        if all(r % 2 for r in residues):
+            how = "odd for every value of its inputs"
+        else:
+            how = f"{' or '.join(map(str, sorted(residues)))} modulo {self.alignment} for every value of its inputs"
+        return UnalignedSize(label, 0, None, (), side=_SIDES.get(role, "both"),
+                             never=f"`{ast.unparse(expr)}` is {how}")
 
     def _aligned(self, value) -> bool:
         size = as_size(value.value)

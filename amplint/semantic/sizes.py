@@ -34,6 +34,7 @@ _MAX_DEPTH = 10
 _MAX_VALUES = 24
 #: ``args.hidden``: the names an argparse namespace goes by
 ARGS_NAMES = frozenset({"args", "arg", "opt", "opts", "options", "flags", "FLAGS", "hparams", "hp", "params", "cfg", "config", "conf", "argv"})
+_RESIDUE_OPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
 _DEFAULT_NOTE = re.compile(r"^default of `(\w+)\.(\w+)`")
 
 
@@ -52,6 +53,8 @@ class SizeValues:
         self.ctx = ctx
         self.evaluator = ctx.evaluator
         self._active: set = set()
+        #: (function, parameter) -> its call sites' values (None: the default), or None
+        self._defaulted: dict = {}
 
     # --- entry -------------------------------------------------------------------------
 
@@ -62,6 +65,10 @@ class SizeValues:
             return []
         one = None if folded else self.evaluator.evaluate(expr)
         if one is not None:
+            if expr.__class__ is ast.Name:
+                passed = self._defaulted_parameter(expr, one, depth)
+                if passed is not None:
+                    return passed[:_MAX_VALUES]
             return [one]
         try:
             return self._values(expr, depth)[:_MAX_VALUES]
@@ -96,6 +103,35 @@ class SizeValues:
         if kind is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "int" and len(expr.args) == 1:
             return [Value(int(v.value), v.origin) for v in self.values(expr.args[0], depth + 1)]
         return []
+
+    def residues(self, expr: ast.AST, modulus: int, depth: int = 0) -> frozenset:
+        """The residues modulo ``modulus`` that integer ``expr`` can take, where some of
+        its inputs are unknown: ``2 * dim + 1`` is odd for every ``dim``, so never a
+        multiple of 8 (egnn's ``edge_input_dim``).  All residues when nothing is known."""
+        everything = frozenset(range(modulus))
+        if expr is None or depth > _MAX_DEPTH:
+            return everything
+        found = self.values(expr, depth)
+        if found:
+            if all(type(v.value) is int for v in found):
+                return frozenset(v.value % modulus for v in found)
+            return everything
+        kind = expr.__class__
+        if kind is ast.BinOp and expr.op.__class__ in _RESIDUE_OPS:
+            op = _RESIDUE_OPS[expr.op.__class__]
+            left = self.residues(expr.left, modulus, depth + 1)
+            if left == everything and op is not int.__mul__:
+                return everything
+            right = self.residues(expr.right, modulus, depth + 1)
+            return frozenset(op(a, b) % modulus for a in left for b in right)
+        if kind is ast.Name:
+            func = self.ctx.enclosing_function(expr)
+            if func is not None:
+                assigned = self.ctx.bindings(func).get(expr.id, ())
+                param, _ = parameter(func, expr.id)
+                if param is None and len(assigned) == 1 and assigned[0].__class__ is ast.Assign:
+                    return self.residues(assigned[0].value, modulus, depth + 1)
+        return everything
 
     # --- names -------------------------------------------------------------------------
 
@@ -164,6 +200,46 @@ class SizeValues:
                     return self._sequence(args[0], depth + 1)
             return None
         return None
+
+    def _defaulted_parameter(self, name: ast.Name, default: Value, depth: int) -> Optional[list[Value]]:
+        """A parameter with a default, as the call sites in this file bind it: the values
+        they pass, with the default where one leaves it out (peft's ``Linear(in_features,
+        out_features, r=0)`` built with ``**kwargs`` holding the config's ``r = 8``).
+        None when ``name`` is no such parameter or no call site passes it."""
+        func = self.ctx.enclosing_function(name)
+        if func is None or func.__class__ is ast.Lambda or self.ctx.bindings(func).get(name.id):
+            return None
+        param, expr = parameter(func, name.id)
+        if param is None or expr is None or param is func.args.vararg or param is func.args.kwarg:
+            return None
+        key = (id(func), name.id)
+        if key in self._defaulted:
+            found = self._defaulted[key]
+        else:
+            self._defaulted[key] = None  # a cycle through the call sites: the default alone
+            found = self._defaulted[key] = self._passed_or_default(func, name.id, depth)
+        if found is None:
+            return None
+        return [default if v is None else v for v in found]
+
+    def _passed_or_default(self, func: ast.AST, name: str, depth: int) -> Optional[list]:
+        evaluator = self.evaluator
+        calls, offset = evaluator._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        out, passed = [], False
+        for call in calls[:12]:
+            arg = evaluator._argument_at(call, name, position, depth)
+            found = self.values(arg, depth + 1) if arg is not None else []
+            if not found:
+                out.append(None)  # left at the default (or passed as something not followed)
+                continue
+            passed = True
+            note = self.ctx.related(call, f"`{name}` is passed here")
+            out += [Value(v.value, v.origin + (note,), v.literal) for v in found]
+        if not passed:
+            return None
+        return list(dict.fromkeys(out))
 
     def _call_site_values(self, func: ast.AST, name: str, depth: int) -> list[Value]:
         key = (id(func), name)
