@@ -77,14 +77,23 @@ is not reported. The finding points at the layer (or the helper call); its relat
 locations say where the number is written. Where a size takes several values, no edit is
 offered.
 
-Not flagged, because the data fixes them rather than the design, and they are too
-small for the alignment to cost measurable time:
+A width that no value of its unknown inputs can align is flagged too: egnn's
+`edge_input_dim = dim * 2 + edge_dim + 1` is odd whatever `dim` the caller picks, and
+`edge_input_dim * 2` is 2 or 6 modulo 8 (residues modulo the alignment are followed
+through `+`, `-`, `*`; `dim + 1` can be aligned, so it is not flagged).
 
-- sizes below 32: an image stem's `in_channels=3` or `1`, regression and binary heads
-  with 1 or 2 outputs, token-type embeddings of 2, 28 pixel rows fed to an LSTM, a
-  20-feature table, a latent code of 20;
-- output widths below 64: classifier heads such as MNIST's 10 digits (a hidden width
-  that small is still caught as the next layer's input);
+Small sizes -- below 32, or an output below 64 -- are flagged only when they are a
+*hidden width* of their module: another layer of the same class (or function) reads the
+size as its input, or writes it as its output, including this file's helpers that build a
+layer (`BranchSeparables(44, 44)`). MTCNN's `nn.Conv2d(3, 10)` followed by `nn.Conv2d(10,
+16)` is flagged twice (10 is the design's choice); a small size no other layer of the
+module has on the other side is the data's and is not flagged:
+
+- an input no layer writes: an image stem's `in_channels=3` or `1`, 28 pixel rows fed to
+  an LSTM, a 6-feature or 17-feature input, a latent code of 20;
+- an output no layer reads: a classifier, a regression or box head (2, 4, 10 outputs,
+  MNIST's 10 digits);
+- sizes of 1 and 2 (scalar gates, binary heads, token-type tables of 2), always;
 - sizes that reach the layer through a name about classes or labels (`num_classes`,
   `n_classes=100`, `num_labels`), and a patch embedding's input
   (`patch_size * patch_size * 3`);

@@ -110,3 +110,15 @@ def test_a_width_no_value_of_its_inputs_can_align_is_reported(found):
     assert sorted(k[1] for k in found if k[0] == "odd_width.py") == [11, 13]
     assert "odd for every value of its inputs" in found[("odd_width.py", 11)]["message"]
     assert "never a multiple of 8" in found[("odd_width.py", 13)]["message"]
+
+
+def test_fp8_rules_read_sizes_through_the_semantic_core(amplint):
+    """A LoRA rank reaches nn.Linear through a config default and a **kwargs dict at the
+    call site (peft): AMP702/AMP703 see it as AMP201 would; AMP701 sees an nn.Linear
+    subclass's own weight through F.linear, and no weight-times-weight merge."""
+    proc = amplint("check", "fixtures/fp8/lora.py", "--target", "fp8", "--select", "AMP701,AMP702,AMP703",
+                   "--format", "json", "--no-cache")
+    found = sorted((f["line"], f["code"]) for f in json.loads(proc.stdout))
+    assert found == [(25, "AMP702"), (25, "AMP703"), (26, "AMP702"), (26, "AMP703"), (33, "AMP701")], found
+    messages = {(f["line"], f["code"]): f["message"] for f in json.loads(proc.stdout)}
+    assert "out_features 8 is not a multiple of 16" in messages[(25, "AMP702")]
