@@ -50,6 +50,28 @@ _SIDES = {"in": "in", "in_channels": "in", "out": "out"}
 _MAX_RELATED = 12
 
 
+_JUMPS = (ast.Raise, ast.Return, ast.Continue, ast.Break)
+
+
+def _unreachable(ctx, node: ast.AST) -> bool:
+    """Whether ``node`` sits after a ``raise`` / ``return`` of its block (code left in
+    place but never run: parlai's ``raise AssertionError("This code should not
+    execute")`` followed by the layer it used to build)."""
+    child = node
+    for anc in ctx.ancestors(node):
+        if isinstance(child, ast.stmt):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(anc, field, None)
+                if isinstance(block, list) and child in block:
+                    if any(isinstance(s, _JUMPS) for s in block[: block.index(child)]):
+                        return True
+                    break
+        if anc.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module):
+            return False
+        child = anc
+    return False
+
+
 def _scope(ctx, node: ast.AST):
     """The module a layer belongs to: its class, else its function, else the file."""
     cls = ctx.enclosing_class(node)
@@ -153,7 +175,8 @@ class LayerSurvey:
     def add_call(self, node: ast.Call, ctx) -> None:
         name = torch_layer(ctx, node)
         if name is not None:
-            self._layer(node, name, ctx)
+            if not _unreachable(ctx, node):
+                self._layer(node, name, ctx)
             return
         func = node.func
         attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
@@ -230,7 +253,10 @@ class LayerSurvey:
                 if size is not None:
                     sizes.append(size)
         if sizes:
-            self.pending.append((call, f"`nn.{name}`", sizes))
+            func = call.func
+            plain = (func.attr if func.__class__ is ast.Attribute else getattr(func, "id", None)) == name
+            label = f"`nn.{name}`" if plain else f"`{ast.unparse(func)}` (an `nn.{name}`)"
+            self.pending.append((call, label, sizes))
 
     def _record(self, ctx, call: ast.AST, role: str, values) -> None:
         """Remember the sizes a layer (or a helper that builds one) has on each side."""

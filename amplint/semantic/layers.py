@@ -5,7 +5,8 @@ One answer for every size analysis (AMP201's survey, :class:`~amplint.semantic.s
 LayerSizes`, the fp8 survey): ``nn.Linear(...)`` / ``torch.nn.Conv2d(...)`` by their
 qualified name, and a layer class bound to a name first (:class:`LayerAliases`), as
 espnet writes ``RNN = torch.nn.LSTM if "lstm" in typ else torch.nn.GRU; rnn = RNN(idim,
-cdim)``.  Never imports torch.
+cdim)``, and library builders with a torch layer's size arguments (mmcv's ``ConvModule``).
+Never imports torch.
 """
 from __future__ import annotations
 
@@ -63,11 +64,27 @@ def _layer_class(ctx, value: ast.AST) -> Optional[str]:
     return names[0]
 
 
+#: layer builders of libraries that take the torch layer's size arguments in the same
+#: places: qualified name -> the torch layer whose sizes they are
+LIBRARY_LAYERS = {
+    "mmcv.cnn.ConvModule": "Conv2d",  # ConvModule(in_channels, out_channels, kernel_size, ..., groups=)
+    "mmcv.cnn.bricks.ConvModule": "Conv2d",
+    "mmcv.cnn.bricks.conv_module.ConvModule": "Conv2d",
+}
+_LIBRARY_NAMES = frozenset(q.rsplit(".", 1)[1] for q in LIBRARY_LAYERS)
+
+
 def torch_layer(ctx, call: ast.Call) -> Optional[str]:
     """The torch layer class ``call`` builds, or None."""
     name = layer_name(call)
     if name is not None and is_torch_layer(ctx, call, name):
         return name
+    func = call.func
+    last = func.attr if func.__class__ is ast.Attribute else func.id if func.__class__ is ast.Name else None
+    if last in _LIBRARY_NAMES:
+        found = LIBRARY_LAYERS.get(ctx.qualname(func) or "")
+        if found is not None:
+            return found
     if call.func.__class__ is ast.Name:
         aliases = ctx.get(LayerAliases)
         if aliases.by_name:

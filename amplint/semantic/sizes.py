@@ -91,6 +91,9 @@ class SizeValues:
         if kind is ast.Attribute:
             return self._attribute(expr, depth)
         if kind is ast.IfExp:
+            taken = self._default_branch(expr)
+            if taken is not None:
+                return self.values(taken, depth + 1)
             return self.values(expr.body, depth + 1) + self.values(expr.orelse, depth + 1)
         if kind is ast.BinOp and expr.op.__class__ in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
             left, right = self.values(expr.left, depth + 1), self.values(expr.right, depth + 1)
@@ -103,6 +106,30 @@ class SizeValues:
         if kind is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "int" and len(expr.args) == 1:
             return [Value(int(v.value), v.origin) for v in self.values(expr.args[0], depth + 1)]
         return []
+
+    def _default_branch(self, expr: ast.IfExp) -> Optional[ast.AST]:
+        """``n + (1 if use_mlm else 0)`` where ``use_mlm`` is a parameter with a constant
+        default (``use_mlm=False``) that no call site in this file passes and nothing
+        rebinds: the branch the default takes.  None otherwise (both branches count)."""
+        test, negate = expr.test, False
+        if test.__class__ is ast.UnaryOp and test.op.__class__ is ast.Not:
+            test, negate = test.operand, True
+        if test.__class__ is not ast.Name:
+            return None
+        ctx = self.ctx
+        func = ctx.enclosing_function(expr)
+        if func is None or func.__class__ is ast.Lambda or ctx.bindings(func).get(test.id):
+            return None
+        param, default = parameter(func, test.id)
+        if param is None or default.__class__ is not ast.Constant:
+            return None
+        calls, offset = self.evaluator._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(test.id) if test.id in positional else None
+        if any(self.evaluator._argument_at(c, test.id, position, 0) is not None or
+               any(kw.arg is None for kw in c.keywords) for c in calls):
+            return None
+        return expr.body if bool(default.value) != negate else expr.orelse
 
     def residues(self, expr: ast.AST, modulus: int, depth: int = 0) -> frozenset:
         """The residues modulo ``modulus`` that integer ``expr`` can take, where some of
@@ -353,9 +380,18 @@ class SizeValues:
             assigned = ctx.bindings(func).get(name.id, ())
             param, default = parameter(func, name.id)
             if assigned:
-                if param is not None or len(assigned) != 1 or assigned[0].__class__ not in (ast.Assign, ast.AnnAssign):
+                if param is not None or any(a.__class__ not in (ast.Assign, ast.AnnAssign) for a in assigned):
                     return None
-                return self._sequence(assigned[0].value, depth + 1)
+                if len(assigned) == 1:
+                    return self._sequence(assigned[0].value, depth + 1)
+                # one width list per branch (`if widen_factor == 1.0: channels = [116, 232, 464]`):
+                # an index into it may pick an item of any of them
+                merged: list = []
+                for stmt in assigned[:8]:
+                    if stmt.value.__class__ not in (ast.List, ast.Tuple):
+                        return None
+                    merged += stmt.value.elts
+                return _Seq(merged[:_MAX_VALUES])
             if param is not None:
                 return self._sequence(default, depth + 1) if default is not None else None
             func = ctx.enclosing_function(func)
