@@ -103,7 +103,7 @@ def test_a_small_width_is_reported_when_it_is_a_hidden_width(found):
 
 
 def test_a_layer_class_bound_to_a_name_is_a_layer(found):
-    assert "`nn.LSTM` hidden_size is 300" in found[("layer_alias.py", 9)]["message"]
+    assert "`RNN` (an `nn.LSTM`) hidden_size is 300" in found[("layer_alias.py", 9)]["message"]
 
 
 def test_a_width_no_value_of_its_inputs_can_align_is_reported(found):
