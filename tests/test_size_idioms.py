@@ -122,3 +122,14 @@ def test_fp8_rules_read_sizes_through_the_semantic_core(amplint):
     assert found == [(25, "AMP702"), (25, "AMP703"), (26, "AMP702"), (26, "AMP703"), (33, "AMP701")], found
     messages = {(f["line"], f["code"]): f["message"] for f in json.loads(proc.stdout)}
     assert "out_features 8 is not a multiple of 16" in messages[(25, "AMP702")]
+
+
+def test_width_lists_per_branch_and_library_layers(found):
+    finding = found[("branch_widths.py", 10)]
+    assert "out_channels is 116" in finding["message"]
+    assert ("branch_widths.py", 19) in _related(finding)  # channels = [116, 232, 464]
+    assert "`ConvModule` (an `nn.Conv2d`) out_channels is 100" in found[("library_layer.py", 9)]["message"]
+
+
+def test_a_layer_never_built_and_a_branch_off_by_default_are_quiet(found):
+    assert not [k for k in found if k[0] == "clean/not_built.py"]

@@ -391,7 +391,8 @@ class SizeValues:
                     if stmt.value.__class__ not in (ast.List, ast.Tuple):
                         return None
                     merged += stmt.value.elts
-                return _Seq(merged[:_MAX_VALUES])
+                origin = tuple(ctx.related(a, f"`{name.id}` is assigned here") for a in assigned[:8])
+                return _Seq(merged[:_MAX_VALUES], None, origin)
             if param is not None:
                 return self._sequence(default, depth + 1) if default is not None else None
             func = ctx.enclosing_function(func)
