@@ -342,6 +342,16 @@ class LayerSurvey:
 
     def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "", call: Optional[ast.AST] = None) -> Optional[UnalignedSize]:
         value = ctx.evaluate(expr)
+        if value is not None and expr.__class__ in (ast.Name, ast.Attribute):
+            # a parameter's default, as the call sites in this file bind it: what they
+            # pass, the default only where one leaves it out
+            # (an unaligned default is judged as before, with its fix: the sites may be examples)
+            passed = ctx.get(SizeValues).defaulted_parameter(expr, value)
+            if passed is not None and self._judge(expr, ctx, label, role, value) is None and any(
+                    v is not value and self._judge(expr, ctx, label, role, v) is not None for v in passed):
+                return self._candidates(expr, ctx, label, role, call, passed)
+            if passed is not None and call is not None:
+                self._record(ctx, call, role, passed)
         if value is not None:
             if call is not None:
                 self._record(ctx, call, role, (value,))
@@ -354,10 +364,13 @@ class LayerSurvey:
                 return None
             return found
         candidates = ctx.get(SizeValues).values(expr, folded=True)
-        if call is not None:
-            self._record(ctx, call, role, candidates)
         if not candidates:
             return self._never_aligned(expr, ctx, label, role)
+        return self._candidates(expr, ctx, label, role, call, candidates)
+
+    def _candidates(self, expr, ctx, label: str, role: str, call, candidates: list) -> Optional[UnalignedSize]:
+        if call is not None:
+            self._record(ctx, call, role, candidates)
         distinct = len({c.value for c in candidates})
         found = [f for f in (self._judge(expr, ctx, label, role, c) for c in candidates) if f is not None]
         if not found:

@@ -65,8 +65,8 @@ class SizeValues:
             return []
         one = None if folded else self.evaluator.evaluate(expr)
         if one is not None:
-            if expr.__class__ is ast.Name:
-                passed = self._defaulted_parameter(expr, one, depth)
+            if expr.__class__ in (ast.Name, ast.Attribute):
+                passed = self.defaulted_parameter(expr, one, depth)
                 if passed is not None:
                     return passed[:_MAX_VALUES]
             return [one]
@@ -228,11 +228,19 @@ class SizeValues:
             return None
         return None
 
-    def _defaulted_parameter(self, name: ast.Name, default: Value, depth: int) -> Optional[list[Value]]:
-        """A parameter with a default, as the call sites in this file bind it: the values
-        they pass, with the default where one leaves it out (peft's ``Linear(in_features,
-        out_features, r=0)`` built with ``**kwargs`` holding the config's ``r = 8``).
-        None when ``name`` is no such parameter or no call site passes it."""
+    def defaulted_parameter(self, name: ast.Name, default: Value, depth: int = 0) -> Optional[list[Value]]:
+        """A parameter with a default, as the call sites in this file bind it: the default
+        and the values they pass (peft's ``Linear(in_features, out_features, r=0)`` built
+        with ``**kwargs`` holding the config's ``r = 8``: 0 and 8).
+        None when ``name`` is no such parameter or no call site passes it.  ``self.x``
+        stored once in ``__init__`` from a parameter (``self.num_filters = num_filters``)
+        is that parameter."""
+        if name.__class__ is ast.Attribute:
+            name = self._stored_parameter(name)
+            if name is None:
+                return None
+        if name.__class__ is not ast.Name:
+            return None
         func = self.ctx.enclosing_function(name)
         if func is None or func.__class__ is ast.Lambda or self.ctx.bindings(func).get(name.id):
             return None
@@ -249,12 +257,25 @@ class SizeValues:
             return None
         return [default if v is None else v for v in found]
 
+    def _stored_parameter(self, attr: ast.Attribute) -> Optional[ast.Name]:
+        if attr.value.__class__ is not ast.Name or attr.value.id != "self":
+            return None
+        ctx = self.ctx
+        cls = ctx.enclosing_class(attr)
+        init = ctx.method(cls, "__init__") if cls is not None else None
+        stores = ctx.self_assignments(init).get(attr.attr, ()) if init is not None else ()
+        if len(stores) != 1 or stores[0].value.__class__ is not ast.Name:
+            return None
+        return stores[0].value
+
     def _passed_or_default(self, func: ast.AST, name: str, depth: int) -> Optional[list]:
         evaluator = self.evaluator
         calls, offset = evaluator._call_sites(func)
         positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
         position = positional.index(name) if name in positional else None
-        out, passed = [], False
+        # the default stays one of the values: a call site that overrides it may be an
+        # example building a tiny model (word_language_model's RNNModel(ninp=24))
+        out, passed = [None], False
         for call in calls[:12]:
             arg = evaluator._argument_at(call, name, position, depth)
             found = self.values(arg, depth + 1) if arg is not None else []
