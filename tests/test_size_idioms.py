@@ -133,3 +133,10 @@ def test_width_lists_per_branch_and_library_layers(found):
 
 def test_a_layer_never_built_and_a_branch_off_by_default_are_quiet(found):
     assert not [k for k in found if k[0] == "clean/not_built.py"]
+
+
+def test_an_aligned_default_a_call_site_overrides_and_a_width_through_two_helpers(found):
+    assert sorted(k[1] for k in found if k[0] == "helper_chain.py") == [23]
+    finding = found[("helper_chain.py", 23)]
+    assert "out_channels is 11" in finding["message"]
+    assert ("helper_chain.py", 30) in _related(finding)  # Stem(width=11)
