@@ -116,10 +116,12 @@ def test_fp8_rules_read_sizes_through_the_semantic_core(amplint):
     """A LoRA rank reaches nn.Linear through a config default and a **kwargs dict at the
     call site (peft): AMP702/AMP703 see it as AMP201 would; AMP701 sees an nn.Linear
     subclass's own weight through F.linear, and no weight-times-weight merge."""
-    proc = amplint("check", "fixtures/fp8/lora.py", "--target", "fp8", "--select", "AMP701,AMP702,AMP703",
+    proc = amplint("check", "fixtures/fp8/lora.py", "--target", "fp8", "--select", "AMP701,AMP702,AMP703,AMP704",
                    "--format", "json", "--no-cache")
     found = sorted((f["line"], f["code"]) for f in json.loads(proc.stdout))
-    assert found == [(25, "AMP702"), (25, "AMP703"), (26, "AMP702"), (26, "AMP703"), (33, "AMP701")], found
+    # ... and a class wrapping one nn.Linear, bound as the LM head, is the head (AMP704)
+    assert found == [(25, "AMP702"), (25, "AMP703"), (26, "AMP702"), (26, "AMP703"), (33, "AMP701"),
+                     (57, "AMP704")], found
     messages = {(f["line"], f["code"]): f["message"] for f in json.loads(proc.stdout)}
     assert "out_features 8 is not a multiple of 16" in messages[(25, "AMP702")]
 

@@ -53,19 +53,24 @@ _MAX_RELATED = 12
 _JUMPS = (ast.Raise, ast.Return, ast.Continue, ast.Break)
 
 
-def _unreachable(ctx, node: ast.AST) -> bool:
+def _unreachable(ctx, node: ast.AST, memo: dict) -> bool:
     """Whether ``node`` sits after a ``raise`` / ``return`` of its block (code left in
     place but never run: parlai's ``raise AssertionError("This code should not
-    execute")`` followed by the layer it used to build)."""
+    execute")`` followed by the layer it used to build).  ``memo``: block -> (first jump's
+    line, for the file), so that each block is scanned once."""
     child = node
     for anc in ctx.ancestors(node):
         if isinstance(child, ast.stmt):
             for field in ("body", "orelse", "finalbody"):
                 block = getattr(anc, field, None)
-                if isinstance(block, list) and child in block:
-                    if any(isinstance(s, _JUMPS) for s in block[: block.index(child)]):
-                        return True
-                    break
+                if not isinstance(block, list) or not block:
+                    continue
+                key = id(block)
+                if key not in memo:
+                    memo[key] = next((s.lineno for s in block if isinstance(s, _JUMPS)), None)
+                jump = memo[key]
+                if jump is not None and child.lineno > jump and block[0].lineno <= child.lineno <= block[-1].end_lineno:
+                    return True
         if anc.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module):
             return False
         child = anc
@@ -171,11 +176,13 @@ class LayerSurvey:
         #: (scope, side) -> {size: ids of the layer calls that have it}: every size seen,
         #: aligned or not, to tell a small hidden width from a data-bound input or a head
         self.widths: dict = collections.defaultdict(lambda: collections.defaultdict(set))
+        #: block -> line of its first raise/return (code after it is never run)
+        self._jumps: dict = {}
 
     def add_call(self, node: ast.Call, ctx) -> None:
         name = torch_layer(ctx, node)
         if name is not None:
-            if not _unreachable(ctx, node):
+            if not _unreachable(ctx, node, self._jumps):
                 self._layer(node, name, ctx)
             return
         func = node.func

@@ -17,7 +17,8 @@ from typing import Optional
 from ..analysis.calls import argument
 from ..analysis.dims import as_size, layer_name
 from ..semantic.layers import torch_layer
-from ..semantic.sizes import LayerSizes
+from ..semantic.facts import LayerParameters
+from ..semantic.sizes import LayerSizes, SizeValues
 
 #: attribute names of an output projection (the logits): torchao's example filters
 #: ``fqn == "output"`` (torchtitan's Llama), Hugging Face and nanoGPT say ``lm_head``
@@ -130,6 +131,8 @@ class Fp8Survey:
                 self.linears.append(LinearSite(node, _bound_name(ctx, node), ins[0] if len(ins) == 1 else None,
                                                outs[0] if len(outs) == 1 else None, in_expr, out_expr,
                                                in_sizes=ins, out_sizes=outs))
+            elif node.func.__class__ is ast.Name and node.func.id in ctx.get(LayerParameters).by_name:
+                self._wrapper_site(ctx, node)
             elif ctx.qualname(node.func) in _PARAMETER:
                 stmt = ctx.parent(node)
                 if isinstance(stmt, ast.Assign) and stmt.value is node and isinstance(stmt.targets[0], ast.Attribute):
@@ -145,6 +148,30 @@ class Fp8Survey:
                     self.tied[b] = a
         self._roles()
         self._bypasses(ctx)
+
+    def _wrapper_site(self, ctx, call: ast.Call) -> None:
+        """A call of this file's class that wraps one ``nn.Linear`` with its own in and out
+        sizes (litgpt's ``LoRALinear(config.n_embd, config.padded_vocab_size)``): a Linear
+        site too, named where it is bound (``self.lm_head``), sized by the call's arguments."""
+        entries = [e for e in ctx.get(LayerParameters).by_name[call.func.id] if e[4] == "nn.Linear" and e[2] == 1]
+        layers = {id(e[3]) for e in entries}
+        if len(layers) != 1:
+            return
+        exprs = {}
+        for position, pname, _, _, _, arg, _ in entries:
+            expr = next((kw.value for kw in call.keywords if kw.arg == pname), None)
+            if expr is None and position is not None and position < len(call.args):
+                if any(a.__class__ is ast.Starred for a in call.args[: position + 1]):
+                    return
+                expr = call.args[position]
+            exprs[arg] = expr
+        if set(exprs) != {"in_features", "out_features"}:
+            return
+        values = ctx.get(SizeValues)
+        ins, outs = (_sizes(values.values(exprs[a])) if exprs[a] is not None else () for a in ("in_features", "out_features"))
+        self.linears.append(LinearSite(call, _bound_name(ctx, call), ins[0] if len(ins) == 1 else None,
+                                       outs[0] if len(outs) == 1 else None, exprs["in_features"], exprs["out_features"],
+                                       in_sizes=ins, out_sizes=outs))
 
     def _roles(self) -> None:
         for site in self.linears:

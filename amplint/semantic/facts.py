@@ -243,6 +243,7 @@ class LayerParameters:
         """A parameter passed on to another of this file's helpers that reaches a layer
         (NASNet's ``BranchSeparables(in, out)`` building ``SeparableConv2d(in, out)``
         building ``nn.Conv2d``) reaches that layer too: a few rounds, each one linear."""
+        have = {name: {(e[1], e[3], e[5]) for e in entries} for name, entries in self.by_name.items()}
         for _ in range(3):
             added = False
             for node in ctx.calls:
@@ -261,19 +262,19 @@ class LayerParameters:
                 if name == f.id:
                     continue
                 positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
-                have = {(e[1], e[3], e[5]) for e in self.by_name.get(name, ())}
-                for position, pname, factor, layer, label, arg, role in list(inner):
+                seen = have.setdefault(name, set())
+                for position, pname, factor, layer, label, arg, role in list(inner)[:64]:
                     expr = next((kw.value for kw in node.keywords if kw.arg == pname), None)
                     if expr is None and position is not None and position < len(node.args):
                         if any(a.__class__ is ast.Starred for a in node.args[: position + 1]):
                             continue
                         expr = node.args[position]
                     hit = _parameter_factor(expr, func)
-                    if hit is None or (hit[0], layer, arg) in have:
+                    if hit is None or (hit[0], layer, arg) in seen:
                         continue
                     outer = positional.index(hit[0]) if hit[0] in positional else None
                     self.by_name.setdefault(name, []).append((outer, hit[0], factor * hit[1], layer, label, arg, role))
-                    have.add((hit[0], layer, arg))
+                    seen.add((hit[0], layer, arg))
                     added = True
             if not added:
                 return
