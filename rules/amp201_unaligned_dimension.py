@@ -10,7 +10,7 @@ import ast
 
 from amplint.analysis.config_dims import layer_size_uses, lone_size_defaults, unaligned_definitions
 from amplint.analysis.dims import CHECKPOINT_MARKERS, LAYER_MARKERS, next_multiple
-from amplint.analysis.layer_sizes import LayerSurvey, UnalignedSize
+from amplint.analysis.layer_sizes import LayerSurvey, UnalignedSize, sizes_text
 from amplint.numerics import FORMATS
 from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 
@@ -24,17 +24,6 @@ def _why(settings, alignment: int) -> str:
         f"{reason}; H200 fp16: a 768x50257 GEMM is 5.3x slower than 768x50264, "
         f"a GPT-2-small step 1.54x slower with vocab 50257"
     )
-
-
-def _sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:
-    if len(sizes) == 1:
-        s = sizes[0]
-        if s.never:
-            return f"{s.label} {s.never}: never a multiple of {alignment}"
-        return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
-    parts = ", ".join(f"{s.label} {s.never}" if s.never else f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})"
-                      for s in sizes)
-    return f"sizes not multiples of {alignment}: {parts}"
 
 
 class UnalignedDimension(Rule):
@@ -429,7 +418,7 @@ multiple of 64 and ignore the extra logits, or with Hugging Face
             for r in s.origin:
                 if r not in related:
                     related.append(r)
-        message = f"{label} {_sizes_text(sizes, alignment)}"
+        message = f"{label} {sizes_text(sizes, alignment)}"
         checkpoint = st.checkpoint and any(s.root is None or s.root.via_config for s in sizes)
         if checkpoint:
             message += (

@@ -482,3 +482,15 @@ class LayerSurvey:
             self.collect_splits(ctx)
         self.scattered = self._scattered_literals(ctx)
         return self.pending
+
+
+def sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:
+    """How a message states a layer's unaligned sizes and what each pads to."""
+    if len(sizes) == 1:
+        s = sizes[0]
+        if s.never:
+            return f"{s.label} {s.never}: never a multiple of {alignment}"
+        return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
+    parts = ", ".join(f"{s.label} {s.never}" if s.never else f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})"
+                      for s in sizes)
+    return f"sizes not multiples of {alignment}: {parts}"
