@@ -361,8 +361,9 @@ class Evaluator:
         if owner.__class__ is ast.ClassDef:
             if func.name == "__init__":
                 name, offset = owner.name, 1
+                # nn.Linear(...) is no call of this file's class Linear (peft's LoRA Linear)
                 calls = [c for c in self._calls_by_name().get(name, ()) if c.func.__class__ is ast.Name or
-                         c.func.__class__ is ast.Attribute]
+                         (c.func.__class__ is ast.Attribute and not (ctx.qualname(c.func) or "").startswith("torch."))]
             else:
                 calls = [c for c in self._calls_by_name().get(func.name, ())
                          if c.func.__class__ is ast.Attribute and c.func.value.__class__ is ast.Name

@@ -161,6 +161,11 @@ with transposes, batched weights or einsum equations need a person to decide.
                 what = (f"`{b.operand}` (a submodule's weight: a tied output head when it is an embedding's) is multiplied through `{b.how}`"
                         if b.operand.endswith(".weight") else f"`{b.operand}` is used through `{b.how}`")
                 fix = "use an `nn.Linear` head and tie its `.weight` to the embedding, or keep it bf16 on purpose (AMP704)"
+            elif b.inherited:
+                what = (f"`{b.operand}` (this `nn.Linear` subclass's own weight) is used through `{b.how}` in an "
+                        f"overridden forward")
+                fix = ("a swap to an fp8 Linear either skips this class or replaces it and drops this forward (the "
+                       "LoRA path): convert the inner GEMM on purpose or keep the layer bf16")
             else:
                 what = f"`{b.operand}` is used through `{b.how}` in forward"
                 fix = ("this is a plain linear: make it an `nn.Linear` submodule" if b.plain_linear

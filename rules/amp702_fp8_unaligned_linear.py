@@ -21,8 +21,10 @@ class Fp8UnalignedLinear(Rule):
     docs = """
 ## What it does
 With `--target fp8`, flags `nn.Linear` layers whose `in_features` or `out_features` (as the
-semantic core resolves them: literals, constants, config defaults, `4 * n_embd`) is not a
-multiple of 16. The message says what the layer is worth at the model's size: its share
+semantic core resolves them, the same values AMP201 follows: literals, constants, config
+defaults, `4 * n_embd`, the values call sites pass, also through `**kwargs` dicts) is not a
+multiple of 16. One unaligned value is enough (a LoRA `nn.Linear(in_features, r)` with
+`r = 8` from the config, whatever `in_features` is). The message says what the layer is worth at the model's size: its share
 of the file's Linear FLOPs, and what fp8 would have gained on it, padded, at 8192 tokens
 per step (the measured H200 speedup of the nearest shape, `bench/fp8_gemm.py`).
 
@@ -105,13 +107,19 @@ the number is written once.
         recipe = setup.recipe
         for site in survey.linears:
             k, n = site.in_features, site.out_features
-            if k is None or n is None:
-                continue
-            bad = [(label, size) for label, size in (("in_features", k), ("out_features", n)) if size % ALIGNMENT]
+            # every value a size takes (call sites, configs): one unaligned value is enough
+            bad = [(label, size) for label, sizes in (("in_features", site.in_sizes), ("out_features", site.out_sizes))
+                   for size in sizes if size % ALIGNMENT][:4]
             if not bad:
                 continue
             sizes = ", ".join(f"{label} {size}" for label, size in bad)
             verb = "is" if len(bad) == 1 else "are"
+            if k is None or n is None:  # the other size (or which value) is not known here: no cost estimate
+                message = (f"{site_label(site)}: {sizes} {verb} not a multiple of {ALIGNMENT}: the layer stays bf16 "
+                           f"under fp8 training (torch._scaled_mm needs multiples of {ALIGNMENT}; a filter must skip "
+                           f"it) [{setup.label()}]")
+                ctx.report(self, site.call, message)
+                continue
             pk, pn = next_multiple(k, ALIGNMENT), next_multiple(n, ALIGNMENT)
             shape, speedup = nearest_speedup(DEFAULT_TOKENS, pk, pn, recipe)
             measured = f"the nearest measured shape, {shape[0]}x{shape[1]}x{shape[2]}, ran {speedup:.2f}x in {recipe} fp8 on an H200"

@@ -19,8 +19,8 @@ class Fp8SmallGemm(Rule):
     markers = ("Linear",)
     docs = """
 ## What it does
-With `--target fp8`, flags `nn.Linear` layers (sizes multiples of 16: others are AMP702)
-whose GEMM at 8192 tokens per step (M; the linter cannot see the batch, `amplint fp8-plan
+With `--target fp8`, flags `nn.Linear` layers (aligned or not: an unaligned one, AMP702's,
+would not gain even padded) whose GEMM at 8192 tokens per step (M; the linter cannot see the batch, `amplint fp8-plan
 --tokens N` can) is below the measured break-even of the project's torchao recipe
 (tensorwise unless the project names `rowwise`). Output heads and input projections are
 AMP704's. Not reported when the project trains with TransformerEngine (its own kernels:
@@ -118,8 +118,24 @@ the layer.
         be = BREAK_EVEN[recipe]
         m = DEFAULT_TOKENS
         for site in ctx.get(Fp8Survey).linears:
+            if site.role:
+                continue
             k, n = site.in_features, site.out_features
-            if k is None or n is None or k % ALIGNMENT or n % ALIGNMENT or site.role or be.gains(m, k, n):
+            if k is None or n is None:
+                # one side known: below the break-even's smallest side whatever the other is
+                # (a LoRA rank of 8), judged at its largest value
+                known = [(label, max(sizes)) for label, sizes in (("in_features", site.in_sizes), ("out_features", site.out_sizes)) if sizes]
+                narrow = [(label, size) for label, size in known if size < be.min_side]
+                if not narrow:
+                    continue
+                label, size = narrow[0]
+                message = (f"{site_label(site)}: {label} {size} is below the measured {recipe} break-even's smallest "
+                           f"side ({be.min_side}; no measured shape with K or N of 512 gained at any M): fp8 makes it "
+                           f"slower whatever the other size is; keep it bf16 in the module_filter_fn (`amplint fp8-plan` "
+                           f"writes one) [{setup.label()}]")
+                ctx.report(self, site.call, message)
+                continue
+            if be.gains(m, k, n):
                 continue
             shape, speedup = nearest_speedup(m, k, n, recipe)
             mkn = m * k * n

@@ -93,3 +93,52 @@ def test_layer_sizes_accessor_gives_every_value_with_its_site():
     sizes = ctx.get(LayerSizes).of(conv)
     assert sorted({v.value for v in sizes["in_channels"]}) == [24, 116, 176, 232, 352]
     assert all(v.origin and v.origin[-1].line == 4 for v in sizes["in_channels"])
+
+
+def test_a_small_width_is_reported_when_it_is_a_hidden_width(found):
+    lines = sorted(k[1] for k in found if k[0] == "hidden_small.py")
+    # conv1 writes 10 and conv2 reads it; 3 colour channels, the 2/4 heads, 10 landmarks: the data's
+    assert lines == [10, 11]
+    assert "out_channels is 10" in found[("hidden_small.py", 10)]["message"]
+
+
+def test_a_layer_class_bound_to_a_name_is_a_layer(found):
+    assert "`RNN` (an `nn.LSTM`) hidden_size is 300" in found[("layer_alias.py", 9)]["message"]
+
+
+def test_a_width_no_value_of_its_inputs_can_align_is_reported(found):
+    assert sorted(k[1] for k in found if k[0] == "odd_width.py") == [11, 13]
+    assert "odd for every value of its inputs" in found[("odd_width.py", 11)]["message"]
+    assert "never a multiple of 8" in found[("odd_width.py", 13)]["message"]
+
+
+def test_fp8_rules_read_sizes_through_the_semantic_core(amplint):
+    """A LoRA rank reaches nn.Linear through a config default and a **kwargs dict at the
+    call site (peft): AMP702/AMP703 see it as AMP201 would; AMP701 sees an nn.Linear
+    subclass's own weight through F.linear, and no weight-times-weight merge."""
+    proc = amplint("check", "fixtures/fp8/lora.py", "--target", "fp8", "--select", "AMP701,AMP702,AMP703,AMP704",
+                   "--format", "json", "--no-cache")
+    found = sorted((f["line"], f["code"]) for f in json.loads(proc.stdout))
+    # ... and a class wrapping one nn.Linear, bound as the LM head, is the head (AMP704)
+    assert found == [(25, "AMP702"), (25, "AMP703"), (26, "AMP702"), (26, "AMP703"), (33, "AMP701"),
+                     (57, "AMP704")], found
+    messages = {(f["line"], f["code"]): f["message"] for f in json.loads(proc.stdout)}
+    assert "out_features 8 is not a multiple of 16" in messages[(25, "AMP702")]
+
+
+def test_width_lists_per_branch_and_library_layers(found):
+    finding = found[("branch_widths.py", 10)]
+    assert "out_channels is 116" in finding["message"]
+    assert ("branch_widths.py", 19) in _related(finding)  # channels = [116, 232, 464]
+    assert "`ConvModule` (an `nn.Conv2d`) out_channels is 100" in found[("library_layer.py", 9)]["message"]
+
+
+def test_a_layer_never_built_and_a_branch_off_by_default_are_quiet(found):
+    assert not [k for k in found if k[0] == "clean/not_built.py"]
+
+
+def test_an_aligned_default_a_call_site_overrides_and_a_width_through_two_helpers(found):
+    assert sorted(k[1] for k in found if k[0] == "helper_chain.py") == [23]
+    finding = found[("helper_chain.py", 23)]
+    assert "out_channels is 11" in finding["message"]
+    assert ("helper_chain.py", 30) in _related(finding)  # Stem(width=11)

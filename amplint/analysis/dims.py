@@ -94,12 +94,15 @@ DATA_NAME_PARTS = ("class", "label")
 CHECKPOINT_MARKERS = ("from_pretrained", "PreTrainedModel", "load_pretrained")
 #: text in a file that may define or use a layer size
 LAYER_MARKERS = ("Linear", "Conv", "Embedding", "LSTM", "GRU", "RNN", "Attention", "Transformer", "Parameter")
-#: output widths below this are heads (classes, regression targets): too narrow for the
-#: alignment to matter, and a hidden width that small is caught as the next layer's input
+#: output widths below this are usually heads (classes, regression targets, box
+#: coordinates): reported only when another layer of the module reads them (a hidden width)
 SMALL_HEAD = 64
-#: sizes below this are input features, latent codes, pixel rows, tiny toy widths: the
-#: data's, not the design's, and too small for the alignment to cost measurable time
+#: sizes below this are usually the data's (input features, colour channels, pixel rows, a
+#: latent code): reported only when they are a hidden width of the module -- one layer's
+#: output and another's input (MTCNN's 10- and 28-channel convs, NASNet-mobile's 44)
 MIN_SIZE = 32
+#: sizes below this are never reported: scalar outputs, binary heads, token types
+TINY_SIZE = 3
 #: an embedding's row count is a GEMM size only for a vocabulary (tied to the output layer)
 VOCAB_NAME_PARTS = ("vocab", "token", "word", "char")
 

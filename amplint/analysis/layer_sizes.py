@@ -20,6 +20,7 @@ from typing import Optional
 from ..evaluate import Value
 from ..rule import Related
 from ..semantic.facts import LayerParameters
+from ..semantic.layers import torch_layer
 from ..semantic.sizes import SizeValues
 from .calls import argument
 from .dims import (
@@ -28,12 +29,11 @@ from .dims import (
     MIN_SIZE,
     SMALL_HEAD,
     VOCAB_NAME_PARTS,
+    TINY_SIZE,
     Root,
     as_size,
     data_named,
     find_root,
-    is_torch_layer,
-    layer_name,
     lcm,
     next_multiple,
     parameter_shape,
@@ -44,6 +44,46 @@ from .dims import (
 _NOTE_NAME = re.compile(r"`(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)`")
 _PARAMETER_QUALNAMES = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 _GEMM_ATTRS = frozenset(name.rsplit(".", 1)[1] for name in GEMM_FUNCTIONS)
+#: a dimension's role -> the side of the layer it is on ("both": a hidden size, an embedding width)
+_SIDES = {"in": "in", "in_channels": "in", "out": "out"}
+#: related locations one finding lists when a size takes several values
+_MAX_RELATED = 12
+
+
+_JUMPS = (ast.Raise, ast.Return, ast.Continue, ast.Break)
+
+
+def _unreachable(ctx, node: ast.AST, memo: dict) -> bool:
+    """Whether ``node`` sits after a ``raise`` / ``return`` of its block (code left in
+    place but never run: parlai's ``raise AssertionError("This code should not
+    execute")`` followed by the layer it used to build).  ``memo``: block -> (first jump's
+    line, for the file), so that each block is scanned once."""
+    child = node
+    for anc in ctx.ancestors(node):
+        if isinstance(child, ast.stmt):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(anc, field, None)
+                if not isinstance(block, list) or not block:
+                    continue
+                key = id(block)
+                if key not in memo:
+                    memo[key] = next((s.lineno for s in block if isinstance(s, _JUMPS)), None)
+                jump = memo[key]
+                if jump is not None and child.lineno > jump and block[0].lineno <= child.lineno <= block[-1].end_lineno:
+                    return True
+        if anc.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module):
+            return False
+        child = anc
+    return False
+
+
+def _scope(ctx, node: ast.AST):
+    """The module a layer belongs to: its class, else its function, else the file."""
+    cls = ctx.enclosing_class(node)
+    if cls is not None:
+        return id(cls)
+    func = ctx.enclosing_function(node)
+    return id(func) if func is not None else None
 
 
 @dataclasses.dataclass
@@ -59,6 +99,14 @@ class UnalignedSize:
     #: found by following every value the size takes (no edit offered): how many distinct
     #: values there are, 0 when the evaluator folded it to one
     choice: int = 0
+    #: below the small-size floor: reported only when it is a hidden width of its module
+    #: (another layer there reads it as an input or writes it as an output)
+    small: bool = False
+    #: the side of the layer the size is on: "in", "out" or "both" (a hidden size)
+    side: str = "both"
+    #: no value is known, but none of the values its inputs can take aligns it: why
+    #: (``size`` is 0 then)
+    never: str = ""
 
 
 def _names_in(expr: ast.AST) -> list[str]:
@@ -125,15 +173,22 @@ class LayerSurvey:
         self.matmuls: list[ast.BinOp] = []
         #: literal values also written elsewhere in the file (no fix for them)
         self.scattered: set = set()
+        #: (scope, side) -> {size: ids of the layer calls that have it}: every size seen,
+        #: aligned or not, to tell a small hidden width from a data-bound input or a head
+        self.widths: dict = collections.defaultdict(lambda: collections.defaultdict(set))
+        #: block -> line of its first raise/return (code after it is never run)
+        self._jumps: dict = {}
 
     def add_call(self, node: ast.Call, ctx) -> None:
-        name = layer_name(node)
+        name = torch_layer(ctx, node)
         if name is not None:
-            if is_torch_layer(ctx, node, name):
+            if not _unreachable(ctx, node, self._jumps):
                 self._layer(node, name, ctx)
             return
         func = node.func
         attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if func.__class__ is ast.Name:
+            self._local_helper_call(node, attr, ctx)
         if ctx.project is not None and attr is not None:
             self._helper_call(node, attr, ctx)
         if attr == "Parameter":
@@ -201,11 +256,40 @@ class LayerSurvey:
         for dim in dims:
             expr = argument(call, dim.keyword, dim.index)
             if expr is not None:
-                size = self._unaligned(expr, ctx, dim.keyword, dim.role)
+                size = self._unaligned(expr, ctx, dim.keyword, dim.role, call)
                 if size is not None:
                     sizes.append(size)
         if sizes:
-            self.pending.append((call, f"`nn.{name}`", sizes))
+            func = call.func
+            plain = (func.attr if func.__class__ is ast.Attribute else getattr(func, "id", None)) == name
+            label = f"`nn.{name}`" if plain else f"`{ast.unparse(func)}` (an `nn.{name}`)"
+            self.pending.append((call, label, sizes))
+
+    def _record(self, ctx, call: ast.AST, role: str, values) -> None:
+        """Remember the sizes a layer (or a helper that builds one) has on each side."""
+        scope = _scope(ctx, call)
+        side = _SIDES.get(role, "both")
+        for v in values:
+            size = as_size(v.value)
+            if size is not None:
+                self.widths[(scope, side)][size].add(id(call))
+
+    def _local_helper_call(self, call: ast.Call, name: str, ctx) -> None:
+        """A call of this file's function or class whose parameters reach a layer size
+        (``BranchSeparables(self.num_filters, self.num_filters, 5)``): its sizes are widths
+        of the calling module, for telling hidden widths from inputs and heads."""
+        entries = ctx.get(LayerParameters).by_name.get(name)
+        if not entries:
+            return
+        values = ctx.get(SizeValues)
+        for position, pname, factor, _, _, _, role in entries:
+            expr = next((kw.value for kw in call.keywords if kw.arg == pname), None)
+            if expr is None and position is not None and position < len(call.args):
+                if not any(a.__class__ is ast.Starred for a in call.args[: position + 1]):
+                    expr = call.args[position]
+            if expr is not None:
+                found = values.values(expr)
+                self._record(ctx, call, role, [Value(v.value * factor) for v in found])
 
     def _helper_call(self, call: ast.Call, name: str, ctx) -> None:
         """A call of another file's function or class whose parameters reach a layer
@@ -236,7 +320,9 @@ class LayerSurvey:
             if expr is None:
                 continue
             layer_at = Related(path, line, column, f"`{pname}` reaches `{layer}` {arg} here")
-            for value in ctx.get(SizeValues).values(expr):
+            found = ctx.get(SizeValues).values(expr)
+            self._record(ctx, call, role, [Value(v.value * factor) for v in found])
+            for value in found:
                 scaled = Value(value.value * factor, value.origin + (layer_at,), value.literal if factor == 1 else None)
                 size = self._judge(expr, ctx, f"{arg} of `{layer}`", role, scaled, (pname,))
                 if size is not None:
@@ -261,9 +347,21 @@ class LayerSurvey:
         cls = ctx.enclosing_class(call)
         self.params.append((call, attr, cls.name if cls else None, shape))
 
-    def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "") -> Optional[UnalignedSize]:
+    def _unaligned(self, expr: ast.AST, ctx, label: str, role: str = "", call: Optional[ast.AST] = None) -> Optional[UnalignedSize]:
         value = ctx.evaluate(expr)
+        if value is not None and expr.__class__ in (ast.Name, ast.Attribute):
+            # a parameter's default, as the call sites in this file bind it: what they
+            # pass, the default only where one leaves it out
+            # (an unaligned default is judged as before, with its fix: the sites may be examples)
+            passed = ctx.get(SizeValues).defaulted_parameter(expr, value)
+            if passed is not None and self._judge(expr, ctx, label, role, value) is None and any(
+                    v is not value and self._judge(expr, ctx, label, role, v) is not None for v in passed):
+                return self._candidates(expr, ctx, label, role, call, passed)
+            if passed is not None and call is not None:
+                self._record(ctx, call, role, passed)
         if value is not None:
+            if call is not None:
+                self._record(ctx, call, role, (value,))
             found = self._judge(expr, ctx, label, role, value)
             if found is None:
                 return None
@@ -272,15 +370,37 @@ class LayerSurvey:
             if passed and all(self._aligned(v) for v in passed):
                 return None
             return found
-        else:
-            candidates = ctx.get(SizeValues).values(expr, folded=True)
+        candidates = ctx.get(SizeValues).values(expr, folded=True)
+        if not candidates:
+            return self._never_aligned(expr, ctx, label, role)
+        return self._candidates(expr, ctx, label, role, call, candidates)
+
+    def _candidates(self, expr, ctx, label: str, role: str, call, candidates: list) -> Optional[UnalignedSize]:
+        if call is not None:
+            self._record(ctx, call, role, candidates)
         distinct = len({c.value for c in candidates})
-        for candidate in candidates:
-            found = self._judge(expr, ctx, label, role, candidate)
-            if found is not None:
-                # where to pad (one of several values, another file's option) is the author's call
-                return dataclasses.replace(found, root=None, choice=distinct)
-        return None
+        found = [f for f in (self._judge(expr, ctx, label, role, c) for c in candidates) if f is not None]
+        if not found:
+            return None
+        found.sort(key=lambda f: f.small)  # a size above the floor first: it needs no hidden-width test
+        # every unaligned value's trail (each call site that passes one): where to pad (one
+        # of several values, another file's option) is the author's call
+        origin = tuple(dict.fromkeys(r for f in found for r in f.origin))[:_MAX_RELATED]
+        return dataclasses.replace(found[0], root=None, choice=distinct, origin=origin)
+
+    def _never_aligned(self, expr: ast.AST, ctx, label: str, role: str) -> Optional[UnalignedSize]:
+        """A size of unknown inputs that no value of them can align (``2 * dim + 1``)."""
+        if expr.__class__ is ast.Constant or role == "vocab" or (role in ("in", "in_channels") and _pixels_in(expr)):
+            return None
+        residues = ctx.get(SizeValues).residues(expr, self.alignment)
+        if 0 in residues or data_named(_names_in(expr)):
+            return None
+        if all(r % 2 for r in residues):
+            how = "odd for every value of its inputs"
+        else:
+            how = f"{' or '.join(map(str, sorted(residues)))} modulo {self.alignment} for every value of its inputs"
+        return UnalignedSize(label, 0, None, (), side=_SIDES.get(role, "both"),
+                             never=f"`{ast.unparse(expr)}` is {how}")
 
     def _aligned(self, value) -> bool:
         size = as_size(value.value)
@@ -288,10 +408,11 @@ class LayerSurvey:
 
     def _judge(self, expr: ast.AST, ctx, label: str, role: str, value, extra_names=()) -> Optional[UnalignedSize]:
         size = as_size(value.value)
-        if size is None or size % self.alignment == 0 or size < max(self.floor, MIN_SIZE):
+        if size is None or size % self.alignment == 0 or size < TINY_SIZE:
             return None
-        if role == "out" and size < SMALL_HEAD:
-            return None  # a head (classes, targets); a hidden width shows up as the next layer's input
+        # below the floor (or a narrow output): an input feature count, colour channels, a
+        # head of classes or targets -- unless finish() sees it is a hidden width
+        small = size < max(self.floor, MIN_SIZE) or (role == "out" and size < SMALL_HEAD)
         if role in ("in", "in_channels") and _pixels_in(expr):
             return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
         root = find_root(ctx, expr)
@@ -306,7 +427,19 @@ class LayerSurvey:
             return None  # a lookup table (positions, relative-position bias): its row count is no GEMM size
         if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
             root = None  # the evaluator and the root disagree: do not guess an edit
-        return UnalignedSize(label, size, root, value.origin)
+        return UnalignedSize(label, size, root, value.origin, small=small, side=_SIDES.get(role, "both"))
+
+    def _hidden(self, ctx, call: ast.AST, size: UnalignedSize) -> bool:
+        """Whether another layer of the same module reads ``size`` as an input (for an
+        output) or writes it as an output (for an input): a hidden width, the design's."""
+        scope = _scope(ctx, call)
+        sides = {"in": ("out", "both"), "out": ("in", "both")}.get(size.side, ("in", "out", "both"))
+        me = id(call)
+        for side in sides:
+            ids = self.widths.get((scope, side), {}).get(size.size, ())
+            if any(i != me for i in ids):
+                return True
+        return False
 
     def padded(self, root: Root, extra_divisors=()) -> int:
         step = lcm(self.alignment, *self.divisors.get(root.key, ()), *extra_divisors)
@@ -339,7 +472,25 @@ class LayerSurvey:
             sizes = [s for s in (self._unaligned(e, ctx, f"dim {i}") for i, e in enumerate(shape)) if s is not None]
             if sizes:
                 self.pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
+        kept = []
+        for call, label, sizes in self.pending:
+            sizes = [s for s in sizes if not s.small or self._hidden(ctx, call, s)]
+            if sizes:
+                kept.append((call, label, sizes))
+        self.pending = kept
         if self.pending:
             self.collect_splits(ctx)
         self.scattered = self._scattered_literals(ctx)
         return self.pending
+
+
+def sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:
+    """How a message states a layer's unaligned sizes and what each pads to."""
+    if len(sizes) == 1:
+        s = sizes[0]
+        if s.never:
+            return f"{s.label} {s.never}: never a multiple of {alignment}"
+        return f"{s.label} is {s.size}, not a multiple of {alignment}: pad to {next_multiple(s.size, alignment)}"
+    parts = ", ".join(f"{s.label} {s.never}" if s.never else f"{s.label} {s.size} (pad to {next_multiple(s.size, alignment)})"
+                      for s in sizes)
+    return f"sizes not multiples of {alignment}: {parts}"

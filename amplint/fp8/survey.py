@@ -3,8 +3,9 @@ its ``nn.Linear`` layers with their sizes, the parameters its forward uses throu
 ``F.linear`` / ``matmul`` / ``@`` (which module swapping never converts), and which
 layers are output heads or input projections.
 
-Sizes come from the semantic core's value resolution (``ctx.evaluate``, the same one
-AMP201 uses): :func:`_size` is the one place this module asks it, so a better resolver
+Sizes come from the semantic core (``ctx.get(LayerSizes).of(call)``, the values AMP201
+follows: literals, constants, config defaults, call sites, ``**kwargs`` dicts, width
+lists): :func:`_sizes` is the one place this module asks it, so a better resolver
 changes every AMP7xx rule at once.  Never imports torch.
 """
 from __future__ import annotations
@@ -14,7 +15,10 @@ import dataclasses
 from typing import Optional
 
 from ..analysis.calls import argument
-from ..analysis.dims import as_size, is_torch_layer, layer_name
+from ..analysis.dims import as_size, layer_name
+from ..semantic.layers import torch_layer
+from ..semantic.facts import LayerParameters
+from ..semantic.sizes import LayerSizes, SizeValues
 
 #: attribute names of an output projection (the logits): torchao's example filters
 #: ``fqn == "output"`` (torchtitan's Llama), Hugging Face and nanoGPT say ``lm_head``
@@ -25,6 +29,8 @@ FIRST_PARTS = ("embed", "input_proj", "in_proj", "proj_in", "stem", "patch")
 _GEMM_CALLS = {"torch.nn.functional.linear": (1,), "torch.matmul": (0, 1), "torch.mm": (0, 1), "torch.bmm": (0, 1),
                "torch.addmm": (1, 2), "torch.einsum": None}
 _PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+#: calls whose first argument is not the tensor they return a view of
+_NOT_VIEWS = frozenset({"len", "getattr", "isinstance", "print", "range", "zip", "dict", "list", "tuple"})
 
 
 @dataclasses.dataclass
@@ -41,6 +47,10 @@ class LinearSite:
     #: "head" / "first" / None
     role: Optional[str] = None
     role_reason: str = ""
+    #: every value each size takes (the call sites, options and configs that reach it);
+    #: ``in_features`` / ``out_features`` are set when there is exactly one
+    in_sizes: tuple[int, ...] = ()
+    out_sizes: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -56,13 +66,14 @@ class Bypass:
     plain_linear: bool
     #: the operand is a submodule's weight (``self.wte.weight``): a tied head
     submodule_weight: bool
+    #: ``self.weight`` of an ``nn.Linear`` subclass whose forward calls ``F.linear`` itself
+    #: (LoRA layers): a swap to an fp8 Linear either skips it or drops that forward
+    inherited: bool = False
 
 
-def _size(ctx, expr: Optional[ast.AST]) -> Optional[int]:
-    if expr is None:
-        return None
-    value = ctx.evaluate(expr)
-    return as_size(value.value) if value is not None else None
+def _sizes(values) -> tuple[int, ...]:
+    """The distinct positive integer sizes among a layer argument's values."""
+    return tuple(sorted({s for s in (as_size(v.value) for v in values) if s is not None and s > 0}))
 
 
 def _bound_name(ctx, call: ast.Call) -> Optional[str]:
@@ -86,6 +97,8 @@ def _self_operand(expr: ast.AST) -> Optional[str]:
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
                 "t", "transpose", "to", "type_as", "half", "float", "bfloat16", "contiguous", "permute"):
             expr = expr.func.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.args and expr.func.id not in _NOT_VIEWS:
+            expr = expr.args[0]  # a helper that transposes the weight: transpose(self.weight, fan_in_fan_out), T(w)
         elif isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT"):
             expr = expr.value
         else:
@@ -111,11 +124,15 @@ class Fp8Survey:
 
     def _build(self, ctx) -> None:
         for node in ctx.calls:
-            name = layer_name(node)
-            if name == "Linear" and is_torch_layer(ctx, node, name):
+            if layer_name(node) == "Linear" and torch_layer(ctx, node) == "Linear":
                 in_expr, out_expr = argument(node, "in_features", 0), argument(node, "out_features", 1)
-                self.linears.append(LinearSite(node, _bound_name(ctx, node), _size(ctx, in_expr), _size(ctx, out_expr),
-                                               in_expr, out_expr))
+                found = ctx.get(LayerSizes).of(node)
+                ins, outs = _sizes(found.get("in_features", ())), _sizes(found.get("out_features", ()))
+                self.linears.append(LinearSite(node, _bound_name(ctx, node), ins[0] if len(ins) == 1 else None,
+                                               outs[0] if len(outs) == 1 else None, in_expr, out_expr,
+                                               in_sizes=ins, out_sizes=outs))
+            elif node.func.__class__ is ast.Name and node.func.id in ctx.get(LayerParameters).by_name:
+                self._wrapper_site(ctx, node)
             elif ctx.qualname(node.func) in _PARAMETER:
                 stmt = ctx.parent(node)
                 if isinstance(stmt, ast.Assign) and stmt.value is node and isinstance(stmt.targets[0], ast.Attribute):
@@ -131,6 +148,30 @@ class Fp8Survey:
                     self.tied[b] = a
         self._roles()
         self._bypasses(ctx)
+
+    def _wrapper_site(self, ctx, call: ast.Call) -> None:
+        """A call of this file's class that wraps one ``nn.Linear`` with its own in and out
+        sizes (litgpt's ``LoRALinear(config.n_embd, config.padded_vocab_size)``): a Linear
+        site too, named where it is bound (``self.lm_head``), sized by the call's arguments."""
+        entries = [e for e in ctx.get(LayerParameters).by_name[call.func.id] if e[4] == "nn.Linear" and e[2] == 1]
+        layers = {id(e[3]) for e in entries}
+        if len(layers) != 1:
+            return
+        exprs = {}
+        for position, pname, _, _, _, arg, _ in entries:
+            expr = next((kw.value for kw in call.keywords if kw.arg == pname), None)
+            if expr is None and position is not None and position < len(call.args):
+                if any(a.__class__ is ast.Starred for a in call.args[: position + 1]):
+                    return
+                expr = call.args[position]
+            exprs[arg] = expr
+        if set(exprs) != {"in_features", "out_features"}:
+            return
+        values = ctx.get(SizeValues)
+        ins, outs = (_sizes(values.values(exprs[a])) if exprs[a] is not None else () for a in ("in_features", "out_features"))
+        self.linears.append(LinearSite(call, _bound_name(ctx, call), ins[0] if len(ins) == 1 else None,
+                                       outs[0] if len(outs) == 1 else None, exprs["in_features"], exprs["out_features"],
+                                       in_sizes=ins, out_sizes=outs))
 
     def _roles(self) -> None:
         for site in self.linears:
@@ -162,19 +203,27 @@ class Fp8Survey:
         for node, how, operands in candidates:
             if not ctx.in_forward(node):
                 continue
+            texts = [_self_operand(o) for o in operands]
+            if len(operands) > 1 and all(texts):
+                continue  # weight times weight (lora_B.weight @ lora_A.weight): a merge, no activation
             cls = ctx.enclosing_class(node)
-            for operand in operands:
-                text = _self_operand(operand)
+            for operand, text in zip(operands, texts):
                 if text is None:
                     continue
                 parts = text.split(".")[1:]
                 param = self.parameters.get((cls.name if cls else None, parts[0])) if len(parts) == 1 else None
                 submodule = len(parts) == 2 and parts[1] == "weight"
-                if param is None and not submodule:
+                inherited = param is None and parts == ["weight"] and how == "F.linear" and _linear_subclass(ctx, cls)
+                if param is None and not submodule and not inherited:
                     continue  # a buffer, a tensor attribute, a cached mask: not a trained weight we know of
                 plain = how == "F.linear" and param is not None and operand is (node.args[1] if len(node.args) > 1 else operand)
-                self.bypasses.append(Bypass(node, how, text, param, plain, submodule))
+                self.bypasses.append(Bypass(node, how, text, param, plain, submodule, inherited))
                 break
+
+
+def _linear_subclass(ctx, cls: Optional[ast.ClassDef]) -> bool:
+    """Whether ``cls`` subclasses ``nn.Linear`` (its ``self.weight`` is the Linear's)."""
+    return cls is not None and any(ctx.qualname(b) == "torch.nn.Linear" for b in cls.bases)
 
 
 def site_label(site: LinearSite) -> str:

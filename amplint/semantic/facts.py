@@ -76,7 +76,7 @@ class ArgparseDefaults:
         for dest, (default, call) in ctx.get(cls).by_dest.items():
             value = _number(ctx, default)
             if value is not None:
-                out[dest] = [value, *_position(ctx, call)]
+                out[dest] = [value, *_position(ctx, default)]  # where the number is written
         return {"by_name": out} if out else None
 
 
@@ -237,6 +237,47 @@ class LayerParameters:
                 self.by_name.setdefault(name, []).append(
                     (position, pname, factor, node, f"nn.{lname}", dim.keyword, dim.role)
                 )
+        self._through_helpers(ctx)
+
+    def _through_helpers(self, ctx) -> None:
+        """A parameter passed on to another of this file's helpers that reaches a layer
+        (NASNet's ``BranchSeparables(in, out)`` building ``SeparableConv2d(in, out)``
+        building ``nn.Conv2d``) reaches that layer too: a few rounds, each one linear."""
+        have = {name: {(e[1], e[3], e[5]) for e in entries} for name, entries in self.by_name.items()}
+        for _ in range(3):
+            added = False
+            for node in ctx.calls:
+                f = node.func
+                inner = self.by_name.get(f.id) if f.__class__ is ast.Name else None
+                if not inner:
+                    continue
+                func = ctx.enclosing_function(node)
+                owner = ctx.parent(func) if func is not None else None
+                if owner.__class__ is ast.Module:
+                    name, offset = func.name, 0
+                elif owner.__class__ is ast.ClassDef and func.name == "__init__" and ctx.parent(owner).__class__ is ast.Module:
+                    name, offset = owner.name, 1
+                else:
+                    continue
+                if name == f.id:
+                    continue
+                positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+                seen = have.setdefault(name, set())
+                for position, pname, factor, layer, label, arg, role in list(inner)[:64]:
+                    expr = next((kw.value for kw in node.keywords if kw.arg == pname), None)
+                    if expr is None and position is not None and position < len(node.args):
+                        if any(a.__class__ is ast.Starred for a in node.args[: position + 1]):
+                            continue
+                        expr = node.args[position]
+                    hit = _parameter_factor(expr, func)
+                    if hit is None or (hit[0], layer, arg) in seen:
+                        continue
+                    outer = positional.index(hit[0]) if hit[0] in positional else None
+                    self.by_name.setdefault(name, []).append((outer, hit[0], factor * hit[1], layer, label, arg, role))
+                    seen.add((hit[0], layer, arg))
+                    added = True
+            if not added:
+                return
 
     @classmethod
     def collect(cls, ctx) -> Optional[dict]:

@@ -34,6 +34,7 @@ _MAX_DEPTH = 10
 _MAX_VALUES = 24
 #: ``args.hidden``: the names an argparse namespace goes by
 ARGS_NAMES = frozenset({"args", "arg", "opt", "opts", "options", "flags", "FLAGS", "hparams", "hp", "params", "cfg", "config", "conf", "argv"})
+_RESIDUE_OPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
 _DEFAULT_NOTE = re.compile(r"^default of `(\w+)\.(\w+)`")
 
 
@@ -52,6 +53,8 @@ class SizeValues:
         self.ctx = ctx
         self.evaluator = ctx.evaluator
         self._active: set = set()
+        #: (function, parameter) -> its call sites' values (None: the default), or None
+        self._defaulted: dict = {}
 
     # --- entry -------------------------------------------------------------------------
 
@@ -62,6 +65,10 @@ class SizeValues:
             return []
         one = None if folded else self.evaluator.evaluate(expr)
         if one is not None:
+            if expr.__class__ in (ast.Name, ast.Attribute):
+                passed = self.defaulted_parameter(expr, one, depth)
+                if passed is not None:
+                    return passed[:_MAX_VALUES]
             return [one]
         try:
             return self._values(expr, depth)[:_MAX_VALUES]
@@ -84,6 +91,9 @@ class SizeValues:
         if kind is ast.Attribute:
             return self._attribute(expr, depth)
         if kind is ast.IfExp:
+            taken = self._default_branch(expr)
+            if taken is not None:
+                return self.values(taken, depth + 1)
             return self.values(expr.body, depth + 1) + self.values(expr.orelse, depth + 1)
         if kind is ast.BinOp and expr.op.__class__ in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
             left, right = self.values(expr.left, depth + 1), self.values(expr.right, depth + 1)
@@ -96,6 +106,59 @@ class SizeValues:
         if kind is ast.Call and expr.func.__class__ is ast.Name and expr.func.id == "int" and len(expr.args) == 1:
             return [Value(int(v.value), v.origin) for v in self.values(expr.args[0], depth + 1)]
         return []
+
+    def _default_branch(self, expr: ast.IfExp) -> Optional[ast.AST]:
+        """``n + (1 if use_mlm else 0)`` where ``use_mlm`` is a parameter with a constant
+        default (``use_mlm=False``) that no call site in this file passes and nothing
+        rebinds: the branch the default takes.  None otherwise (both branches count)."""
+        test, negate = expr.test, False
+        if test.__class__ is ast.UnaryOp and test.op.__class__ is ast.Not:
+            test, negate = test.operand, True
+        if test.__class__ is not ast.Name:
+            return None
+        ctx = self.ctx
+        func = ctx.enclosing_function(expr)
+        if func is None or func.__class__ is ast.Lambda or ctx.bindings(func).get(test.id):
+            return None
+        param, default = parameter(func, test.id)
+        if param is None or default.__class__ is not ast.Constant:
+            return None
+        calls, offset = self.evaluator._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(test.id) if test.id in positional else None
+        if any(self.evaluator._argument_at(c, test.id, position, 0) is not None or
+               any(kw.arg is None for kw in c.keywords) for c in calls):
+            return None
+        return expr.body if bool(default.value) != negate else expr.orelse
+
+    def residues(self, expr: ast.AST, modulus: int, depth: int = 0) -> frozenset:
+        """The residues modulo ``modulus`` that integer ``expr`` can take, where some of
+        its inputs are unknown: ``2 * dim + 1`` is odd for every ``dim``, so never a
+        multiple of 8 (egnn's ``edge_input_dim``).  All residues when nothing is known."""
+        everything = frozenset(range(modulus))
+        if expr is None or depth > _MAX_DEPTH:
+            return everything
+        found = self.values(expr, depth)
+        if found:
+            if all(type(v.value) is int for v in found):
+                return frozenset(v.value % modulus for v in found)
+            return everything
+        kind = expr.__class__
+        if kind is ast.BinOp and expr.op.__class__ in _RESIDUE_OPS:
+            op = _RESIDUE_OPS[expr.op.__class__]
+            left = self.residues(expr.left, modulus, depth + 1)
+            if left == everything and op is not int.__mul__:
+                return everything
+            right = self.residues(expr.right, modulus, depth + 1)
+            return frozenset(op(a, b) % modulus for a in left for b in right)
+        if kind is ast.Name:
+            func = self.ctx.enclosing_function(expr)
+            if func is not None:
+                assigned = self.ctx.bindings(func).get(expr.id, ())
+                param, _ = parameter(func, expr.id)
+                if param is None and len(assigned) == 1 and assigned[0].__class__ is ast.Assign:
+                    return self.residues(assigned[0].value, modulus, depth + 1)
+        return everything
 
     # --- names -------------------------------------------------------------------------
 
@@ -165,6 +228,67 @@ class SizeValues:
             return None
         return None
 
+    def defaulted_parameter(self, name: ast.Name, default: Value, depth: int = 0) -> Optional[list[Value]]:
+        """A parameter with a default, as the call sites in this file bind it: the default
+        and the values they pass (peft's ``Linear(in_features, out_features, r=0)`` built
+        with ``**kwargs`` holding the config's ``r = 8``: 0 and 8).
+        None when ``name`` is no such parameter or no call site passes it.  ``self.x``
+        stored once in ``__init__`` from a parameter (``self.num_filters = num_filters``)
+        is that parameter."""
+        if name.__class__ is ast.Attribute:
+            name = self._stored_parameter(name)
+            if name is None:
+                return None
+        if name.__class__ is not ast.Name:
+            return None
+        func = self.ctx.enclosing_function(name)
+        if func is None or func.__class__ is ast.Lambda or self.ctx.bindings(func).get(name.id):
+            return None
+        param, expr = parameter(func, name.id)
+        if param is None or expr is None or param is func.args.vararg or param is func.args.kwarg:
+            return None
+        key = (id(func), name.id)
+        if key in self._defaulted:
+            found = self._defaulted[key]
+        else:
+            self._defaulted[key] = None  # a cycle through the call sites: the default alone
+            found = self._defaulted[key] = self._passed_or_default(func, name.id, depth)
+        if found is None:
+            return None
+        return [default if v is None else v for v in found]
+
+    def _stored_parameter(self, attr: ast.Attribute) -> Optional[ast.Name]:
+        if attr.value.__class__ is not ast.Name or attr.value.id != "self":
+            return None
+        ctx = self.ctx
+        cls = ctx.enclosing_class(attr)
+        init = ctx.method(cls, "__init__") if cls is not None else None
+        stores = ctx.self_assignments(init).get(attr.attr, ()) if init is not None else ()
+        if len(stores) != 1 or stores[0].value.__class__ is not ast.Name:
+            return None
+        return stores[0].value
+
+    def _passed_or_default(self, func: ast.AST, name: str, depth: int) -> Optional[list]:
+        evaluator = self.evaluator
+        calls, offset = evaluator._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        # the default stays one of the values: a call site that overrides it may be an
+        # example building a tiny model (word_language_model's RNNModel(ninp=24))
+        out, passed = [None], False
+        for call in calls[:12]:
+            arg = evaluator._argument_at(call, name, position, depth)
+            found = self.values(arg, depth + 1) if arg is not None else []
+            if not found:
+                out.append(None)  # left at the default (or passed as something not followed)
+                continue
+            passed = True
+            note = self.ctx.related(call, f"`{name}` is passed here")
+            out += [Value(v.value, v.origin + (note,), v.literal) for v in found]
+        if not passed:
+            return None
+        return list(dict.fromkeys(out))
+
     def _call_site_values(self, func: ast.AST, name: str, depth: int) -> list[Value]:
         key = (id(func), name)
         if key in self._active or func.__class__ is ast.Lambda:
@@ -206,7 +330,7 @@ class SizeValues:
             default, call = local
             value = self.evaluator.evaluate(default, None, 1)
             if value is not None:
-                return value.via(ctx.related(call, f"default of `--{dest}`"))
+                return value.via(ctx.related(default, f"default of `--{dest}`"))
             return None
         if ctx.project is None:
             return None
@@ -277,9 +401,19 @@ class SizeValues:
             assigned = ctx.bindings(func).get(name.id, ())
             param, default = parameter(func, name.id)
             if assigned:
-                if param is not None or len(assigned) != 1 or assigned[0].__class__ not in (ast.Assign, ast.AnnAssign):
+                if param is not None or any(a.__class__ not in (ast.Assign, ast.AnnAssign) for a in assigned):
                     return None
-                return self._sequence(assigned[0].value, depth + 1)
+                if len(assigned) == 1:
+                    return self._sequence(assigned[0].value, depth + 1)
+                # one width list per branch (`if widen_factor == 1.0: channels = [116, 232, 464]`):
+                # an index into it may pick an item of any of them
+                merged: list = []
+                for stmt in assigned[:8]:
+                    if stmt.value.__class__ not in (ast.List, ast.Tuple):
+                        return None
+                    merged += stmt.value.elts
+                origin = tuple(ctx.related(a, f"`{name.id}` is assigned here") for a in assigned[:8])
+                return _Seq(merged[:_MAX_VALUES], None, origin)
             if param is not None:
                 return self._sequence(default, depth + 1) if default is not None else None
             func = ctx.enclosing_function(func)
@@ -421,11 +555,12 @@ class LayerSizes:
         found = self._by_call.get(id(call))
         if found is None:
             from ..analysis.calls import argument
-            from ..analysis.dims import LAYERS, is_torch_layer, layer_name
+            from ..analysis.dims import LAYERS
+            from .layers import torch_layer
 
             found = {}
-            name = layer_name(call)
-            if name is not None and is_torch_layer(self.ctx, call, name):
+            name = torch_layer(self.ctx, call)
+            if name is not None:
                 values = self.ctx.get(SizeValues)
                 for dim in LAYERS[name][0]:
                     expr = argument(call, dim.keyword, dim.index)
