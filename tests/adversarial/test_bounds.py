@@ -1,0 +1,54 @@
+"""The adversarial report of 2026-12-01, resource bounds and the constant evaluator:
+stdin is linted in pieces like a large file (N26); huge powers are bounded, not computed
+(A7); long sums of constants are folded (A8)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+TIMEOUT = 120
+
+
+#: the real CLI with the large-file threshold and the piece size made small (as
+#: tests/test_robustness.py does), so that a test-sized input is cut into many pieces
+_SMALL_PIECES = (
+    "import sys\n"
+    "import amplint.engine as engine\n"
+    "engine.LARGE_FILE, engine.PIECE = int(sys.argv[1]), int(sys.argv[2])\n"
+    "from amplint.cli import main\n"
+    "sys.exit(main(sys.argv[3:]))\n"
+)
+
+
+def _peak_rss_kb(args, cwd, stdin_path, env):
+    """Run amplint with stdin from a file; its exit code, output and peak RSS (``wait4``:
+    this child's, not the test process's other children's)."""
+    with open(stdin_path, "rb") as stdin, open(cwd / "out.txt", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", _SMALL_PIECES, *args], cwd=cwd, stdin=stdin, stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, **env})
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            proc.returncode = 0  # reaped here; Popen must not wait again
+    return os.waitstatus_to_exitcode(status), (cwd / "out.txt").read_text(), usage.ru_maxrss
+
+
+def test_n26_stdin_over_the_large_file_size_is_linted_in_pieces(tmp_path):
+    """1.1 MB through ``--stdin-filename``, over the large-file size (made 300 KB here,
+    pieces of 220 KB, two workers): a quarter of it lists of names, whose syntax trees
+    take about 200 MB when the input is parsed whole and about 40 MB per piece, as a file
+    given by path is linted (the report: 6 MB through stdin took 1.4 GB)."""
+    pad = "#" + "p" * 990
+    model = ("class M(torch.nn.Module):\n    def forward(self, s, m):\n"
+             "        return torch.softmax(s.masked_fill(m, -1e9), -1)\n")
+    heavy = "X{i} = [" + "a," * 480 + "]\n"
+    rows = [model if i % 100 == 0 else heavy.format(i=i) if i % 4 == 0 else f"X{i} = {i}  {pad}\n"
+            for i in range(1100)]
+    (tmp_path / "big.py").write_text("import torch\n" + "".join(rows))
+    code, out, peak_kb = _peak_rss_kb(["300000", "220000", "check", "--no-cache", "-j", "2", "--format", "concise",
+                                       "--stdin-filename", "big.py"], tmp_path, tmp_path / "big.py",
+                                      {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert code == 1 and "Traceback" not in out
+    assert out.count("AMP101") == 11 and out.count("AMP301") == 11 and "Found 22 findings" in out, out
+    assert peak_kb < 120 * 1024, f"stdin linted whole: peak RSS {peak_kb // 1024} MB"
