@@ -52,3 +52,30 @@ def test_n26_stdin_over_the_large_file_size_is_linted_in_pieces(tmp_path):
     assert code == 1 and "Traceback" not in out
     assert out.count("AMP101") == 11 and out.count("AMP301") == 11 and "Found 22 findings" in out, out
     assert peak_kb < 120 * 1024, f"stdin linted whole: peak RSS {peak_kb // 1024} MB"
+
+
+def test_a7_huge_integer_powers_are_bounded_not_computed(tmp_path, amplint):
+    (tmp_path / "p.py").write_text(
+        "import torch\n"
+        "def f(s, m):\n"
+        "    a = s.masked_fill(m, -10**10000)\n"
+        "    b = torch.full((2, 2), 9**9**9, dtype=torch.float16)\n"  # 370 million digits if computed
+        "    c = s.masked_fill(m, 10**10000 // 10**9999)\n"  # 10: a bound is no operand, so no guess
+        "    d = s.masked_fill(m, 2**-10000)\n"
+        "    return a, b, c, d\n")
+    proc = amplint("check", "--no-cache", "--format", "concise", "p.py", cwd=tmp_path,
+                   env={"XDG_CACHE_HOME": str(tmp_path / "xdg")}, timeout=60)
+    lines = [line for line in proc.stdout.splitlines() if "AMP" in line]
+    assert proc.returncode == 1 and len(lines) == 2, proc.stdout
+    assert lines[0].startswith("p.py:3:26: AMP101") and "(below -1e308)" in lines[0]
+    assert lines[1].startswith("p.py:4:28: AMP101") and "(above 1e308)" in lines[1]
+
+
+def test_a8_a_long_sum_of_constants_is_folded(tmp_path, amplint):
+    for n in (10, 50, 200, 500):
+        (tmp_path / f"k{n}.py").write_text(
+            f"import torch\nK = {'+'.join(['1e5'] * n)}\ndef f(s, m):\n    return s.masked_fill(m, -K)\n")
+    proc = amplint("check", "--no-cache", "--format", "concise", ".", cwd=tmp_path,
+                   env={"XDG_CACHE_HOME": str(tmp_path / "xdg")}, timeout=60)
+    flagged = sorted(line.split(":")[0] for line in proc.stdout.splitlines() if "AMP101" in line)
+    assert flagged == ["k10.py", "k200.py", "k50.py", "k500.py"], proc.stdout
