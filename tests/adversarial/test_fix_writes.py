@@ -67,3 +67,23 @@ def test_n53_b8_a_write_that_fails_is_not_counted_and_leaves_the_file(tmp_path, 
     assert "Fixed 1 finding." in out, out  # small.py only
     assert (tmp_path / "big.py").read_text() == big and (tmp_path / "small.py").read_text() == FIXED
     assert [n for n in os.listdir(tmp_path) if n.startswith(".amplint-")] == []
+
+
+CR_ONLY = b"import torch\rdef f(s,m):\r    return s.masked_fill(m, -1e9)\r"
+MIXED_ENDING_IN_CR = (b"import torch\r\nclass M(torch.nn.Module):\n\tdef forward(self, s, m):\r\n"
+                      b"\t\treturn torch.softmax(s.masked_fill(m, -1e9), -1)\r")
+
+
+def test_a3_cr_only_file_ending_in_cr_is_fixed_with_its_bytes_kept(tmp_path, amplint, env):
+    (tmp_path / "cr.py").write_bytes(CR_ONLY)
+    proc = amplint("fix", "--unsafe-fixes", "--no-cache", "cr.py", cwd=tmp_path, env=env, timeout=TIMEOUT)
+    assert proc.returncode == 0 and "internal error" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert (tmp_path / "cr.py").read_bytes() == CR_ONLY.replace(b"-1e9", b"torch.finfo(s.dtype).min")
+
+
+def test_n22_mixed_endings_ending_in_cr_through_stdin(tmp_path, amplint, env):
+    proc = subprocess.run([shutil.which("amplint", path=os.path.dirname(sys.executable)), "fix", "--stdin-filename",
+                           "x.py"], input=MIXED_ENDING_IN_CR, capture_output=True, cwd=tmp_path, timeout=TIMEOUT,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0 and b"internal error" not in proc.stderr, proc.stderr
+    assert proc.stdout == MIXED_ENDING_IN_CR.replace(b"-1e9", b"torch.finfo(s.dtype).min")
