@@ -87,3 +87,53 @@ def test_n22_mixed_endings_ending_in_cr_through_stdin(tmp_path, amplint, env):
                           env={**os.environ, **env})
     assert proc.returncode == 0 and b"internal error" not in proc.stderr, proc.stderr
     assert proc.stdout == MIXED_ENDING_IN_CR.replace(b"-1e9", b"torch.finfo(s.dtype).min")
+
+
+N36_BEFORE = '''import torch
+def f(s, m, name):
+    a = s.masked_fill(m, \\
+        -1e9)
+    b = s.masked_fill(m, -1e9); doc = """
+    text"""
+    c = s.masked_fill(m, -1e9) if f"{name}" else 0
+    d = 1; e = s.masked_fill(m, -1e9)
+    g = s.masked_fill(m, -1e9)  # type: ignore[attr-defined]
+    h = s.masked_fill(m, -1e9)  #noqa:E501,W291
+    i = s.masked_fill(m, -1e9)  # NOQA
+    j = s.masked_fill(m, -1e9); k = 1; doc2 = f"""{name}
+    """; l = 2
+    return a, b, c, e, g, h, i, j, k, l, doc, doc2
+'''
+N36_AFTER = '''import torch
+def f(s, m, name):
+    a = s.masked_fill(m, \\
+        -1e9)  # noqa: AMP101
+    b = s.masked_fill(m, -1e9); doc = """
+    text"""  # noqa: AMP101
+    c = s.masked_fill(m, -1e9) if f"{name}" else 0  # noqa: AMP101
+    d = 1; e = s.masked_fill(m, -1e9)  # noqa: AMP101
+    g = s.masked_fill(m, -1e9)  # type: ignore[attr-defined]  # noqa: AMP101
+    h = s.masked_fill(m, -1e9)  #noqa:E501,W291, AMP101
+    i = s.masked_fill(m, -1e9)  # NOQA
+    j = s.masked_fill(m, -1e9); k = 1; doc2 = f"""{name}
+    """; l = 2  # noqa: AMP101
+    return a, b, c, e, g, h, i, j, k, l, doc, doc2
+'''
+
+
+def test_n36_add_noqa_places_each_comment_where_it_silences_and_changes_no_string(tmp_path, amplint, env):
+    """A statement followed on its line by a string that runs on (``b = ...; doc = \"\"\"``)
+    takes its comment where the logical line ends: on its own line the comment was
+    inserted into the string (the program changed, the finding stayed)."""
+    (tmp_path / "p.py").write_text(N36_BEFORE)
+    (tmp_path / "crlf.py").write_bytes(b"import torch\r\ndef f(s, m):\r\n    return s.masked_fill(m, -1e9)")
+    proc = amplint("check", "--no-cache", "--add-noqa", "p.py", "crlf.py", cwd=tmp_path, env=env, timeout=TIMEOUT)
+    assert proc.returncode == 0 and "Added 8 noqa codes on 8 lines in 2 files" in proc.stdout + proc.stderr
+    assert (tmp_path / "p.py").read_text() == N36_AFTER
+    assert (tmp_path / "crlf.py").read_bytes() == (b"import torch\r\ndef f(s, m):\r\n"
+                                                   b"    return s.masked_fill(m, -1e9)  # noqa: AMP101")
+    again = amplint("check", "--no-cache", "--add-noqa", "p.py", "crlf.py", cwd=tmp_path, env=env, timeout=TIMEOUT)
+    assert "Added 0 noqa codes" in again.stdout + again.stderr and (tmp_path / "p.py").read_text() == N36_AFTER
+    proc = amplint("check", "--no-cache", "--extend-select", "AMP900", "p.py", "crlf.py", cwd=tmp_path, env=env,
+                   timeout=TIMEOUT)
+    assert proc.returncode == 0 and "All checks passed" in proc.stdout, proc.stdout  # each one used
