@@ -137,3 +137,22 @@ def test_n36_add_noqa_places_each_comment_where_it_silences_and_changes_no_strin
     proc = amplint("check", "--no-cache", "--extend-select", "AMP900", "p.py", "crlf.py", cwd=tmp_path, env=env,
                    timeout=TIMEOUT)
     assert proc.returncode == 0 and "All checks passed" in proc.stdout, proc.stdout  # each one used
+
+
+def test_a6_a_line_libcst_cannot_read_is_fixed_on_ast_s_check(tmp_path, amplint, env):
+    """600 terms on the fixed line exceed libcst's recursion for the original file too:
+    its round-trip has nothing to compare, so it no longer refuses the fix (the ast
+    re-parse still guards it)."""
+    src = "import torch\ndef f(s, m):\n    return s.masked_fill(m, -1e9) + " + "+".join(["s"] * 600) + "\n"
+    (tmp_path / "e.py").write_text(src)
+    proc = amplint("fix", "--no-cache", "--unsafe-fixes", "e.py", cwd=tmp_path, env=env, timeout=TIMEOUT)
+    assert proc.returncode == 0 and "internal error" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert (tmp_path / "e.py").read_text() == src.replace("-1e9", "torch.finfo(s.dtype).min")
+
+
+def test_a5_a_parser_memory_error_has_a_reason(tmp_path, amplint, env):
+    (tmp_path / "u.py").write_text("x = " + "-" * 100_000 + "1\n")
+    (tmp_path / "m.py").write_text(MODEL)
+    proc = amplint("check", "--no-cache", ".", cwd=tmp_path, env=env, timeout=TIMEOUT)
+    assert proc.returncode == 2 and "m.py:3:" in proc.stdout
+    assert "u.py:1:1: error: cannot parse: Python's parser ran out of memory" in proc.stderr, proc.stderr
