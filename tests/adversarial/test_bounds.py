@@ -3,6 +3,7 @@ stdin is linted in pieces like a large file (N26); huge powers are bounded, not 
 (A7); long sums of constants are folded (A8)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def _peak_rss_kb(args, cwd, stdin_path, env):
 
 def test_n26_stdin_over_the_large_file_size_is_linted_in_pieces(tmp_path):
     """1.1 MB through ``--stdin-filename``, over the large-file size (made 300 KB here,
-    pieces of 220 KB, two workers): a quarter of it lists of names, whose syntax trees
+    pieces of 220 KB, in one process; the next test spreads stdin's pieces over the pool): a quarter of it lists of names, whose syntax trees
     take about 200 MB when the input is parsed whole and about 40 MB per piece, as a file
     given by path is linted (the report: 6 MB through stdin took 1.4 GB)."""
     pad = "#" + "p" * 990
@@ -46,12 +47,27 @@ def test_n26_stdin_over_the_large_file_size_is_linted_in_pieces(tmp_path):
     rows = [model if i % 100 == 0 else heavy.format(i=i) if i % 4 == 0 else f"X{i} = {i}  {pad}\n"
             for i in range(1100)]
     (tmp_path / "big.py").write_text("import torch\n" + "".join(rows))
-    code, out, peak_kb = _peak_rss_kb(["300000", "220000", "check", "--no-cache", "-j", "2", "--format", "concise",
+    code, out, peak_kb = _peak_rss_kb(["300000", "220000", "check", "--no-cache", "-j", "1", "--format", "concise",
                                        "--stdin-filename", "big.py"], tmp_path, tmp_path / "big.py",
                                       {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert code == 1 and "Traceback" not in out
     assert out.count("AMP101") == 11 and out.count("AMP301") == 11 and "Found 22 findings" in out, out
     assert peak_kb < 120 * 1024, f"stdin linted whole: peak RSS {peak_kb // 1024} MB"
+
+
+def test_n26_stdin_pieces_over_two_workers_have_the_findings_of_the_file(tmp_path):
+    """About 30 pieces of stdin over two workers (each given the bytes, checked by hash)
+    find what the same file does by path, in pieces too."""
+    body = ("def helper_{i}(scores, mask):\n    return torch.log(scores.masked_fill(mask, NEG) + 1e-8)\n\n\n"
+            "class Block{i}(torch.nn.Module):\n    def forward(self, s, m):\n"
+            "        return torch.softmax(s.masked_fill(m, -1e9), -1)\n\n\n")
+    (tmp_path / "big.py").write_text("import torch\nNEG = -1e9\n\n\n" + "".join(body.format(i=i) for i in range(60)))
+    args = ["1000", "3000", "check", "--no-cache", "-j", "2", "--format", "json"]
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    code, by_path, _ = _peak_rss_kb([*args, "big.py"], tmp_path, os.devnull, env)
+    code2, by_stdin, _ = _peak_rss_kb([*args, "--stdin-filename", "big.py"], tmp_path, tmp_path / "big.py", env)
+    assert code == code2 == 1 and "Traceback" not in by_stdin
+    assert json.loads(by_stdin) == json.loads(by_path) and len(json.loads(by_path)) >= 180
 
 
 def test_a7_huge_integer_powers_are_bounded_not_computed(tmp_path, amplint):
