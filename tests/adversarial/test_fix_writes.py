@@ -156,3 +156,31 @@ def test_a5_a_parser_memory_error_has_a_reason(tmp_path, amplint, env):
     proc = amplint("check", "--no-cache", ".", cwd=tmp_path, env=env, timeout=TIMEOUT)
     assert proc.returncode == 2 and "m.py:3:" in proc.stdout
     assert "u.py:1:1: error: cannot parse: Python's parser ran out of memory" in proc.stderr, proc.stderr
+
+
+_EDIT_DURING_FIX = """\
+import sys
+import amplint.engine as engine
+
+real_fix_text = engine.fix_text
+
+def fix_text(path, *args, **kwargs):
+    out = real_fix_text(path, *args, **kwargs)
+    with open(path, "a") as fh:  # an editor's save between the read and the write
+        fh.write("# USER EDIT\\n")
+    return out
+
+engine.fix_text = fix_text
+from amplint.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_b4_a_hard_linked_file_edited_while_fixing_is_left_alone(tmp_path, env):
+    (tmp_path / "m.py").write_text(MODEL)
+    os.link(tmp_path / "m.py", tmp_path / "other.py")
+    proc = subprocess.run([sys.executable, "-c", _EDIT_DURING_FIX, "fix", "--unsafe-fixes", "--no-cache", "-j", "1",
+                           "m.py"], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, **env})
+    assert proc.returncode == 2 and "m.py:1:1: error: changed while amplint was fixing it" in proc.stdout + proc.stderr
+    assert (tmp_path / "other.py").read_text() == MODEL + "# USER EDIT\n"  # the edit kept, no fix written
