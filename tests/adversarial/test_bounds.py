@@ -12,9 +12,17 @@ TIMEOUT = 120
 
 
 #: the real CLI with the large-file threshold and the piece size made small (as
-#: tests/test_robustness.py does), so that a test-sized input is cut into many pieces
+#: tests/test_robustness.py does), so that a test-sized input is cut into many pieces; at
+#: exit it writes its peak RSS (VmHWM, this process's own memory since its exec: the
+#: ru_maxrss a parent sees also counts the forked copy of a large pytest before the exec)
 _SMALL_PIECES = (
-    "import sys\n"
+    "import atexit, os, sys\n"
+    "def peak():\n"
+    "    with open('/proc/self/status') as fh:\n"
+    "        kb = next(line.split()[1] for line in fh if line.startswith('VmHWM:'))\n"
+    "    with open(os.environ['PEAK_FILE'], 'w') as out:\n"
+    "        out.write(kb)\n"
+    "atexit.register(peak)\n"
     "import amplint.engine as engine\n"
     "engine.LARGE_FILE, engine.PIECE = int(sys.argv[1]), int(sys.argv[2])\n"
     "from amplint.cli import main\n"
@@ -23,16 +31,12 @@ _SMALL_PIECES = (
 
 
 def _peak_rss_kb(args, cwd, stdin_path, env):
-    """Run amplint with stdin from a file; its exit code, output and peak RSS (``wait4``:
-    this child's, not the test process's other children's)."""
-    with open(stdin_path, "rb") as stdin, open(cwd / "out.txt", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _SMALL_PIECES, *args], cwd=cwd, stdin=stdin, stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, **env})
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            proc.returncode = 0  # reaped here; Popen must not wait again
-    return os.waitstatus_to_exitcode(status), (cwd / "out.txt").read_text(), usage.ru_maxrss
+    """Run amplint with stdin from a file; its exit code, output and peak RSS in KB."""
+    peak_file = cwd / "peak.txt"
+    with open(stdin_path, "rb") as stdin:
+        proc = subprocess.run([sys.executable, "-c", _SMALL_PIECES, *args], cwd=cwd, stdin=stdin, capture_output=True,
+                              env={**os.environ, **env, "PEAK_FILE": str(peak_file)}, timeout=TIMEOUT)
+    return proc.returncode, (proc.stdout + proc.stderr).decode(), int(peak_file.read_text())
 
 
 def test_n26_stdin_over_the_large_file_size_is_linted_in_pieces(tmp_path):
