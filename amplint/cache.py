@@ -47,34 +47,86 @@ def _secret_folder() -> str:
     return os.path.join(base, "amplint")
 
 
+def _exposed(st: os.stat_result) -> Optional[str]:
+    """Why a secret file or its folder with this ``stat`` could be known or changed by
+    someone else (None: only this user can): another owner, or group/other permission
+    bits (read or write on the secret; write on the folder)."""
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, not this user"
+    bits = stat.S_IMODE(st.st_mode) & (0o022 if stat.S_ISDIR(st.st_mode) else 0o077)
+    if bits:
+        return f"mode {stat.S_IMODE(st.st_mode):04o}, {'writable' if bits & 0o022 else 'readable'} by others"
+    return None
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    print(f"amplint: warning: {message}", file=sys.stderr)
+
+
 def load_secret() -> Optional[bytes]:
-    """This user's signing secret, created on first use; None when it cannot be."""
+    """This user's signing secret, created on first use; None when it cannot be.
+
+    As ssh does with a private key, a secret others could read or change is not trusted:
+    one that is group/world readable or writable, or not this user's, may have been read
+    and used to forge entries, so it is replaced with a new private one (every entry
+    signed with the old one becomes a miss), with one warning line.  In a folder others
+    can write (or own) no secret is safe: the cache is off for the run, with one warning."""
     folder = _secret_folder()
     path = os.path.join(folder, _SECRET_NAME)
     for _ in range(2):
         try:
-            from .reading import read_regular
-
-            secret = read_regular(path, limit=4096)
-            return secret if len(secret) >= 32 else None
+            secret, st = read_regular(path, with_stat=True, limit=4096)
         except FileNotFoundError:
-            pass
+            secret = None
         except OSError:
             return None
         try:
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".secret-")  # mode 0600
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(secrets.token_bytes(32))
+            where = os.stat(folder)
+        except OSError:
+            where = None
+        if where is not None and _exposed(where):
+            _warn(f"cache secret folder {folder} is {_exposed(where)}; the cache is off for this run "
+                  f"(chmod 700 it)")
+            return None
+        if secret is not None:
+            why = _exposed(st)
+            if why is None:
+                return secret if len(secret) >= 32 else None
             try:
-                os.link(tmp, path)  # never replaces a secret another run created meanwhile
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
+                _new_secret(folder, path, replace=True)
+            except OSError:
+                _warn(f"cache secret {path} is {why} and cannot be replaced; the cache is off for this run")
+                return None
+            _warn(f"cache secret {path} was {why}: replaced with a new private one (entries signed with "
+                  f"the old one are misses)")
+            continue
+        try:
+            _new_secret(folder, path, replace=False)
         except OSError:
             return None
     return None
+
+
+def _new_secret(folder: str, path: str, replace: bool) -> None:
+    """Write a new random secret, mode 0600, at ``path``: without ``replace`` only where
+    none is (never replacing one another run created meanwhile)."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".secret-")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+        if replace:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 #: the largest entry file read (a 20 MB source's entry is about 100 MB)

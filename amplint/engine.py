@@ -101,7 +101,11 @@ def parse(path: str, text: str) -> ast.Module:
     except SyntaxError as exc:
         raise SourceError(path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        raise SourceError(path, f"cannot parse: {exc or type(exc).__name__}") from None
+        # an exception object is true even when its message is empty (100,000 unary minus
+        # signs: a bare MemoryError from the parser's stack): name the reason then (A5)
+        reason = str(exc) or ("Python's parser ran out of memory (nested too deeply, or too large)"
+                              if isinstance(exc, MemoryError) else type(exc).__name__)
+        raise SourceError(path, f"cannot parse: {reason}") from None
 
 
 def check_syntax(path: str, text: str) -> None:
@@ -293,7 +297,9 @@ def fix_text(
         _free_earlier_trees()
         findings, ctx, more = lint_text(path, text, settings, rules, project)
         errors.extend(more)
-    if text != original and not _libcst_roundtrips(text):
+    # a file libcst itself cannot round-trip (2,000 terms on a line exceed its recursion,
+    # A6) gives this second parser nothing to compare: the ast check above stands alone
+    if text != original and not _libcst_roundtrips(text) and _libcst_roundtrips(original):
         errors.append(SourceError(path, "internal error: fixed code does not round-trip through libcst; file left unchanged"))
         return original, 0, lint_text(path, original, settings, rules, project)[0], errors
     return text, total, findings, errors
@@ -304,9 +310,12 @@ def _libcst_roundtrips(text: str) -> bool:
     try:
         import libcst
 
-        return libcst.parse_module(text).code == text
+        code = libcst.parse_module(text).code
     except Exception:
         return False
+    # libcst 1.x drops a file's final lone "\r" (CR-only endings, A3/N22), whatever the fix:
+    # that one character is its quirk, not a change the fix made
+    return code == text or (text.endswith("\r") and not text.endswith("\r\n") and code == text[:-1])
 
 
 # --- running many files --------------------------------------------------------------
@@ -403,7 +412,7 @@ class WorkerState:
     rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
     #: tuple of rule classes -> their instances (one instance lints many files)
     instances: dict[tuple, _Rules] = dataclasses.field(default_factory=dict)
-    #: the large file whose pieces this worker is linting: (path, identity, lines)
+    #: the large file whose pieces this worker is linting: (path, sha256, lines, identity)
     large_file: Optional[tuple] = None
     #: path -> the bytes to lint instead of the file's (``--stdin-filename``)
     sources: dict[str, bytes] = dataclasses.field(default_factory=dict)
@@ -671,26 +680,33 @@ def _large_file_lines(path: str, digest: str) -> _Lines:
     would cost as much as linting a piece.  A kept copy is used only while the file's
     inode, size and modification time are unchanged."""
     kept = _WORKER.large_file
-    if kept is not None and kept[0] == path and kept[1].sha256 == digest:
+    stdin = path in _WORKER.sources  # --stdin-filename: the bytes every worker was given
+    if kept is not None and kept[0] == path and kept[1] == digest:
         try:
-            st = os.stat(path)
+            st = None if stdin else os.stat(path)
         except OSError:
-            st = None
-        identity = kept[1]
-        if st is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
+            st = False
+        identity = kept[3]
+        if stdin or st and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
                 identity.device, identity.inode, identity.size, identity.mtime_ns):
             return kept[2]
     _WORKER.large_file = None
-    source = read_source(path)
-    if source.identity is None or source.identity.sha256 != digest:
+    source = _read_source(path)
+    if _digest_of(source) != digest:
         raise SourceError(path, "changed while amplint was reading it")
     lines = _Lines(source.text)
-    _WORKER.large_file = (path, source.identity, lines)
+    _WORKER.large_file = (path, digest, lines, source.identity)
     return lines
 
 
-def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int,
-                       progress) -> tuple[dict[str, CheckEntry], list]:
+def _digest_of(source: SourceFile) -> str:
+    import hashlib
+
+    return source.identity.sha256 if source.identity is not None else hashlib.sha256(source.raw).hexdigest()
+
+
+def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requested_jobs: int, progress,
+                       sources: Optional[dict] = None) -> tuple[dict[str, CheckEntry], list]:
     """Check mode for files over LARGE_FILE: every piece of every such file is a pool task
     (first parsed alone for the statements later pieces need, then linted).  Returns the
     entries of the files done so, and the (path, settings) of the files to lint whole
@@ -698,21 +714,21 @@ def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requ
     plans, whole = {}, []
     for path, settings in large:
         try:
-            source = read_source(path)
+            source = read_source(path, (sources or {}).get(path))
         except SourceError:
             whole.append((path, settings))  # the ordinary task reports it
             continue
         if not _worth_parsing(source.text, settings, unused):
             whole.append((path, settings))
             continue
-        plans[path] = (settings, source.identity.sha256, _Lines(source.text).pieces())
+        plans[path] = (settings, _digest_of(source), _Lines(source.text).pieces())
         del source
     tasks = [("preamble", path, digest, a, b, None, settings, unused)
              for path, (settings, digest, pieces) in plans.items() for a, b in pieces]
     jobs = worker_count(requested_jobs, len(tasks))
     found: dict[str, dict[int, list]] = {}
     failed: dict[str, Optional[SourceError]] = {}
-    for outcome in _map(_piece_task, tasks, jobs, (None,), None):
+    for outcome in _map(_piece_task, tasks, jobs, (None, sources), None):
         if outcome.preamble is None:
             failed.setdefault(outcome.path, outcome.error)
         else:
@@ -731,7 +747,7 @@ def _check_large_files(large: Sequence[tuple[str, Settings]], unused: bool, requ
                      for i, (a, b) in enumerate(pieces))
     parts: dict[str, dict[int, CheckEntry]] = {}
     failed = {}
-    for outcome in _map(_piece_task, tasks, jobs, (None,), progress):
+    for outcome in _map(_piece_task, tasks, jobs, (None, sources), progress):
         if outcome.part is None:
             failed.setdefault(outcome.path, outcome.error)
         else:
@@ -1118,9 +1134,10 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = CheckEntry.from_json(hit)
                 continue
         todo.append((path, settings, unused))
-    large = [(path, settings) for path, settings, _ in todo if sources is None and _size(path) > LARGE_FILE]
-    if large:
-        done, whole = _check_large_files(large, unused, options.jobs, options.progress)
+    large = [(path, settings) for path, settings, _ in todo
+             if (len(sources[path]) if sources and path in sources else _size(path)) > LARGE_FILE]
+    if large:  # stdin too (N26): its pieces are spread over the pool like a file's
+        done, whole = _check_large_files(large, unused, options.jobs, options.progress, sources)
         skip = {path for path, _ in large} - {path for path, _ in whole}
         todo = [task for task in todo if task[0] not in skip]
         first_pass = list(done.values())

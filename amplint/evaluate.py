@@ -32,6 +32,7 @@ import ast
 import dataclasses
 import math
 import operator
+import sys
 from typing import Any, Iterator, Optional, Protocol
 
 from .analysis.calls import argument
@@ -108,8 +109,29 @@ class Value:
     #: the literal node the number was written as, when it is in this file
     literal: Optional[ast.AST] = None
 
+    #: the value is a bound, not the number: an integer power too large to compute
+    #: (``10**10000``) stands as the largest float, with its sign -- past any float type's
+    #: range, as the number is -- and is never an operand of further folding
+    huge: bool = False
+
     def via(self, related: Related) -> "Value":
-        return Value(self.value, ((related,) + self.origin)[:MAX_TRAIL], self.literal)
+        return Value(self.value, ((related,) + self.origin)[:MAX_TRAIL], self.literal, self.huge)
+
+
+#: the longest left-nested operator chain folded (a longer one is not folded)
+_MAX_CHAIN = 10_000
+
+
+def _bounded_power(base, exponent) -> tuple[Any, bool]:
+    """``base ** exponent`` and whether it is a bound: an integer power of more than 308
+    digits is not computed (``9**9**9`` has 370 million) but bounded by the largest float
+    with the result's sign -- past every float type's range, as the number is.  Float and
+    negative powers are float arithmetic (constant time; an overflow is Python's own
+    error there, as when the code runs)."""
+    if isinstance(base, int) and isinstance(exponent, int) and exponent >= 0 and abs(base) > 1:
+        if exponent * math.log10(abs(base)) > 308:
+            return (-1 if base < 0 and exponent % 2 else 1) * sys.float_info.max, True
+    return operator.pow(base, exponent), False
 
 
 class Evaluator:
@@ -177,19 +199,26 @@ class Evaluator:
             if inner is None:
                 return None
             value = -inner.value if isinstance(expr.op, ast.USub) else inner.value
-            return Value(value, inner.origin, inner.literal)
+            return Value(value, inner.origin, inner.literal, inner.huge)
         if isinstance(expr, ast.BinOp) and type(expr.op) in _BINOPS:
-            left = self.evaluate(expr.left, scope, depth + 1)
-            if left is None:
-                return None
-            right = self.evaluate(expr.right, scope, depth + 1)
-            if right is None:
-                return None
-            if isinstance(expr.op, ast.Pow) and abs(right.value) > 1024:
-                return None
-            value = _BINOPS[type(expr.op)](left.value, right.value)
-            literal = left.literal if not right.origin and left.origin else None
-            return Value(value, left.origin + right.origin, literal)
+            # a left-nested chain (``1e5 + 1e5 + ... + 1e5``, 50 terms or 5,000) is folded
+            # in one loop along its left spine: its length is not a nesting depth
+            spine = [expr]
+            while (isinstance(spine[-1].left, ast.BinOp) and type(spine[-1].left.op) in _BINOPS
+                   and len(spine) < _MAX_CHAIN):
+                spine.append(spine[-1].left)
+            left = self.evaluate(spine[-1].left, scope, depth + 1)
+            for node in reversed(spine):
+                if left is None:
+                    return None
+                right = self.evaluate(node.right, scope, depth + 1)
+                if right is None or left.huge or right.huge:
+                    return None  # a bounded stand-in is no operand: its result would be made up
+                value, huge = _bounded_power(left.value, right.value) if isinstance(node.op, ast.Pow) else \
+                    (_BINOPS[type(node.op)](left.value, right.value), False)
+                literal = left.literal if not right.origin and left.origin else None
+                left = Value(value, (left.origin + right.origin)[:MAX_TRAIL], literal, huge)
+            return left
         if isinstance(expr, ast.Call):
             return self._eval_call(expr, scope, depth)
         if isinstance(expr, ast.Name):

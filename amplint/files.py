@@ -270,6 +270,9 @@ def write_file(path: str, data: bytes, expected: Optional[SourceFile] = None, cr
     mode, owner = (stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)) if st is not None else (0o666 & ~_umask(), None)
     if expected is not None and expected.owner is not None:
         owner = expected.owner
+    if st is not None and st.st_nlink > 1:
+        _write_in_place(real, path, data, st, expected)
+        return
     import tempfile  # here: only fix writes files, and tempfile's import (random, ...) is a check's cost
 
     directory = os.path.dirname(os.path.abspath(real))
@@ -293,6 +296,61 @@ def write_file(path: str, data: bytes, expected: Optional[SourceFile] = None, cr
         except OSError:
             pass
         raise
+
+
+def _write_in_place(real: str, path: str, data: bytes, st: os.stat_result, expected: Optional[SourceFile]) -> None:
+    """Write a file with more than one hard link over its own inode, as Black and Ruff
+    always do: a rename would give ``path`` a new inode and leave every other name with the
+    old content.  The trade-off: this write is not atomic -- a reader during it can see a
+    mix of old and new, and a crash in the middle can leave it half written.  What is kept:
+    the concurrent-change check, now on the open descriptor (the very inode written); the
+    space is reserved before the first byte changes (a full disk leaves the file as it
+    was); and when a write fails half way the old bytes are written back."""
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(real, flags | os.O_NONBLOCK)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise FileChangedError(errno.EAGAIN, "changed while amplint was fixing it; left unchanged", path)
+        old = _read_all(fd, now.st_size)
+        if expected is not None and expected.identity is not None and FileIdentity.of(now, old) != expected.identity:
+            raise FileChangedError(errno.EAGAIN, "changed while amplint was fixing it; left unchanged", path)
+        if len(data) > len(old) and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, len(data))
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)):
+                    os.ftruncate(fd, len(old))  # nothing was written: only the size may have grown
+                    raise
+        try:
+            _write_all(fd, data)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        except OSError:
+            try:  # put the old bytes back: a failed fix leaves the file as it was
+                _write_all(fd, old)
+                os.ftruncate(fd, len(old))
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks, got = [], 0
+    while True:
+        chunk = os.pread(fd, max(size - got, 1 << 16), got)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        got += len(chunk)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view, done = memoryview(data), 0
+    while done < len(data):
+        done += os.pwrite(fd, view[done:], done)
 
 
 def _umask() -> int:

@@ -124,8 +124,28 @@ def statement_lines(ctx: FileContext, finding: Finding) -> range:
     if isinstance(body, list) and body and isinstance(body[0], ast.AST) and body[0].lineno > stmt.lineno:
         end = max(body[0].lineno - 1, finding.end_line) if finding.line < body[0].lineno else finding.end_line
     else:
-        end = max(stmt.end_lineno or stmt.lineno, finding.end_line)
+        end = max(_logical_line_end(ctx, stmt), finding.end_line)
     return range(start, end + 1)
+
+
+def _logical_line_end(ctx: FileContext, stmt: ast.stmt) -> int:
+    """The last line of the logical line ``stmt`` ends: ``b = f(); doc = \"\"\"`` goes on
+    to the line that closes the string, and only there can a comment follow it."""
+    end = stmt.end_lineno or stmt.lineno
+    parent = ctx.parent(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        siblings = getattr(parent, field, None)
+        if not isinstance(siblings, list):
+            continue
+        at = next((i for i, s in enumerate(siblings) if s is stmt), None)
+        if at is None:
+            continue
+        for following in siblings[at + 1:]:  # `a; b; c`: each starts on the line the one before ends
+            if following.lineno != end:
+                break
+            end = following.end_lineno or following.lineno
+        break
+    return end
 
 
 def apply_suppressions(ctx: FileContext, findings: list[Finding]) -> tuple[list[Finding], dict[int, Directive]]:

@@ -283,6 +283,8 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
         shown = fmt(value.value)
         literal = isinstance(use, ast.Constant) or isinstance(use, ast.UnaryOp) and isinstance(use.operand, ast.Constant)
         desc = f"`{text}`" if literal else f"`{text}` (= {shown})"
+        if getattr(value, "huge", False):  # an integer power too large to compute: a bound, not the number
+            desc = f"`{text}` ({'below -1e308' if value.value < 0 else 'above 1e308'})"
         message = (
             f"{desc} exceeds {fmt_.name}'s largest value ({fmt(fmt_.max)}): {what}"
         )

@@ -94,3 +94,23 @@ def test_fix_from_stdin_writes_the_notebook_to_stdout(tmp_path, amplint):
     fixed = json.loads(proc.stdout)  # the notebook, not the cells' module text
     assert fixed["cells"][2]["source"][4] == "from amplint import amp"
     assert fixed["metadata"] == NOTEBOOK["metadata"] and (tmp_path / "nb.ipynb").read_bytes() == before
+
+
+def test_structured_formats_point_at_the_notebook_and_name_the_cell(tmp_path, amplint):
+    """SARIF, GitLab, JUnit and GitHub cannot show a module line of a notebook (it is no
+    line of the .ipynb's JSON): line 1 of the file, the cell in the message, as Ruff does."""
+    import xml.etree.ElementTree as ET
+
+    _write(tmp_path / "nb.ipynb")
+    run = lambda fmt: amplint("check", "--no-cache", "--format", fmt, "nb.ipynb", cwd=tmp_path).stdout  # noqa: E731
+    sarif = json.loads(run("sarif"))["runs"][0]["results"]
+    amp101 = next(r for r in sarif if r["ruleId"] == "AMP101")
+    assert amp101["locations"][0]["physicalLocation"]["region"] == {"startLine": 1, "startColumn": 1}
+    assert amp101["message"]["text"].startswith("cell 3:3:37: ") and "fixes" not in amp101
+    assert amp101["properties"]["notebook"] == {"cell": 3, "line": 3, "column": 37}
+    gitlab = next(i for i in json.loads(run("gitlab")) if i["check_name"] == "AMP101")
+    assert gitlab["location"]["lines"] == {"begin": 1, "end": 1} and gitlab["description"].startswith("cell 3:3:37: ")
+    case = next(c for c in ET.fromstring(run("junit")).iter("testcase") if "AMP101" in c.get("name"))
+    assert case.get("name").endswith("at nb.ipynb:cell 3:3:37") and case.get("line") == "1"
+    github = next(line for line in run("github").splitlines() if "AMP101" in line)
+    assert github.startswith("::error file=nb.ipynb,line=1,col=1,title=") and "::cell 3:3:37: AMP101 " in github

@@ -72,6 +72,17 @@ def where(result, line: int) -> str:
     return str(line)
 
 
+def in_notebook(result, finding) -> str:
+    """``cell N:line:col`` of a notebook finding ("" elsewhere).  The structured formats
+    (SARIF, GitLab, JUnit, GitHub) point a notebook finding at line 1, column 1 of the
+    ``.ipynb`` -- a module line is no line of the notebook's JSON, as in Ruff ("a location
+    that is clearly a fallback") -- and carry this place in their message."""
+    if not getattr(result, "cells", None):
+        return ""
+    place = where(result, finding.line)
+    return f"{place}:{finding.column}" if place.startswith("cell ") else ""
+
+
 def marker(finding) -> str:
     """``[*] `` (safe fix), ``[-] `` (unsafe fix) or nothing, before a finding's message."""
     if finding.fix is None or finding.fix.applicability is Applicability.DISPLAY:

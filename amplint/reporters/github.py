@@ -15,11 +15,16 @@ def _escape_prop(s: str) -> str:
 
 
 def render(results, out, *, statistics=False, color=False) -> None:
+    from .common import in_notebook
+
     for result in results:
         for f in result.findings:
-            props = (f"file={_escape_prop(f.path)},line={f.line},col={f.column},endLine={f.end_line},"
-                     f"endColumn={f.end_column},title={_escape_prop(f'{f.code} ({f.rule})')}")
-            out.write(f"::{_LEVEL[f.severity.value]} {props}::{_escape_data(f'{f.code} {f.message}')}\n")
+            cell = in_notebook(result, f)  # a notebook: line 1 of the .ipynb, the cell in the message
+            span = (f"line={f.line},col={f.column},endLine={f.end_line},endColumn={f.end_column}" if not cell
+                    else "line=1,col=1")
+            props = f"file={_escape_prop(f.path)},{span},title={_escape_prop(f'{f.code} ({f.rule})')}"
+            text = f"{cell}: {f.code} {f.message}" if cell else f"{f.code} {f.message}"
+            out.write(f"::{_LEVEL[f.severity.value]} {props}::{_escape_data(text)}\n")
         for e in result.errors:
             out.write(f"::error file={_escape_prop(e.path)},line={e.line},col={e.col},title=amplint::{_escape_data(e.reason)}\n")
         for w in result.warnings:

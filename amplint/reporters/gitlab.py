@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from .common import is_syntax_error, location_fingerprint, render_errors, source_root, unicode_data
+from .common import in_notebook, is_syntax_error, location_fingerprint, render_errors, source_root, unicode_data
 
 _SEVERITY = {"error": "critical", "warning": "major", "info": "info"}
 
@@ -41,12 +41,13 @@ def render(results, out, *, statistics=False, color=False) -> None:
             })
         for f in result.findings:
             path = _relative(f.path, base)
+            cell = in_notebook(result, f)  # a notebook: line 1 of the .ipynb, the cell in the description
             issues.append({
-                "description": f"{f.code} {f.message}",
+                "description": f"{cell + ': ' if cell else ''}{f.code} {f.message}",
                 "check_name": f.code,
                 "fingerprint": location_fingerprint(f, base),
                 "severity": _SEVERITY[f.severity.value],
-                "location": {"path": path, "lines": {"begin": f.line, "end": f.end_line}},
+                "location": {"path": path, "lines": {"begin": 1, "end": 1} if cell else {"begin": f.line, "end": f.end_line}},
             })
     json.dump(unicode_data(issues), out, indent=2)
     out.write("\n")

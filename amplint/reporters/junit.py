@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .common import printable, unicode_text
+from .common import in_notebook, printable, unicode_text
 
 #: besides the C0 controls (which printable escapes), XML 1.0 forbids U+FFFE and U+FFFF
 _NOT_XML = {0xFFFE: "\\ufffe", 0xFFFF: "\\uffff"}
@@ -30,10 +30,13 @@ def render(results, out, *, statistics=False, color=False) -> None:
         suite = ET.SubElement(root, "testsuite", name=shown)
         counts = {"tests": 0, "failures": 0, "errors": 0}
         for f in result.findings:
-            case = ET.SubElement(suite, "testcase", name=f"{f.code} {f.rule} at {_x(f.path)}:{f.line}:{f.column}",
-                                 classname=shown, file=_x(f.path), line=str(f.line))
+            # a notebook: line 1 of the .ipynb, the place named by cell (`nb.ipynb:cell 2:3:5`)
+            cell = in_notebook(result, f)
+            place = cell or f"{f.line}:{f.column}"
+            case = ET.SubElement(suite, "testcase", name=f"{f.code} {f.rule} at {_x(f.path)}:{place}",
+                                 classname=shown, file=_x(f.path), line="1" if cell else str(f.line))
             failure = ET.SubElement(case, "failure", message=_x(f.message), type=f.code)
-            failure.text = f"{_x(f.path)}:{f.line}:{f.column}: {f.code} {f.severity.value}: {_text(f.message)}"
+            failure.text = f"{_x(f.path)}:{place}: {f.code} {f.severity.value}: {_text(f.message)}"
             counts["tests"] += 1
             counts["failures"] += 1
         for e in result.errors:

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from .. import __version__
 from ..rule_docs import REPOSITORY, help_uri
-from .common import is_syntax_error, location_fingerprint, source_root, unicode_data
+from .common import in_notebook, is_syntax_error, location_fingerprint, source_root, unicode_data
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 SRCROOT = "%SRCROOT%"
@@ -64,8 +64,10 @@ def _escape(text: str) -> str:
     return text.replace("[", "\\[").replace("]", "\\]")
 
 
-def _message(f) -> dict:
+def _message(f, cell: str = "") -> dict:
     text = _escape(f.message)
+    if cell:
+        return {"text": f"{cell}: {text}"}
     if f.related:
         links = ", ".join(f"[{_escape(r.note)}]({i})" for i, r in enumerate(f.related, 1))
         text += f" (see {links})"
@@ -169,11 +171,15 @@ def render(results, out, *, statistics=False, color=False, rules=None) -> None:
             })
         for f in result.findings:
             fingerprint = location_fingerprint(f, base)
+            # a notebook: line 1 of the .ipynb (a module line is no line of its JSON), the
+            # cell in the message and the properties; no fixes (their regions are module lines)
+            cell = in_notebook(result, f)
             entry = {
                 "ruleId": f.code,
                 "level": _LEVEL[f.severity.value],
-                "message": _message(f),
-                "locations": [_location(base, f.path, f.line, f.column, f.end_line, f.end_column)],
+                "message": _message(f, cell),
+                "locations": [_location(base, f.path, 1, 1) if cell else
+                              _location(base, f.path, f.line, f.column, f.end_line, f.end_column)],
                 # GitHub's key, in its own "hash:occurrence" shape; amplint's fingerprint
                 # already tells repeated findings apart and survives line shifts
                 "partialFingerprints": {"primaryLocationLineHash": f"{fingerprint[:16]}:1",
@@ -181,15 +187,18 @@ def render(results, out, *, statistics=False, color=False, rules=None) -> None:
             }
             if f.code in index:
                 entry["ruleIndex"] = index[f.code]
-            if f.related:
+            if f.related and not cell:
                 entry["relatedLocations"] = [
                     {"id": i, **_location(base, r.path, r.line, r.column, message=r.note)} for i, r in enumerate(f.related, 1)
                 ]
-            fixes = _fixes(f, base)
+            fixes = _fixes(f, base) if not cell else []
             if fixes:
                 entry["fixes"] = fixes
             if f.fix is not None:
                 entry["properties"] = {"fix": {"applicability": f.fix.applicability.value, "description": f.fix.description}}
+            if cell:
+                number, line, column = (int(x) for x in cell[len("cell "):].split(":"))
+                entry.setdefault("properties", {})["notebook"] = {"cell": number, "line": line, "column": column}
             sarif_results.append(entry)
         for e in [*result.errors, *result.warnings]:
             notifications.append({

@@ -32,6 +32,8 @@ def moves():
     os.makedirs("elsewhere", exist_ok=True)
     os.chdir("elsewhere")
     return build()
+def five():
+    return 5
 """
 FAST = ("--device", "cpu", "--opt-level", "O1", "--steps", "1", "--no-trace", "--threads", "1")
 
@@ -54,6 +56,12 @@ def test_n65_timeout_stops_a_hung_target(harness, amplint):
     proc = amplint("verify", *FAST, "--timeout", "3", "h.py::sleeps", cwd=harness, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "amplint: error: h.py::sleeps: the import and the factory call ran past --timeout 3 s; stopped"
+
+
+def test_n67_a_factory_returning_no_model_is_a_target_error(harness, amplint):
+    proc = amplint("verify", *FAST, "h.py::five", cwd=harness, timeout=120)
+    assert proc.returncode == 2  # a target error, as the README says (it was a CRASH row, exit 1)
+    assert proc.stderr.strip().startswith("amplint: error: h.py::five raised TargetError: the factory must return")
 
 
 def test_n66_a_forking_factory_reports_once(harness, amplint):
