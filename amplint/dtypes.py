@@ -515,7 +515,7 @@ class DtypeFlow:
         entries = _assignments(self.ctx, func).get(node.id)
         if entries:
             found = self._reaching(node, func, entries)
-            if found is DtypeClass.UNKNOWN and _used_as_bool(func, node.id):
+            if found is DtypeClass.UNKNOWN and _used_as_bool(ctx, func, node.id):
                 return DtypeClass.BOOL  # `m = rearrange(mask, ...)` used as `~m`: a bool mask
             if found is not None:
                 return found

@@ -61,7 +61,9 @@ def test_n65_timeout_stops_a_hung_target(harness, amplint):
 def test_n67_a_factory_returning_no_model_is_a_target_error(harness, amplint):
     proc = amplint("verify", *FAST, "h.py::five", cwd=harness, timeout=120)
     assert proc.returncode == 2  # a target error, as the README says (it was a CRASH row, exit 1)
-    assert proc.stderr.strip().startswith("amplint: error: h.py::five raised TargetError: the factory must return")
+    # the factory raised nothing: the line names what it returned, not a "raised TargetError"
+    assert proc.stderr.strip().startswith("amplint: error: h.py::five: the factory must return")
+    assert proc.stderr.strip().endswith("got int") and proc.stdout == ""
 
 
 def test_n66_a_forking_factory_reports_once(harness, amplint):
