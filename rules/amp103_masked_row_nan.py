@@ -66,6 +66,9 @@ cover a whole row.
 - Top-k / top-p filtering is not flagged (`logits[logits < v[:, [-1]]] = -inf`,
   `indices_to_remove`): the largest logit always survives.
 - Results that do not reach a softmax (a masked `max`) are not flagged.
+- Probabilities zeroed on the same mask after the softmax (`softmax(s).masked_fill(mask, 0)`,
+  `attn[mask] = 0`) are not flagged: the NaN row is replaced by zeros and its gradient is
+  zero. Zeroing the output after `@ v` is still flagged: v's gradient reads the NaN row.
 
 ## Why is this bad?
 The softmax of a row that is entirely `-inf` is NaN in every dtype (fp32 too):
@@ -108,6 +111,22 @@ parameter default, the use is not rewritten (a caller may pass another value).
 """
 
     VALID = [
+        # the probabilities are zeroed where the mask is (funasr, rl4co): no NaN forward or backward
+        Valid("""
+            import torch
+            def attend(scores, mask):
+                scores = scores.masked_fill(mask, float("-inf"))
+                return torch.softmax(scores, dim=-1).masked_fill(mask, 0.0)
+            """),
+        Valid("""
+            import torch
+            def attend(compat, mask):
+                compat[mask] = float("-inf")
+                attn = torch.softmax(compat, dim=-1)
+                attnc = attn.clone()
+                attnc[mask] = 0
+                return attnc
+            """),
         # one fixed column of every row (OpenNMT's copy generator masks the pad token)
         Valid("""
             import torch
@@ -195,6 +214,21 @@ parameter default, the use is not rewritten (a caller may pass another value).
             """),
     ]
     INVALID = [
+        # zeroing the output after `@ v` leaves the NaN row in v's gradient
+        Invalid("""
+            import torch
+            def attend(scores, v, mask):
+                scores = scores.masked_fill(mask, float("-inf"))
+                out = torch.softmax(scores, dim=-1) @ v
+                return out.masked_fill(mask, 0.0)
+            """, line=3, severity="info",
+            expected_fix="""
+                import torch
+                def attend(scores, v, mask):
+                    scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+                    out = torch.softmax(scores, dim=-1) @ v
+                    return out.masked_fill(mask, 0.0)
+                """),
         # an nn.Softmax layer built and called inline still consumes the -inf row; the
         # mask pads queries and keys
         Invalid("""
@@ -312,6 +346,8 @@ parameter default, the use is not rewritten (a caller may pass another value).
             return  # a padding mask alone masks keys: every sequence keeps its real positions
         if _self_threshold(mask, target):
             return  # logits[logits < v[:, [-1]]] = -inf: top-k filtering keeps the largest value
+        if mask is not None and _zeroed_after(ctx, node, mask):
+            return  # softmax(...).masked_fill(mask, 0): the NaN rows are zeroed, and so is their gradient
         fix = None
         tensor = tensor_name(target) if target is not None else None
         if tensor is not None and not origin_has_default(value):
@@ -370,6 +406,48 @@ parameter default, the use is not rewritten (a caller may pass another value).
         target = tensor_name(sub)
         produced = {target.id} if isinstance(target, ast.Name) else None
         self._check(ctx, node.value, node.value, sub.slice, sub, produced)
+
+
+def _zeroed_after(ctx, node: ast.AST, mask: ast.AST) -> bool:
+    """Whether the softmax's output is later set to 0 where the same mask is --
+    ``softmax(s).masked_fill(mask, 0)``, ``attn = attn.clone(); attn[mask] = 0`` (rl4co, funasr):
+    a fully masked row's NaN is replaced by zeros, and its gradient is zero too (the -inf
+    fill passes none to the masked scores).  Zeroing after ``@ v`` would not do: v's gradient
+    would still read the NaN row."""
+    func = ctx.enclosing_function(node)
+    if func is None:
+        return False
+    shape, line = ast.dump(mask), getattr(node, "lineno", 0)
+    bound: dict[str, list] = {}
+    for stmt in ast.walk(func):
+        if stmt.__class__ is ast.Assign and len(stmt.targets) == 1 and stmt.targets[0].__class__ is ast.Name:
+            bound.setdefault(stmt.targets[0].id, []).append(stmt.value)
+
+    def probabilities(expr, depth=0) -> bool:
+        if expr.__class__ is ast.Call:
+            name = expr.func.attr if expr.func.__class__ is ast.Attribute else getattr(expr.func, "id", None)
+            if name == "softmax":
+                return True
+            return name == "clone" and expr.func.__class__ is ast.Attribute and probabilities(expr.func.value, depth)
+        if expr.__class__ is ast.Name and depth < 3:
+            return any(probabilities(v, depth + 1) for v in bound.get(expr.id, ()))
+        return False
+
+    def zero(value) -> bool:
+        return value.__class__ is ast.Constant and value.value in (0, 0.0) and not isinstance(value.value, bool)
+
+    for other in ast.walk(func):
+        if getattr(other, "lineno", 0) < line or other is node:
+            continue
+        if (other.__class__ is ast.Call and other.func.__class__ is ast.Attribute
+                and other.func.attr in ("masked_fill", "masked_fill_") and len(other.args) == 2
+                and zero(other.args[1]) and ast.dump(other.args[0]) == shape and probabilities(other.func.value)):
+            return True
+        if (other.__class__ is ast.Assign and len(other.targets) == 1 and other.targets[0].__class__ is ast.Subscript
+                and zero(other.value) and ast.dump(other.targets[0].slice) == shape
+                and probabilities(other.targets[0].value)):
+            return True
+    return False
 
 
 def _fixed_column(index: ast.AST) -> bool:
