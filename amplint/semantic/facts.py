@@ -217,13 +217,8 @@ class LayerParameters:
             dims = [(dim, argument(node, dim.keyword, dim.index)) for dim in LAYERS[lname][0]]
             if not any(e.__class__ is ast.Name or e.__class__ is ast.BinOp for _, e in dims):
                 continue  # config.hidden_size, literals: no parameter reaches this layer as it is
-            func = ctx.enclosing_function(node)
-            owner = ctx.parent(func) if func is not None else None
-            if owner.__class__ is ast.Module:
-                name, offset = func.name, 0
-            elif owner.__class__ is ast.ClassDef and func.name == "__init__" and ctx.parent(owner).__class__ is ast.Module:
-                name, offset = owner.name, 1
-            else:
+            func, name, offset = _helper_of(ctx, node)
+            if func is None:
                 continue
             if not is_torch_layer(ctx, node, lname):
                 continue
@@ -251,13 +246,8 @@ class LayerParameters:
                 inner = self.by_name.get(f.id) if f.__class__ is ast.Name else None
                 if not inner:
                     continue
-                func = ctx.enclosing_function(node)
-                owner = ctx.parent(func) if func is not None else None
-                if owner.__class__ is ast.Module:
-                    name, offset = func.name, 0
-                elif owner.__class__ is ast.ClassDef and func.name == "__init__" and ctx.parent(owner).__class__ is ast.Module:
-                    name, offset = owner.name, 1
-                else:
+                func, name, offset = _helper_of(ctx, node)
+                if func is None:
                     continue
                 if name == f.id:
                     continue
@@ -326,3 +316,16 @@ def collect_all(ctx) -> dict[str, Any]:
         if data is not None:
             out[collector.KEY] = data
     return out
+
+
+def _helper_of(ctx, node: ast.AST):
+    """(function, the name callers use, how many leading parameters callers do not pass) of
+    the module-level helper or module class ``__init__`` ``node`` is in; (None, None, 0)
+    elsewhere."""
+    func = ctx.enclosing_function(node)
+    owner = ctx.parent(func) if func is not None else None
+    if owner.__class__ is ast.Module:
+        return func, func.name, 0
+    if owner.__class__ is ast.ClassDef and func.name == "__init__" and ctx.parent(owner).__class__ is ast.Module:
+        return func, owner.name, 1
+    return None, None, 0
