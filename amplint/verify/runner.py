@@ -12,7 +12,8 @@ steps (forward, loss, backward through ``amp.scale_loss``, optimizer step).  Mea
 * loss, loss-scale trajectory and skipped steps; the model output's relative error against O0;
 * a crash, with the phase, the step and the user source line that raised it.
 
-Every result is plain data (JSON-able); the O0 tensors needed for comparisons stay in memory
+A level's result is a :class:`~amplint.verify.records.LevelRun` whose items are plain data
+(JSON-able: ``LevelRun.to_json``); the O0 tensors needed for comparisons stay in memory
 in :class:`Reference` and are dropped with it.
 """
 from __future__ import annotations
