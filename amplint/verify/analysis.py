@@ -31,6 +31,7 @@ import math
 import re
 from typing import Optional
 
+from .records import LevelRun
 from .runner import UNDERFLOW_FRACTION
 
 HALF_DTYPES = ("float16", "bfloat16")
@@ -95,7 +96,7 @@ def _own_op(item_op: Optional[str], named: Optional[str]) -> bool:
     return named is None or (item_op is not None and op_name(item_op) == named)
 
 
-def evidence(finding, level: str, run: dict, tolerance: float, columns: bool = True) -> list[dict]:
+def evidence(finding, level: str, run: LevelRun, tolerance: float, columns: bool = True) -> list[dict]:
     """Evidence that ``finding`` (a :class:`~amplint.verify.records.VerifyFinding`)
     manifested in ``run``.  ``columns=False`` matches by lines only (a fixed
     copy, whose columns differ from the original's on the lines a fix changed)."""
@@ -105,22 +106,22 @@ def evidence(finding, level: str, run: dict, tolerance: float, columns: bool = T
     out: list[dict] = []
     named = named_op(code, message)
     if named and code.startswith("AMP4") and not any(
-            op_name(s["op"]) == named and overlaps(s, span, columns) for s in run.get("sites", ())):
+            op_name(s["op"]) == named and overlaps(s, span, columns) for s in run.sites):
         named = None  # the op is reached through a wrapper on the finding's line
-    crash = run.get("crash")
+    crash = run.crash
     if crash and overlaps(crash, span, columns) and (not code.startswith(_OP_CODES) or _contains(crash, span, columns)):
         # an op finding (softmax in half) is shown by a crash of that op, not by one of an
         # expression inside it: torch.softmax(s.masked_fill(m, -1e9), -1) crashing in
         # masked_fill is AMP101's evidence, not AMP301's
         out.append({"level": level, "kind": "crash", "detail": f"{crash['type']}: {crash['message']}", "line": crash["line"]})
-    origin = run.get("origin")
+    origin = run.origin
     if origin and overlaps(origin, span, columns) and _own_op(origin["op"], named):
         expr = f" `{origin['expr']}`" if origin.get("expr") else ""
         out.append({"level": level, "kind": "inf/NaN", "line": origin["line"],
                     "detail": f"first inf/NaN made by {origin['op']}{expr} at line {origin['line']} (inputs finite)"
                     if origin.get("inputs_finite") else f"first new inf/NaN in {origin['op']}{expr} at line {origin['line']}"})
-    traced = bool(run.get("sites")) or origin is not None
-    sites = [s for s in run.get("sites", ()) if overlaps(s, span, columns) and _own_op(s["op"], named)]
+    traced = bool(run.sites) or origin is not None
+    sites = [s for s in run.sites if overlaps(s, span, columns) and _own_op(s["op"], named)]
     if named is None and not code.startswith("AMP4"):
         sites = _innermost(sites)
     for site in sites:
@@ -135,7 +136,7 @@ def evidence(finding, level: str, run: dict, tolerance: float, columns: bool = T
             out.append({"level": level, "kind": "divergence", "detail": f"{where}: relative error {_num(site['rel_err'])} > {tolerance:g}", "line": site["line"]})
         if code.startswith("AMP4") and level != "O0" and "float32" in site["dtypes"] and site["op"] not in ("to", "float"):
             out.append({"level": level, "kind": "fp32 path", "detail": f"{where} ran in float32 at {level}", "line": site["line"]})
-    for mod in run.get("modules", ()):
+    for mod in run.modules:
         built = mod.get("constructed")
         if not built or not (built["file"] == path and start <= built["line"] <= end):
             continue
@@ -149,9 +150,9 @@ def evidence(finding, level: str, run: dict, tolerance: float, columns: bool = T
         if code == "AMP201" and unaligned and any(d in HALF_DTYPES for d in fwd_dtypes):
             out.append({"level": level, "kind": "slow path", "detail": f"{mod['name']} ({mod['class']}) ran in {'/'.join(d for d in fwd_dtypes if d in HALF_DTYPES)} with weight {mod.get('weight_shape')} ({', '.join(map(str, unaligned))} not a multiple of 8)", "line": built["line"]})
     # without the trace: the first module with new inf/NaN, when its class spans the finding
-    first = run.get("first_nonfinite_module")
+    first = run.first_nonfinite_module
     if first and not traced and not any(e["kind"] == "inf/NaN" for e in out):
-        for mod in run.get("modules", ()):
+        for mod in run.modules:
             src = mod.get("source")
             if mod["name"] == first and src and src["file"] == path and src["line"] <= start <= (src.get("end_line") or src["line"]):
                 out.append({"level": level, "kind": "inf/NaN", "detail": f"first inf/NaN in module {first} ({mod['class']})", "line": start})
@@ -193,26 +194,26 @@ def _num(x: Optional[float]) -> str:
     return f"{x:.3g}"
 
 
-def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
+def problems(runs: dict[str, LevelRun], tolerance: float) -> list[dict]:
     """Runtime problems at each non-reference level (and an O0 that itself fails)."""
     out: list[dict] = []
     for level, run in runs.items():
-        crash = run.get("crash")
+        crash = run.crash
         if crash:
             out.append({"level": level, "kind": "crash", "file": crash.get("file"), "line": crash.get("line"),
                         "detail": f"{crash['type']}: {crash['message']} (during {crash['phase']}, step {crash['step']})"})
             continue
-        origin = run.get("origin")
+        origin = run.origin
         if level == "O0":
-            site = origin or run.get("first_nonfinite_site")
-            if run.get("nonfinite_loss") or site:
+            site = origin or run.first_nonfinite_site
+            if run.nonfinite_loss or site:
                 where = f" (first NaN: {_expr(site)} at line {site['line']})" if site else ""
                 out.append({"level": level, "kind": "inf/NaN", "file": site["file"] if site else None,
                             "line": site["line"] if site else None, "origin": origin,
                             "detail": f"NaN in the fp32 (O0) run itself{where}: not a mixed-precision problem"})
             continue
-        site = run.get("first_nonfinite_site")
-        module = run.get("first_nonfinite_module")
+        site = run.first_nonfinite_site
+        module = run.first_nonfinite_module
         if origin:
             made = "made by" if origin.get("inputs_finite") else "first seen in"
             where = f" (module {module})" if module and module != "(model)" else ""
@@ -227,17 +228,17 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
             out.append({"level": level, "kind": "inf/NaN", "file": site["file"] if site else _module_file(run, module),
                         "line": site["line"] if site else _module_line(run, module), "module": module,
                         "detail": f"inf/NaN in the forward pass ({where})"})
-        elif run.get("nonfinite_loss"):
+        elif run.nonfinite_loss:
             out.append({"level": level, "kind": "inf/NaN", "file": None, "line": None, "detail": "the loss is not finite"})
         skipped = mostly_skipped(run)
         if skipped and not any(p["level"] == level for p in out):  # not when inf/NaN already explain it
             out.append({"level": level, "kind": "skipped steps", "file": None, "line": None, "detail": skipped})
-        err = run.get("output_rel_err")
+        err = run.output_rel_err
         if err is not None and err > tolerance and not (site or module or origin):
             out.append({"level": level, "kind": "divergence", "file": None, "line": None,
                         "detail": f"model output differs from fp32 by {_num(err)} (tolerance {tolerance:g})"})
         made = _origin_order(run) if origin and origin.get("inputs_finite") else None
-        for mod in run.get("modules", ()):
+        for mod in run.modules:
             uf = mod["forward"]["underflow"]
             if made is not None and tuple(mod["forward"].get("first_order") or (0, 0)) > made:
                 continue  # zeros after the first inf/NaN: x / inf, carried on from the origin
@@ -248,10 +249,10 @@ def problems(runs: dict[str, dict], tolerance: float) -> list[dict]:
     return out
 
 
-def _origin_order(run: dict) -> Optional[tuple]:
+def _origin_order(run: LevelRun) -> Optional[tuple]:
     """(step, call order) of the call that made the level's first inf/NaN (step 0's trace)."""
-    origin = run["origin"]
-    orders = [s["order"] for s in run.get("sites", ()) if s.get("order") is not None
+    origin = run.origin
+    orders = [s["order"] for s in run.sites if s.get("order") is not None
               and (s["file"], s["line"], s["op"]) == (origin["file"], origin["line"], origin["op"])]
     return (0, min(orders)) if orders else None
 
@@ -262,7 +263,7 @@ def _expr(site: dict) -> str:
 
 
 def _module(run, name):
-    for mod in run.get("modules", ()):
+    for mod in run.modules:
         if mod["name"] == name:
             return mod
     return None
@@ -286,22 +287,22 @@ def _module_line(run, name):
     return (mod.get("constructed") or {}).get("line")
 
 
-def mostly_skipped(run: dict) -> Optional[str]:
+def mostly_skipped(run: LevelRun) -> Optional[str]:
     """"33 of 33 steps skipped, loss scale fell to 6.1e-05" when the loss scaler was still
     skipping at the run's last step, after the runner's extra warm-up steps: no loss scale down
     to the floor makes the gradients fit in half, so the model does not train.  Skips followed
     by applied steps are the dynamic scaler's warm-up from 2**16, not a failure."""
-    scales = run.get("loss_scales") or []
-    if not scales or not run.get("last_step_skipped"):
+    scales = run.loss_scales
+    if not scales or not run.last_step_skipped:
         return None
-    return f"{run.get('skipped_steps', 0)} of {len(scales)} steps skipped, loss scale fell to {float(scales[-1]):g}"
+    return f"{run.skipped_steps} of {len(scales)} steps skipped, loss scale fell to {float(scales[-1]):g}"
 
 
-def failing(runs: dict[str, dict]) -> list[str]:
+def failing(runs: dict[str, LevelRun]) -> list[str]:
     """Levels that crash, produce inf/NaN in the forward pass or the loss, or skip most steps."""
     bad = []
     for level, run in runs.items():
-        if run.get("crash") or run.get("nonfinite_loss") or (level != "O0" and (run.get("first_nonfinite_site") or run.get("first_nonfinite_module"))) \
+        if run.crash or run.nonfinite_loss or (level != "O0" and (run.first_nonfinite_site or run.first_nonfinite_module)) \
                 or mostly_skipped(run):
             bad.append(level)
     return bad

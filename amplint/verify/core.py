@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from . import analysis, lintfix
 from .capture import CapturedOutput
-from .records import VerifyFinding, VerifyReport
+from .records import LevelRun, VerifyFinding, VerifyReport
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
@@ -90,8 +90,8 @@ def _run_all(make: Callable, user_files: set, cfg: RunConfig, progress=None, nam
             progress.start_level(level)
         runs[level] = runner.run_level(level, on_step=progress.step if progress else None)
         _add_class_files(runs[level], user_files)
-        if name is not None and level == "O0" and runs[level]["crash"]:
-            raise TargetError(reference_failure(name, runs[level]["crash"]))
+        if name is not None and level == "O0" and runs[level].crash:
+            raise TargetError(reference_failure(name, runs[level].crash))
     return runs, runner.reference.output
 
 
@@ -112,8 +112,8 @@ def reference_failure(name: str, crash: dict) -> str:
     return f"{name} raised {what}{where}"
 
 
-def _add_class_files(run: dict, user_files: set) -> None:
-    for mod in run.get("modules", ()):
+def _add_class_files(run: LevelRun, user_files: set) -> None:
+    for mod in run.modules:
         src = mod.get("source")
         if src and src.get("file"):
             user_files.add(src["file"])
@@ -135,10 +135,10 @@ def _load(target: Target):
 def _add_import_lines(runs: dict, import_lines: dict) -> None:
     """Module-level code ran once, at import: it ran for every level."""
     for run in runs.values():
-        if run.get("executed") is None:
+        if run.executed is None:
             continue
         for file, lines in import_lines.items():
-            run["executed"][file] = sorted(set(run["executed"].get(file, ())) | set(lines))
+            run.executed[file] = sorted(set(run.executed.get(file, ())) | set(lines))
 
 
 def _class_files(make: Callable) -> dict[str, str]:
@@ -333,7 +333,7 @@ def _judge_after(f: VerifyFinding, after: dict, line_map, remaining, changed: li
     # the failure that manifested before (same level, same kind) is what must be gone;
     # the fp32 results are checked on their own below
     seen = {(e["level"], e["kind"]) for e in f.evidence}
-    crashed = [lvl for lvl in ["O0", *f.levels] if lvl in after and after[lvl]["crash"]]
+    crashed = [lvl for lvl in ["O0", *f.levels] if lvl in after and after[lvl].crash]
     if any((e["level"], e["kind"]) in seen for e in ev):
         f.status = STATUS_STILL_FAILS
     elif crashed:  # a crash is never a fix: the line may simply not have been reached
@@ -365,9 +365,9 @@ def _note_optimizer_eps(report: VerifyReport, cfg, selected: list) -> None:
             f"train at O3 with eps >= {eps:.3g} (e.g. torch.optim.AdamW(..., eps={eps:.3g})), or use O2")
 
 
-def _ran(finding: VerifyFinding, run: dict) -> Optional[bool]:
+def _ran(finding: VerifyFinding, run: LevelRun) -> Optional[bool]:
     """Whether any line of the finding ran in ``run`` (None: lines were not traced)."""
-    executed = run.get("executed")
+    executed = run.executed
     if executed is None:
         return None
     lines = executed.get(finding.path, ())
@@ -418,7 +418,7 @@ def _not_executed(finding: VerifyFinding, runs: dict, selected: list) -> Optiona
         ran = _ran(finding, runs[level])
         if ran is None or ran:
             return None
-        crash = runs[level].get("crash")
+        crash = runs[level].crash
         where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash and crash.get("file") else ""
         if crash and crash.get("file") == finding.path and crash.get("line") and finding.end_line < crash["line"] \
                 and crash["step"] == 0:
@@ -491,18 +491,18 @@ def _rename_paths(runs: dict, back: dict, texts: dict, originals: dict) -> dict:
                     item[key] = None
 
     for run in runs.values():
-        crash = run.get("crash")
+        crash = run.crash
         if crash and crash.get("file") in back:
             crash["file_copy"] = crash["file"]
         remap(crash)
-        for site in run.get("sites", ()):
+        for site in run.sites:
             remap(site)
-        remap(run.get("first_nonfinite_site"))
-        remap(run.get("origin"))
-        for mod in run.get("modules", ()):
+        remap(run.first_nonfinite_site)
+        remap(run.origin)
+        for mod in run.modules:
             remap(mod.get("source"), line_keys=("line", "forward_line", "end_line"))
             remap(mod.get("constructed"))
-        executed = run.get("executed")
+        executed = run.executed
         if executed:
             renamed = {}
             for file, lines in executed.items():
@@ -510,16 +510,16 @@ def _rename_paths(runs: dict, back: dict, texts: dict, originals: dict) -> dict:
                 m = line_map(path) if file in back else None
                 mapped = {m.back(n)[0] for n in lines} if m else set(lines)
                 renamed[path] = sorted(set(renamed.get(path, ())) | mapped)
-            run["executed"] = renamed
+            run.executed = renamed
     return runs
 
 
-def _fp32_change(a: dict, b: dict, out_a, out_b) -> Optional[float]:
+def _fp32_change(a: LevelRun, b: LevelRun, out_a, out_b) -> Optional[float]:
     """How much the fixes changed the fp32 (O0) run: loss trajectory and step-0 output."""
-    if a.get("crash") or b.get("crash"):
-        return None if a.get("crash") and b.get("crash") else math.inf
+    if a.crash or b.crash:
+        return None if a.crash and b.crash else math.inf
     errs = []
-    for x, y in zip(a["losses"], b["losses"]):
+    for x, y in zip(a.losses, b.losses):
         if not (math.isfinite(x) and math.isfinite(y)):
             errs.append(0.0 if (math.isnan(x) and math.isnan(y)) or x == y else math.inf)
         else:

@@ -57,7 +57,7 @@ def amp_verify():
         cfg = _config(levels, dtype, device, steps, loss, seed, tolerance, optimizer, lr)
         report = verify_factory(make, cfg, name=name, lint=lint)
         diverged = [lvl for lvl, r in report.before.items()
-                    if tolerance is not None and lvl != "O0" and r.get("output_rel_err") is not None and r["output_rel_err"] > tolerance]
+                    if tolerance is not None and lvl != "O0" and r.output_rel_err is not None and r.output_rel_err > tolerance]
         if report.exit_status or diverged:
             why = f" (output differs from fp32 beyond {tolerance:g} at {', '.join(diverged)})" if diverged else ""
             pytest.fail(f"model is not mixed-precision safe at {', '.join(report.levels)}{why}\n\n" + format_report(report), pytrace=False)

@@ -1,4 +1,5 @@
-"""verify's typed records: a static finding as verify judges it, and the report on a target.
+"""verify's typed records: one level's run, a static finding as verify judges it, and the
+report on a target.
 
 The linter's finding (merged over the levels whose settings predict it, in
 ``lintfix.lint``) gets the evidence of the original code's runs and a status; with
@@ -69,6 +70,62 @@ class VerifyFinding:
 
 
 @dataclasses.dataclass
+class LevelRun:
+    """One opt level's run of the model (:meth:`amplint.verify.runner.LevelRunner.run_level`):
+    its losses and loss scales, the crash that ended it, the statistics of each module and
+    op site, where inf/NaN were first made and seen, the lines that ran.  Its JSON
+    (``to_json``) is the ``before``/``after`` entry of verify's report: fields in this order,
+    ``last_step_skipped`` only once an optimizer step ran.  The nested items (crash, sites,
+    modules, origin) are the runner's plain data."""
+
+    level: str
+    dtype: str
+    #: describe_crash's record of what ended the run (None: it ran every step)
+    crash: Optional[dict] = None
+    losses: list = dataclasses.field(default_factory=list)
+    loss_scales: list = dataclasses.field(default_factory=list)
+    skipped_steps: int = 0
+    #: step 0's output against the fp32 run's (None: the fp32 run itself, or no output)
+    output_rel_err: Optional[float] = None
+    loss_rel_err: Optional[float] = None
+    modules: list = dataclasses.field(default_factory=list)
+    sites: list = dataclasses.field(default_factory=list)
+    first_nonfinite_module: Optional[str] = None
+    first_nonfinite_site: Optional[dict] = None  # {file, line, op}
+    origin: Optional[dict] = None
+    seconds: float = 0.0
+    nonfinite_loss: bool = False
+    #: whether the loss scaler skipped the last optimizer step (None: no step was taken)
+    last_step_skipped: Optional[bool] = None
+    #: file -> the lines that ran (None: lines were not traced)
+    executed: Optional[dict] = None
+
+    def to_json(self) -> dict:
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "last_step_skipped" and value is None:
+                continue  # only once a step was taken
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LevelRun":
+        return cls(**data)
+
+
+def runs_json(runs: Optional[dict]) -> Optional[dict]:
+    """level -> LevelRun as level -> plain data (None stays None)."""
+    return None if runs is None else {level: r.to_json() if isinstance(r, LevelRun) else r for level, r in runs.items()}
+
+
+def typed_runs(runs: Optional[dict]) -> Optional[dict]:
+    """level -> plain data as level -> LevelRun (None stays None)."""
+    return None if runs is None else {level: LevelRun.from_json(r) if isinstance(r, dict) else r
+                                      for level, r in runs.items()}
+
+
+@dataclasses.dataclass
 class VerifyReport:
     """Everything ``amplint verify PATH::FACTORY`` reports on one target: the runs of the
     original code (``before``: level -> run) and, with ``--fix``, of the fixed copies
@@ -85,8 +142,8 @@ class VerifyReport:
     loss: str
     optimizer: str
     files: list = dataclasses.field(default_factory=list)  # the user's source files the model came from
-    before: dict = dataclasses.field(default_factory=dict)
-    after: Optional[dict] = None
+    before: dict = dataclasses.field(default_factory=dict)  # level -> LevelRun
+    after: Optional[dict] = None  # level -> LevelRun
     findings: list = dataclasses.field(default_factory=list)  # VerifyFinding
     problems: list = dataclasses.field(default_factory=list)
     runtime_only: list = dataclasses.field(default_factory=list)  # the problems no finding explains
@@ -110,13 +167,18 @@ class VerifyReport:
             value = getattr(self, field.name)
             if field.name == "fp32_repaired" and not value:
                 continue  # only when it happened
-            out[field.name] = [f.to_json() for f in value] if field.name == "findings" else value
+            if field.name == "findings":
+                value = [f.to_json() for f in value]
+            elif field.name in ("before", "after"):
+                value = runs_json(value)
+            out[field.name] = value
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> "VerifyReport":
         return cls(**{**data, "findings": [VerifyFinding.from_json(f) if isinstance(f, dict) else f
-                                           for f in data.get("findings", ())]})
+                                           for f in data.get("findings", ())],
+                      "before": typed_runs(data.get("before", {})), "after": typed_runs(data.get("after"))})
 
 
 def plain(report: VerifyReport) -> dict:

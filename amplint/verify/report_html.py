@@ -27,7 +27,7 @@ from typing import Optional
 
 from amplint.numerics import FORMATS
 
-from .records import VerifyFinding, VerifyReport
+from .records import LevelRun, VerifyFinding, VerifyReport
 from .report_text import _rel, level_status, num
 
 #: module rows shown right before the first failure; earlier unremarkable ones are collapsed
@@ -56,11 +56,11 @@ def _where(file, line, column=None) -> str:
 
 # --- 1. verdicts ------------------------------------------------------------------------------
 
-def _module(run: dict, name: Optional[str]) -> Optional[dict]:
-    return next((m for m in run.get("modules", ()) if m["name"] == name), None)
+def _module(run: LevelRun, name: Optional[str]) -> Optional[dict]:
+    return next((m for m in run.modules if m["name"] == name), None)
 
 
-def _module_label(run: dict, name: Optional[str]) -> str:
+def _module_label(run: LevelRun, name: Optional[str]) -> str:
     mod = _module(run, name)
     cls = mod["class"].rsplit(".", 1)[-1] if mod else ""
     return f"<code>{e(name)}</code>" + (f" ({e(cls)})" if cls else "")
@@ -78,21 +78,21 @@ def crash_expression(crash: dict) -> Optional[str]:
     return crash.get("code")
 
 
-def level_verdict(run: dict) -> tuple[str, str]:
+def level_verdict(run: LevelRun) -> tuple[str, str]:
     """(status, the headline as HTML) of one level's run."""
     from .analysis import mostly_skipped
 
     status = level_status(run)
-    crash = run.get("crash")
+    crash = run.crash
     if crash:
         where = _where(crash.get("file"), crash.get("line"))
         expr = crash_expression(crash)
         code = f" in <code>{e(expr)}</code>" if expr else ""
         return status, (f"crash at <code class=\"loc\">{e(where)}</code>{code}: {e(crash['type'])}: {e(crash['message'])} "
                         f"<span class=\"dim\">({e(crash['phase'])}, step {e(crash['step'])})</span>")
-    origin = run.get("origin") or run.get("first_nonfinite_site")
-    module = run.get("first_nonfinite_module")
-    if status == "inf/NaN" or (run["level"] == "O0" and origin):
+    origin = run.origin or run.first_nonfinite_site
+    module = run.first_nonfinite_module
+    if status == "inf/NaN" or (run.level == "O0" and origin):
         parts = []
         if origin:
             expr = f" in <code>{e(origin['expr'])}</code>" if origin.get("expr") else ""
@@ -107,11 +107,11 @@ def level_verdict(run: dict) -> tuple[str, str]:
     skipped = mostly_skipped(run)
     if skipped:
         return status, e(skipped)
-    return status, "ok" if run["level"] != "O0" else "ok (the fp32 reference)"
+    return status, "ok" if run.level != "O0" else "ok (the fp32 reference)"
 
 
-def _loss_text(run: dict) -> str:
-    losses = run.get("losses") or []
+def _loss_text(run: LevelRun) -> str:
+    losses = run.losses
     return f"{num(losses[0])} → {num(losses[-1])}" if losses else "-"
 
 
@@ -124,7 +124,7 @@ def _verdicts(report: VerifyReport) -> str:
         for level, run in runs.items():
             status, text = level_verdict(run)
             cls = "good" if status == "ok" else "bad"
-            err = "reference" if level == "O0" else num(run.get("output_rel_err"))
+            err = "reference" if level == "O0" else num(run.output_rel_err)
             rows.append(f'<tr class="level-row {cls}" data-level="{e(level)}" data-view="{e(title)}">'
                         f'<td class="lvl"><span class="swatch" style="background:{LEVEL_COLORS.get(level, "#555")}"></span>{e(level)}</td>'
                         f'<td><span class="pill {cls}">{e(status)}</span></td><td class="headline">{text}</td>'
@@ -320,22 +320,22 @@ def _axis(scale: _Scale, limits: dict) -> str:
             f'<div class="track axis-track">{names}{ticks}</div><div class="value dim">smallest non-zero … max</div></div>')
 
 
-def range_chart(run: dict, limits: dict, tolerance: float, title: str) -> str:
+def range_chart(run: LevelRun, limits: dict, tolerance: float, title: str) -> str:
     """One level's chart, focused on its first failure (see the module docstring)."""
-    level = run["level"]
+    level = run.level
     color = LEVEL_COLORS.get(level, "#555")
     table = "forward"
-    mods = [m for m in run.get("modules", ()) if m[table]["calls"]]
-    failing = run.get("first_nonfinite_module")
-    origin = run.get("origin")
-    crash = run.get("crash")
+    mods = [m for m in run.modules if m[table]["calls"]]
+    failing = run.first_nonfinite_module
+    origin = run.origin
+    crash = run.crash
     grad_failure = None
     if not crash and not failing and not origin:
         # a finite forward whose gradients overflowed (the loss scaler skipped the steps)
-        bad = [m for m in run.get("modules", ()) if m["grad"]["calls"] and m["grad"]["first_new_nonfinite"] is not None]
+        bad = [m for m in run.modules if m["grad"]["calls"] and m["grad"]["first_new_nonfinite"] is not None]
         if bad and level != "O0":
             table = "grad"
-            mods = [m for m in run.get("modules", ()) if m["grad"]["calls"]]
+            mods = [m for m in run.modules if m["grad"]["calls"]]
             grad_failure = min(bad, key=lambda m: tuple(m["grad"]["first_new_nonfinite"]))["name"]
             failing = grad_failure
     values = [v for m in mods for v in (m[table]["absmax"], m[table]["min_nonzero"])]
@@ -427,12 +427,12 @@ def _polyline(points: list[tuple[float, float]]) -> str:
     return " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
 
 
-def training_chart(level: str, runs: list[tuple[str, dict]]) -> str:
+def training_chart(level: str, runs: list[tuple[str, LevelRun]]) -> str:
     """Loss per step (top) and loss scale per step with skipped steps ringed (bottom) for one
     level; ``runs``: (view, run) pairs drawn solid (original code) and dashed (after the fixes)."""
     w, left, right, plot_h = 330, 62, 14, 62
     color = LEVEL_COLORS.get(level, "#555")
-    steps = max([len(r.get("losses") or []) for _, r in runs] + [len(r.get("loss_scales") or []) for _, r in runs] + [1])
+    steps = max([len(r.losses) for _, r in runs] + [len(r.loss_scales) for _, r in runs] + [1])
 
     def sx(i):
         return left + (i / max(steps - 1, 1)) * (w - left - right)
@@ -473,18 +473,18 @@ def training_chart(level: str, runs: list[tuple[str, dict]]) -> str:
                     out.append(f'<circle cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="5.5" class="skipped"/>')
         return out
 
-    loss_series = [(view != "original code", run.get("losses") or [], ()) for view, run in runs]
+    loss_series = [(view != "original code", run.losses, ()) for view, run in runs]
     scale_series = []
     for view, run in runs:
-        scales = run.get("loss_scales") or []
+        scales = run.loss_scales
         # the dynamic scaler halves the scale on each skipped step: those are the steps it fell at
-        ringed = {i for i, v in enumerate(scales) if (i and v < scales[i - 1]) or (not i and run.get("skipped_steps") and v < 65536)}
+        ringed = {i for i, v in enumerate(scales) if (i and v < scales[i - 1]) or (not i and run.skipped_steps and v < 65536)}
         scale_series.append((view != "original code", scales, ringed))
     fixed_scale = level == "O0" or all(v == 1 for _, vs, _ in scale_series for v in vs)
     svg = [f'<svg class="train" data-level="{e(level)}" width="{w}" height="{2 * (plot_h + 34) + 20}" role="img" '
            f'aria-label="loss and loss scale at {e(level)}">']
     # name what happened: a crash before any loss, or losses that were all inf/NaN
-    crashed = any(run.get("crash") and not run.get("losses") for _, run in runs)
+    crashed = any(run.crash and not run.losses for _, run in runs)
     svg += panel(0, f"{level} · loss", loss_series, False, "no loss (crashed before it)" if crashed else "no finite loss (inf/NaN)")
     if fixed_scale:
         svg += panel(plot_h + 34, "loss scale", [], True, "none: the fp32 reference" if level == "O0" else "static (1)")
@@ -496,11 +496,11 @@ def training_chart(level: str, runs: list[tuple[str, dict]]) -> str:
     captions = []
     for view, run in runs:
         prefix = "after the fixes: " if view != "original code" else ""
-        crash = run.get("crash")
+        crash = run.crash
         if crash:
             captions.append(f"{prefix}crashed ({crash['phase']}, step {crash['step']})")
         else:
-            captions.append(f"{prefix}{run.get('skipped_steps', 0)} of {len(run.get('loss_scales') or [])} steps skipped")
+            captions.append(f"{prefix}{run.skipped_steps} of {len(run.loss_scales)} steps skipped")
     return f'<figure class="train-panel"><figcaption>{e(" · ".join(captions))}</figcaption>{"".join(svg)}</figure>'
 
 
@@ -533,9 +533,9 @@ def _tables(report: VerifyReport) -> str:
         for level, run in runs.items():
             st = level_status(run)
             rows.append([e(level), f'<span class="{"good" if st == "ok" else "bad"}">{e(st)}</span>', e(_loss_text(run)),
-                         e(loss_scale_text(run)), e(run.get("skipped_steps", 0)),
-                         e("reference" if level == "O0" else num(run.get("output_rel_err"))), e(first_problem(run)),
-                         e(f"{run.get('seconds', 0):.2f} s")])
+                         e(loss_scale_text(run)), e(run.skipped_steps),
+                         e("reference" if level == "O0" else num(run.output_rel_err)), e(first_problem(run)),
+                         e(f"{run.seconds:.2f} s")])
         out.append(f"<h4>{e(title)}</h4>" + _table("levels", ["level", "status", "loss first→last", "loss scale", "skipped",
                                                              "output vs fp32", "first failure", "time"], rows))
     findings = report.findings or []
@@ -553,7 +553,7 @@ def _tables(report: VerifyReport) -> str:
     levels = list(report.before)
     names, seen = [], {}
     for run in report.before.values():
-        for m in run.get("modules", ()):
+        for m in run.modules:
             if m["name"] not in seen:
                 seen[m["name"]] = m
                 names.append(m["name"])

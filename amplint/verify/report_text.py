@@ -5,7 +5,7 @@ import math
 import os
 from typing import Optional
 
-from .records import VerifyReport
+from .records import LevelRun, VerifyReport
 
 
 def _rel(path: Optional[str]) -> str:
@@ -34,28 +34,28 @@ def num(x) -> str:
     return str(x)
 
 
-def level_status(run: dict) -> str:
+def level_status(run: LevelRun) -> str:
     from .analysis import mostly_skipped
 
-    if run.get("crash"):
+    if run.crash:
         return "CRASH"
-    if run["level"] != "O0" and (run.get("first_nonfinite_site") or run.get("first_nonfinite_module")):
+    if run.level != "O0" and (run.first_nonfinite_site or run.first_nonfinite_module):
         return "inf/NaN"
-    if run.get("nonfinite_loss"):
+    if run.nonfinite_loss:
         return "inf/NaN"
     if mostly_skipped(run):
         return "skipped steps"
     return "ok"
 
 
-def first_problem(run: dict) -> str:
+def first_problem(run: LevelRun) -> str:
     """Where a level failed first: the crash, or the first inf/NaN's source line and module."""
-    crash = run.get("crash")
+    crash = run.crash
     if crash:
         where = f"{_rel(crash.get('file'))}:{crash.get('line')}" if crash.get("file") else f"in {crash['phase']}"
         return f"{where} {crash['type']}: {crash['message']}"
-    site = run.get("origin") or run.get("first_nonfinite_site")
-    mod = run.get("first_nonfinite_module")
+    site = run.origin or run.first_nonfinite_site
+    mod = run.first_nonfinite_module
     parts = []
     if site:
         col = f":{site['column']}" if site.get("column") else ""
@@ -72,9 +72,9 @@ def first_problem(run: dict) -> str:
     return ", ".join(parts) if parts else "-"
 
 
-def _module_where(run: dict, name: str) -> str:
+def _module_where(run: LevelRun, name: str) -> str:
     """`` (RMSNorm at norm.py:9, forward :15)`` or `` (Linear built at model.py:20)``."""
-    for m in run.get("modules", ()):
+    for m in run.modules:
         if m["name"] != name:
             continue
         src, built = m.get("source"), m.get("constructed")
@@ -95,19 +95,19 @@ def _levels_table(title: str, runs: dict, box):
     for col in ("level", "status", "loss first→last", "loss scale", "skipped", "output vs fp32", "first failure (source line)"):
         t.add_column(col, overflow="fold")
     for level, run in runs.items():
-        losses = run.get("losses") or []
+        losses = run.losses
         loss = f"{num(losses[0])} → {num(losses[-1])}" if losses else "-"
         scale = loss_scale_text(run)
-        err = "reference" if level == "O0" else num(run.get("output_rel_err"))
+        err = "reference" if level == "O0" else num(run.output_rel_err)
         status = level_status(run)
         style = {"ok": "green", "CRASH": "bold red", "inf/NaN": "bold red", "skipped steps": "bold red"}[status]
-        t.add_row(level, f"[{style}]{status}[/]", loss, scale, str(run.get("skipped_steps", 0)), err, first_problem(run))
+        t.add_row(level, f"[{style}]{status}[/]", loss, scale, str(run.skipped_steps), err, first_problem(run))
     return t
 
 
-def loss_scale_text(run: dict) -> str:
+def loss_scale_text(run: LevelRun) -> str:
     """The loss scale's values over the steps, repeats folded: ``65536→32768``."""
-    scales = run.get("loss_scales") or []
+    scales = run.loss_scales
     return "→".join(num(s) for s in _dedupe_runs(scales)) if scales else "-"
 
 

@@ -12,7 +12,8 @@ steps (forward, loss, backward through ``amp.scale_loss``, optimizer step).  Mea
 * loss, loss-scale trajectory and skipped steps; the model output's relative error against O0;
 * a crash, with the phase, the step and the user source line that raised it.
 
-Every result is plain data (JSON-able); the O0 tensors needed for comparisons stay in memory
+A level's result is a :class:`~amplint.verify.records.LevelRun` whose items are plain data
+(JSON-able: ``LevelRun.to_json``); the O0 tensors needed for comparisons stay in memory
 in :class:`Reference` and are dropped with it.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from amplint.amp.policy import OPT_LEVELS as LEVELS
 
 from .cpu_gemm import HalfGemmInFp32
 from .target import AMP_DIR, ConstructionSites, canonical, class_source, normalize_example
+from .records import LevelRun
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: default --tolerance: max |out - ref| / max |ref| against the fp32 (O0) run
@@ -788,7 +790,7 @@ class _LevelState:
 
     level: str
     is_ref: bool
-    out: dict = dataclasses.field(default_factory=dict)
+    out: Optional[LevelRun] = None
     phase: str = "build"
     step: int = 0
     pending: "_Pending" = dataclasses.field(default_factory=lambda: _Pending())
@@ -821,17 +823,14 @@ class LevelRunner:
             result = self.make()
         return normalize_example(result, "the factory")
 
-    def run_level(self, level: str, on_step: Optional[Callable] = None) -> dict:
+    def run_level(self, level: str, on_step: Optional[Callable] = None) -> LevelRun:
         """Build the model, train it ``cfg.steps`` steps at ``level`` and describe what
         happened (a crash included: it ends the run, never the verifier)."""
         from amplint import amp
 
         cfg = self.cfg
         run = _LevelState(level, level == "O0")
-        run.out = {"level": level, "dtype": "fp32" if run.is_ref else cfg.dtype, "crash": None, "losses": [],
-                   "loss_scales": [], "skipped_steps": 0, "output_rel_err": None, "loss_rel_err": None,
-                   "modules": [], "sites": [], "first_nonfinite_module": None, "first_nonfinite_site": None,
-                   "origin": None, "seconds": 0.0, "nonfinite_loss": False}
+        run.out = LevelRun(level, "fp32" if run.is_ref else cfg.dtype)
         started = time.perf_counter()
         amp.reset()
         sites = ConstructionSites(lambda f: canonical(f) in self.user_files)
@@ -845,7 +844,7 @@ class LevelRunner:
                 if on_step:
                     on_step()
         except (Exception, SystemExit) as exc:
-            run.out["crash"] = describe_crash(exc, self.user_files, run.phase, run.step)
+            run.out.crash = describe_crash(exc, self.user_files, run.phase, run.step)
             try:
                 self._flush(run)
             except Exception:
@@ -857,7 +856,7 @@ class LevelRunner:
             amp.reset()
         self._compare_losses(run)
         self._describe(run, sites)
-        run.out["seconds"] = time.perf_counter() - started
+        run.out.seconds = time.perf_counter() - started
         return run.out
 
     def _flush(self, run: "_LevelState") -> None:
@@ -938,15 +937,15 @@ class LevelRunner:
                     run.origin["step"] = step
                 run.phase = "loss"
                 loss = self.loss_fn(output, (args, kwargs))
-        out["losses"].append(loss_value)
+        out.losses.append(loss_value)
         if not _finite(loss_value):
-            out["nonfinite_loss"] = True
+            out.nonfinite_loss = True
         if step == 0:
             outs = floating_tensors(output, limit=64)
             if is_ref:
                 self.reference.output = [t.detach().float().clone() for t in outs]
             else:
-                out["output_rel_err"] = _relative_error(outs, self.reference.output)
+                out.output_rel_err = _relative_error(outs, self.reference.output)
             self._flush(run)
             run.origin = self._origin(run.census, run.pending, is_ref)
         if optimizer is not None and loss.requires_grad:
@@ -957,9 +956,9 @@ class LevelRunner:
                     scaled.backward()
             run.phase = "step"
             optimizer.step()
-            out["loss_scales"].append(float(amp.loss_scale(0)))
-            out["last_step_skipped"] = amp.skipped_steps(0) > skipped_before
-            out["skipped_steps"] += amp.skipped_steps(0) - skipped_before
+            out.loss_scales.append(float(amp.loss_scale(0)))
+            out.last_step_skipped = amp.skipped_steps(0) > skipped_before
+            out.skipped_steps += amp.skipped_steps(0) - skipped_before
         self._flush(run)
 
     def _compare_losses(self, run: "_LevelState") -> None:
@@ -967,41 +966,41 @@ class LevelRunner:
         difference from them."""
         out = run.out
         if run.is_ref:
-            self.reference.losses = list(out["losses"])
-        elif self.reference.losses and out["losses"]:
-            n = min(len(out["losses"]), len(self.reference.losses))
+            self.reference.losses = list(out.losses)
+        elif self.reference.losses and out.losses:
+            n = min(len(out.losses), len(self.reference.losses))
             errs = []
-            for a, b in zip(out["losses"][:n], self.reference.losses[:n]):
+            for a, b in zip(out.losses[:n], self.reference.losses[:n]):
                 errs.append(abs(a - b) / abs(b) if b else abs(a - b) if _finite(a) else math.inf)
-            out["loss_rel_err"] = max(errs) if errs else None
+            out.loss_rel_err = max(errs) if errs else None
 
     def _describe(self, run: "_LevelState", sites: ConstructionSites) -> None:
         """The lines that ran, each module's and op site's statistics, where inf/NaN were
         first made and first seen."""
         out = run.out
-        out["executed"] = run.lines.by_file() if run.lines else None
-        out["modules"] = self._module_report(run.modules, sites)
+        out.executed = run.lines.by_file() if run.lines else None
+        out.modules = self._module_report(run.modules, sites)
         if run.origin is None and run.census is not None:  # step 0 crashed: its calls so far
             run.origin = self._origin(run.census, run.pending, run.is_ref)
-        out["origin"] = run.origin  # before the sites: Census.origin marks the sites whose inputs were tainted
-        out["sites"] = self._site_report(run.census)
-        first = [m for m in out["modules"] if m["forward"]["first_new_nonfinite"] is not None]
+        out.origin = run.origin  # before the sites: Census.origin marks the sites whose inputs were tainted
+        out.sites = self._site_report(run.census)
+        first = [m for m in out.modules if m["forward"]["first_new_nonfinite"] is not None]
         if first:
-            out["first_nonfinite_module"] = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
-        firsts = [s for s in out["sites"] if s["first_new_nonfinite"] is not None]
+            out.first_nonfinite_module = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
+        firsts = [s for s in out.sites if s["first_new_nonfinite"] is not None]
         if firsts:
             s = min(firsts, key=lambda s: tuple(s["first_new_nonfinite"]))
-            out["first_nonfinite_site"] = {"file": s["file"], "line": s["line"], "op": s["op"]}
+            out.first_nonfinite_site = {"file": s["file"], "line": s["line"], "op": s["op"]}
 
     @staticmethod
-    def _another_step(step: int, steps: int, out: dict, optimizer) -> bool:
+    def _another_step(step: int, steps: int, out: LevelRun, optimizer) -> bool:
         """The configured steps, then more while the loss scaler is still skipping: a few skips
         are its normal warm-up, halving from 2**16 until the gradients fit in half, and a run
         must not end in the middle of it.  At most ``SCALER_WARMUP_STEPS`` more (2**16 to the
         2**-14 floor); a run whose loss is inf/NaN is not extended, nothing would fit."""
         if step < steps:
             return True
-        return (optimizer is not None and out.get("last_step_skipped", False) and not out["nonfinite_loss"]
+        return (optimizer is not None and bool(out.last_step_skipped) and not out.nonfinite_loss
                 and step < steps + SCALER_WARMUP_STEPS)
 
     def _origin(self, census: "Census", pending: _Pending, is_ref: bool) -> Optional[dict]:

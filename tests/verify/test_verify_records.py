@@ -47,3 +47,25 @@ def test_format_report_takes_the_plain_report(tmp_path):
     report = verify(f"{path}::example", levels=("O1",), device="cpu", steps=1)
     assert isinstance(report["findings"], list) and all(isinstance(f, dict) for f in report["findings"])
     assert "safe at the selected levels" in format_report(report)
+
+
+RUN = ["level", "dtype", "crash", "losses", "loss_scales", "skipped_steps", "output_rel_err", "loss_rel_err", "modules",
+       "sites", "first_nonfinite_module", "first_nonfinite_site", "origin", "seconds", "nonfinite_loss"]
+
+
+def test_level_runs_are_records_with_the_json_shape_of_the_dicts_they_replace(tmp_path):
+    from amplint.verify import verify
+    from amplint.verify.records import LevelRun
+
+    path = tmp_path / "m.py"
+    path.write_text("import torch\n\n\ndef example():\n    return torch.nn.Linear(8, 8), (torch.randn(2, 8),)\n")
+    data = verify(f"{path}::example", levels=("O1",), device="cpu", steps=1)
+    assert set(data["before"]) == {"O0", "O1"}
+    for run in data["before"].values():  # plain data, the keys in the order the runner wrote them
+        assert isinstance(run, dict) and list(run) == RUN + ["last_step_skipped", "executed"], list(run)
+    report = typed(data)
+    assert all(isinstance(r, LevelRun) for r in report.before.values()) and report.after is None
+    assert report.before["O1"].dtype == "fp16" and len(report.before["O1"].losses) == 1
+    assert plain(report) == data
+    crashed = LevelRun("O2", "fp16", crash={"type": "RuntimeError"})  # no optimizer step taken: no last_step_skipped
+    assert list(crashed.to_json()) == RUN + ["executed"] and LevelRun.from_json(crashed.to_json()) == crashed
