@@ -346,7 +346,7 @@ def _base_settings(resolver: ConfigResolver, path: str, args):
     try:
         return resolver.for_path(path)
     except ConfigError:
-        if args.config:
+        if args.config or args.show_settings:  # --show-settings must not show defaults for a broken config
             raise
         # reported per file by the run, which lints the files other configs govern
         return resolver.defaults()
@@ -541,7 +541,8 @@ def _show_settings(settings, path: str) -> int:
     out.write(f"# local rules and plugins loaded: {'yes' if settings.load_plugins else 'no (--allow-local-rules)'}\n")
     out.write("[tool.amplint]\n")
     # what is not a [tool.amplint] key stays out, so that the table can be pasted into a pyproject.toml
-    hidden = {"root", "config_path", "engine_origin", "amp_module", "engine_configured", "target_given", "load_plugins"}
+    hidden = {"root", "config_path", "engine_origin", "amp_module", "engine_configured", "target_given",
+              "opt_level_given", "load_plugins"}
     for field in dataclasses.fields(settings):
         if field.name in hidden:
             continue

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import weakref
 from typing import Any, Iterable, Optional
 
 from .config import FileSettings
@@ -86,21 +87,24 @@ def dotted_name(expr: ast.AST) -> Optional[str]:
 
 
 #: the node classes the setup detectors read (here and :mod:`amplint.fp8.setup`)
-_SETUP_CLASSES = frozenset((ast.Import, ast.ImportFrom, ast.Call, ast.Attribute))
+#: what the detectors read; ``ast.Expr`` for a model cast written as a statement (``model.half()``)
+_SETUP_CLASSES = frozenset((ast.Import, ast.ImportFrom, ast.Call, ast.Attribute, ast.Expr))
 #: fields that hold shared singletons (Load/Store contexts, operators): leaves, skipped
 _SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _FIELDS: dict[type, tuple[str, ...]] = {}
+#: tree -> its setup nodes; weak, so a tree's list goes with the tree
+_SETUP_NODES: "weakref.WeakKeyDictionary[ast.Module, list]" = weakref.WeakKeyDictionary()
 
 
 def setup_nodes(tree: ast.Module) -> list[ast.AST]:
-    """The tree's imports, calls and attributes in :func:`ast.walk`'s order (breadth
-    first), found in one walk and kept on the tree (``tree.amplint_setup_nodes``, like
-    the parent links): engine detection reads them twice per file (the settings, the
+    """The tree's imports, calls, attributes and expression statements in :func:`ast.walk`'s
+    order (breadth first), found in one walk and kept for the tree's lifetime (a weak map,
+    not an attribute on the node): engine detection reads them twice per file (the settings, the
     summary), the fp8 detection, the bf16-cast count and the ``amp.initialize`` lookup
     once each, and five walks of the whole tree cost more than the rules' own work on
     some files.  Breadth first because the import aliases :func:`evidence` applies to a
     call are those met before it in that order."""
-    found = getattr(tree, "amplint_setup_nodes", None)
+    found = _SETUP_NODES.get(tree)
     if found is not None:
         return found
     order = [tree]
@@ -122,7 +126,7 @@ def setup_nodes(tree: ast.Module) -> list[ast.AST]:
                         push(child)
             elif isinstance(value, AST):
                 push(value)
-    tree.amplint_setup_nodes = found
+    _SETUP_NODES[tree] = found
     return found
 
 

@@ -73,3 +73,11 @@ def test_verify_one_colon_says_what_was_expected_without_absolute_paths(tmp_path
     missing = amplint("verify", "nothere.py::build", cwd=tmp_path)
     assert missing.returncode == 2 and "no such file: nothere.py (a target is PATH::FACTORY" in missing.stderr
     assert str(tmp_path) not in missing.stderr
+
+
+def test_show_settings_of_a_broken_config_is_its_error_not_the_defaults(tmp_path, amplint):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nopt-level-given = true\n')
+    (tmp_path / "m.py").write_text("import torch\n")
+    proc = amplint("check", "--show-settings", "m.py", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("amplint: error: ") and "opt-level-given: unknown key" in proc.stderr
