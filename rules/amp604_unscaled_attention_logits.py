@@ -143,7 +143,8 @@ class UnscaledAttentionLogits(Rule):
 ## What it does
 Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a key transposed
 there or on an earlier line, or named a key, or
-`einsum("b h i d, b h j d -> b h i j", q, k)`) in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
+`einsum("b h i d, b h j d -> b h i j", q, k)`) in any function (a module's
+`forward`, or an attention helper defined at module level and called from elsewhere), divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
 `d ** -0.5` / `1 / math.sqrt(d)` / `self.scale`) only *after* the product -- in the same
 expression, or on a later line through a variable, or a sum of such products (Transformer-XL's
 `(ac + bd) / sqrt(d)`) -- when the target is fp16 and the
@@ -340,6 +341,21 @@ change in the last bits. It is offered when the scaling applies directly to the 
             line=8,
             expected_fix=None,
         ),
+        # a module-level attention helper (a fallback SDPA, a surgery function): reported too
+        Invalid("""
+            import torch
+            def sdpa(q, k, v):
+                scores = torch.matmul(q, k.transpose(-2, -1)) / (k.size(-1) ** 0.5)
+                return scores.softmax(-1) @ v
+            """,
+            line=3,
+            expected_fix="""
+                import torch
+                def sdpa(q, k, v):
+                    scores = torch.matmul(q / k.size(-1) ** 0.5, k.transpose(-2, -1))
+                    return scores.softmax(-1) @ v
+                """,
+        ),
         # through a variable: reported, no fix
         Invalid("""
             from torch import nn
@@ -377,7 +393,7 @@ change in the last bits. It is offered when the scaling applies directly to the 
         direct = product is not None
         reached = [(left, product)] if direct else _reached_products(ctx, left)
         products = [pair for _, pair in reached]
-        if not products or not ctx.in_forward(node):
+        if not products or ctx.enclosing_function(node) is None:
             return
         # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|
         if all(any(_unit_bounded(ctx, side) for side in pair) for pair in products):
