@@ -6,7 +6,7 @@ import re
 from typing import Optional
 
 from amplint.numerics import FP16
-from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+from amplint.rule import Edit, Fix, Invalid, Related, Rule, Severity, Valid
 
 _SCALE_NAME = re.compile(r"scale|scaling|sqrt|norm_factor|temperature|inv_scale", re.I)
 _TRANSPOSES = frozenset({"transpose", "permute", "mT", "T", "t"})
@@ -77,7 +77,7 @@ def _is_logits_spec(spec: ast.AST) -> bool:
     return bool(contracted) and all(own) and bool(batch)
 
 
-def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
+def _is_scale(ctx, expr: ast.AST, op: ast.operator, depth: int = 0) -> bool:
     """``math.sqrt(d)`` / ``d ** 0.5`` / ``self.scale`` after a division; ``d ** -0.5`` /
     ``self.scale`` after a multiplication."""
     if isinstance(expr, ast.Call):
@@ -91,26 +91,35 @@ def _is_scale(ctx, expr: ast.AST, op: ast.operator) -> bool:
         return value is not None and value.value == (0.5 if isinstance(op, ast.Div) else -0.5)
     if isinstance(expr, (ast.Name, ast.Attribute)):
         name = expr.id if isinstance(expr, ast.Name) else expr.attr
-        return bool(_SCALE_NAME.search(name))
+        if _SCALE_NAME.search(name):
+            return True
+    if isinstance(expr, ast.Name) and depth < 2:  # `dimension = k.size(-1) ** 0.5` on an earlier line
+        from amplint.analysis.reductions import reaching_value
+
+        value = reaching_value(ctx, expr)
+        return value is not None and _is_scale(ctx, value, op, depth + 1)
     return False
 
 
 def _reached_products(ctx, expr: ast.AST, depth: int = 0) -> list:
-    """The q·k products a scaled name holds (``w = torch.bmm(q, k)`` on an earlier line),
-    or a sum of them (``(matrix_ac + matrix_bd) * self.scale``)."""
+    """The q·k products a scaled name holds, each as (product node, (q, k)): ``w =
+    torch.bmm(q, k)`` on an earlier line, a sum holding one (``(matrix_ac + matrix_bd) *
+    self.scale``, ``(w + bias) / s``: the product was formed unscaled all the same), or a
+    call handed one (``bd = self.rel_shift(bd)``: a shift keeps the magnitudes)."""
     from amplint.analysis.reductions import reaching_value
 
     if depth > 3:
         return []
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-        left, right = _reached_products(ctx, expr.left, depth + 1), _reached_products(ctx, expr.right, depth + 1)
-        return left + right if left and right else []
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub)):
+        return _reached_products(ctx, expr.left, depth + 1) + _reached_products(ctx, expr.right, depth + 1)
+    if isinstance(expr, ast.Call) and depth:
+        return [p for a in expr.args if isinstance(a, ast.Name) for p in _reached_products(ctx, a, depth + 1)]
     if isinstance(expr, ast.Name):
         value = reaching_value(ctx, expr)
         if value is None:
             return []
         product = _qk_product(ctx, value)
-        return [product] if product is not None else _reached_products(ctx, value, depth + 1)
+        return [(value, product)] if product is not None else _reached_products(ctx, value, depth + 1)
     return []
 
 
@@ -134,7 +143,8 @@ class UnscaledAttentionLogits(Rule):
 ## What it does
 Flags `q @ k.transpose(-2, -1)` (or `torch.matmul` / `torch.bmm` with a key transposed
 there or on an earlier line, or named a key, or
-`einsum("b h i d, b h j d -> b h i j", q, k)`) in model code, divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
+`einsum("b h i d, b h j d -> b h i j", q, k)`) in any function (a module's
+`forward`, or an attention helper defined at module level and called from elsewhere), divided by `math.sqrt(d)` / `d ** 0.5` / `self.scale` (or multiplied by
 `d ** -0.5` / `1 / math.sqrt(d)` / `self.scale`) only *after* the product -- in the same
 expression, or on a later line through a variable, or a sum of such products (Transformer-XL's
 `(ac + bd) / sqrt(d)`) -- when the target is fp16 and the
@@ -289,6 +299,63 @@ change in the last bits. It is offered when the scaling applies directly to the 
                         return einsum('b h i d, b h j d -> b h i j', q * self.scale, k)
                 """,
         ),
+        # scaled from the left: `norm_factor * matmul(Q, K^T)`
+        Invalid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    return self.norm_factor * torch.matmul(q, k.transpose(2, 3))
+            """,
+            expected_fix="""
+                import torch
+                from torch import nn
+                class A(nn.Module):
+                    def forward(self, q, k):
+                        return torch.matmul(q * self.norm_factor, k.transpose(2, 3))
+                """,
+        ),
+        # in place, by a name holding the square root, a sum with a shifted product
+        Invalid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k):
+                    w = torch.einsum("bnik,bnjk->bnij", q, k)
+                    w /= q.size(-1) ** 0.5
+                    return w
+            """,
+            line=6,
+            expected_fix=None,
+        ),
+        Invalid("""
+            import torch
+            from torch import nn
+            class A(nn.Module):
+                def forward(self, q, k, p):
+                    ac = torch.matmul(q, k.transpose(-2, -1))
+                    bd = self.rel_shift(torch.matmul(q, p.transpose(-2, -1)))
+                    d = torch.as_tensor(k.size(-1)).sqrt()
+                    return (ac + bd) / d
+            """,
+            line=8,
+            expected_fix=None,
+        ),
+        # a module-level attention helper (a fallback SDPA, a surgery function): reported too
+        Invalid("""
+            import torch
+            def sdpa(q, k, v):
+                scores = torch.matmul(q, k.transpose(-2, -1)) / (k.size(-1) ** 0.5)
+                return scores.softmax(-1) @ v
+            """,
+            line=3,
+            expected_fix="""
+                import torch
+                def sdpa(q, k, v):
+                    scores = torch.matmul(q / k.size(-1) ** 0.5, k.transpose(-2, -1))
+                    return scores.softmax(-1) @ v
+                """,
+        ),
         # through a variable: reported, no fix
         Invalid("""
             from torch import nn
@@ -306,15 +373,27 @@ change in the last bits. It is offered when the scaling applies directly to the 
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         if not isinstance(node.op, (ast.Div, ast.Mult)):
             return
+        left, right = node.left, node.right
+        # `self.norm_factor * torch.matmul(Q, K^T)`: a product scales from either side
+        if isinstance(node.op, ast.Mult) and not _is_scale(ctx, right, node.op) and _is_scale(ctx, left, node.op):
+            left, right = right, left
+        self._check(node, left, right, node.op, ctx)
+
+    def visit_AugAssign(self, node: ast.AugAssign, ctx) -> None:
+        """``inner_product /= d ** 0.5`` after ``inner_product = einsum(...)``."""
+        if isinstance(node.op, (ast.Div, ast.Mult)) and isinstance(node.target, ast.Name):
+            self._check(node, node.target, node.value, node.op, ctx)
+
+    def _check(self, node: ast.AST, left: ast.AST, right: ast.AST, op: ast.operator, ctx) -> None:
         if ctx.format is not FP16 or ctx.settings.opt_level == "O0":
             return
-        left, right = node.left, node.right
-        if not _is_scale(ctx, right, node.op):
+        if not _is_scale(ctx, right, op):
             return
-        product = _qk_product(ctx, left)
+        product = _qk_product(ctx, left) if isinstance(node, ast.BinOp) else None
         direct = product is not None
-        products = [product] if direct else _reached_products(ctx, left)
-        if not products or not ctx.in_forward(node):
+        reached = [(left, product)] if direct else _reached_products(ctx, left)
+        products = [pair for _, pair in reached]
+        if not products or ctx.enclosing_function(node) is None:
             return
         # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|
         if all(any(_unit_bounded(ctx, side) for side in pair) for pair in products):
@@ -323,13 +402,17 @@ change in the last bits. It is offered when the scaling applies directly to the 
         message = ("attention logits `q @ k^T` computed in fp16 before the scaling: a head-dim-128 dot product of "
                    "elements of magnitude 23 is 67712 > 65504 (inf, then a NaN softmax row); scale `q` first or use "
                    "`scaled_dot_product_attention`")
+        # the products formed on earlier lines: where the overflow happens (and the fix goes)
+        related = [Related(ctx.path, at.lineno, ctx.char_col(at.lineno, at.col_offset) + 1,
+                           "the unscaled `q @ k^T` product is formed here")
+                   for at, _ in reached if not direct and at.lineno != node.lineno]
         fix = None
         if direct:
-            op = "/" if isinstance(node.op, ast.Div) else "*"
+            op_text = "/" if isinstance(op, ast.Div) else "*"
             q_text = ctx.segment(q)
             if not isinstance(q, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
                 q_text = f"({q_text})"
-            scaled = f"{q_text} {op} {ctx.segment(right)}"
+            scaled = f"{q_text} {op_text} {ctx.segment(right)}"
             if isinstance(left, ast.Call) and len(left.args) == 3:
                 text = f"{ctx.segment(left.func)}({ctx.segment(left.args[0])}, {scaled}, {ctx.segment(kt)})"
             elif isinstance(left, ast.Call):
@@ -340,4 +423,4 @@ change in the last bits. It is offered when the scaling applies directly to the 
             if isinstance(parent, (ast.UnaryOp,)) or isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow):
                 text = f"({text})"
             fix = Fix([Edit.replace(node, text)], "unsafe", "Scale `q` before the product")
-        ctx.report(self, node, message, fix=fix)
+        ctx.report(self, node, message, fix=fix, related=related)
