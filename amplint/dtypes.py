@@ -429,9 +429,18 @@ class DtypeFlow:
         """The class of a tensor whose dtype is borrowed (``y`` in ``x.to(y.dtype)``)."""
         got = self.of(probe)
         if (got is DtypeClass.UNKNOWN and self.borrowed_activations and isinstance(probe, (ast.Name, ast.Attribute))
-                and not _device_like(probe) and self.ctx.in_model_code(probe)):
+                and not _device_like(probe) and self.ctx.in_model_code(probe) and not self._submodule_weight(probe)):
             return DtypeClass.FP32 if self.opt_level == "O0" else DtypeClass.HALF
         return got
+
+    def _submodule_weight(self, probe: ast.AST) -> bool:
+        """``self.embed.weight`` (or a name bound to it): a parameter, fp32 until the model
+        is cast, not an activation whose dtype autocast makes half."""
+        if isinstance(probe, ast.Name) and self.ctx.enclosing_function(probe) is not None:
+            probe = reaching_value(self.ctx, probe)
+        return (isinstance(probe, ast.Attribute) and probe.attr in ("weight", "bias")
+                and isinstance(probe.value, ast.Attribute) and isinstance(probe.value.value, ast.Name)
+                and probe.value.value.id == "self")
 
     # --- expressions ----------------------------------------------------------------
 
@@ -879,7 +888,7 @@ class DtypeFlow:
         if explicit is not None:
             return explicit
         if attr in _NEW_FACTORIES:
-            return self.of(receiver)
+            return self._borrowed(receiver)  # x.new_tensor(range(n)): x's dtype, as x.to(...) borrows it
         if attr in _SCALAR_METHODS:
             return DtypeClass.SCALAR
         if attr in _BOOL_METHODS:

@@ -160,6 +160,17 @@ class RotaryEmbedding(nn.Module):
             """,
             severity="info",
         ),
+        # positions built as an fp32 arange, then cast to the activation dtype: still integers
+        Invalid("""
+            import torch
+            from torch import nn
+            class FourierPosEnc(nn.Module):
+                def forward(self, x):
+                    pos = torch.arange(0, x.size(1), dtype=torch.float32).unsqueeze(1).to(x)
+                    return pos
+            """,
+            severity="info",
+        ),
         # an explicit cast is half at every opt level
         Invalid("""
             import torch
@@ -211,12 +222,12 @@ class RotaryEmbedding(nn.Module):
         elif isinstance(func, ast.Attribute) and func.attr in _CASTS:
             receiver = func.value
             before = ctx.precision_of(receiver)
-            if before is not None and before.kind in ("half", "fp32"):
-                return  # already half (reported where it became half) or a float value
+            end = _range_end(ctx, receiver)
+            if before is not None and (before.kind == "half" or before.kind == "fp32" and end is None):
+                return  # already half (reported where it became half) or a float value, not an fp32 arange
             root = positions.position_root(receiver)
             # a position name, or arithmetic on positions (ALiBi's `(j - i).abs()` distances)
             named = isinstance(root, (ast.Name, ast.BinOp)) and positions.is_position_like(ctx, root)
-            end = _range_end(ctx, receiver)
             if end is None and not named:
                 return
             self._check(ctx, node, node, end)

@@ -134,6 +134,27 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         ),
     ]
     INVALID = [
+        # x.new_tensor(range(n)) has the activation dtype: pos / 10000 ** (2i / d) runs in half
+        Invalid("""
+            import torch
+            from torch import nn
+            class SinusoidPositionalEmbedding(nn.Module):
+                def forward(self, x):
+                    n, d = x[0].shape
+                    pos = x.new_tensor(range(n)).unsqueeze(-1) / 10000 ** (x.new_tensor(range(d)) // 2 * 2 / d)
+                    return pos.sin()
+            """,
+            severity="warning",
+            expected_fix="""
+            import torch
+            from torch import nn
+            class SinusoidPositionalEmbedding(nn.Module):
+                def forward(self, x):
+                    n, d = x[0].shape
+                    pos = x.new_tensor(range(n)).unsqueeze(-1).float() / (10000 ** (x.new_tensor(range(d)) // 2 * 2 / d)).float()
+                    return pos.sin().to(torch.float16)
+            """,
+        ),
         # an fp32 angle table cast to the activation dtype before its sin / cos: the cast
         Invalid("""
             import torch
@@ -298,6 +319,8 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         if (product is None or product.kind != "half") and known_pos is None \
                 and not position_tables.autocast_half(ctx, node, kind):
             product = pb if a_pos else pa  # positions of unseen dtype are integers: the table has the other's
+        elif product is None and known_pos is not None and known_pos.kind == "half" and (pb if a_pos else pa) is None:
+            product = known_pos  # half positions, frequencies of unseen dtype: the table is the positions' dtype
         half = product.half if product is not None and product.kind == "half" else None
         autocast = half is None and position_tables.autocast_half(ctx, node, kind)
         if half is None and not autocast:

@@ -21,6 +21,9 @@ def outer_operands(ctx, node: ast.AST) -> Optional[tuple[str, ast.AST, ast.AST]]
     """(kind, positions-or-first, second) for a product of two tensors."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.MatMult)):
         return ("matmul" if isinstance(node.op, ast.MatMult) else "mul"), node.left, node.right
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.BinOp) \
+            and isinstance(node.right.op, ast.Pow):
+        return "mul", node.left, node.right  # pos / 10000 ** (2i / d): positions times the inverse frequencies
     if isinstance(node, ast.Call):
         qn = ctx.qualname(node.func) or ""
         if qn in ("torch.outer", "torch.ger") and len(node.args) == 2:

@@ -103,7 +103,12 @@ def is_position_like(ctx, expr: ast.AST, depth: int = 0) -> bool:
         qn = ctx.qualname(root.func) or ""
         if qn in ("einops.rearrange", "einops.repeat") and root.args:
             return is_position_like(ctx, root.args[0], depth + 1)
-        return qn == "torch.arange"
+        if qn == "torch.arange":
+            return True
+        # x.new_tensor(range(n)) / torch.tensor(range(n)): an arange by another name
+        factory = qn == "torch.tensor" or isinstance(root.func, ast.Attribute) and root.func.attr == "new_tensor"
+        return factory and bool(root.args) and isinstance(root.args[0], ast.Call) \
+            and isinstance(root.args[0].func, ast.Name) and root.args[0].func.id == "range"
     if isinstance(root, ast.Name):
         value = reaching_value(ctx, root)
         if value is not None and is_position_like(ctx, value, depth + 1):
