@@ -306,7 +306,11 @@ _INT_FACTORIES = frozenset("randint randperm LongTensor IntTensor".split())
 #: forward parameters that hold data from the loader, not activations (fp32 unless O2 casts inputs)
 #: parameters that hold sequence lengths (integer tensors or plain ints)
 _LENGTHS_PARAMETER = re.compile(r"^(\w+_)?(lengths?|lens|seq_lens?)$")
-_DATA_PARAMETERS = frozenset("target targets tgt y_true gt labels label ref reference".split())
+_DATA_PARAMETERS = frozenset(
+    "target targets tgt y_true gt labels label ref reference".split()
+    # coordinates of points / atoms / residues: geometry from the loader (torch-geometric's
+    # `pos`, EGNN's `coors`), not activations; their norms and dot products stay fp32 at O1
+    + "pos coords coors coordinates xyz".split())
 _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
 _CUSTOM_FWD = frozenset({"torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd"})
