@@ -86,8 +86,8 @@ def dotted_name(expr: ast.AST) -> Optional[str]:
     return None
 
 
-#: the node classes the setup detectors read (here and :mod:`amplint.fp8.setup`)
-#: what the detectors read; ``ast.Expr`` for a model cast written as a statement (``model.half()``)
+#: the node classes the setup detectors read (here and :mod:`amplint.fp8.setup`); ``ast.Expr``
+#: for a model cast written as a statement (``model.half()``)
 _SETUP_CLASSES = frozenset((ast.Import, ast.ImportFrom, ast.Call, ast.Attribute, ast.Expr))
 #: fields that hold shared singletons (Load/Store contexts, operators): leaves, skipped
 _SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
