@@ -664,6 +664,26 @@ def _funasr_mha_chunked(mod, dtype):
     return Trial(lambda: att(x, x, x, chunk_pair_mask(sizes, 2)), real_mask(sizes), att)
 
 
+def _funasr_sanm_scama(mod, dtype):
+    # MultiHeadedAttentionSANM as the SCAMA chunk encoder runs it: its overlap_chunk splits
+    # utterances of 3 and 8 frames into chunks of 4 (stride 2, look-back 1, FSMN shift of a
+    # kernel of 3) and gives the chunked masks; the chunked frames within length are real
+    chunking = importlib.import_module("funasr.models.scama.chunk_utilis")
+    nets_utils = importlib.import_module("funasr.models.transformer.utils.nets_utils")
+    kernel = 3
+    att = mod.MultiHeadedAttentionSANM(n_head=2, in_feat=16, n_feat=16, dropout_rate=0.0, kernel_size=kernel).to(dtype)
+    chunker = chunking.overlap_chunk(chunk_size=(4,), stride=(2,), pad_left=(0,), encoder_att_look_back_factor=(1,),
+                                     shfit_fsmn=(kernel - 1) // 2)
+    sizes = (3, 8)
+    lens = torch.tensor(sizes)
+    chunk_outs = chunker.gen_chunk_mask(lens, 0)
+    xs, chunked_lens = chunker.split_chunk(padded(16, dtype, sizes), lens, chunk_outs=chunk_outs)
+    masks = ~nets_utils.make_pad_mask(chunked_lens)[:, None, :]
+    shift = chunker.get_mask_shfit_chunk(chunk_outs, "cpu", len(sizes), dtype=dtype)
+    att_chunks = chunker.get_mask_att_chunk_encoder(chunk_outs, "cpu", len(sizes), dtype=dtype)
+    return Trial(lambda: att(xs, masks, shift, att_chunks), masks[:, 0], att)
+
+
 def _loftr_full(mod, dtype):
     # LoFTR's coarse transformer (self, cross, self, cross) with full attention on two pairs of
     # images padded to a common size: feature maps of 3 and 5 positions padded to 5 on each side
@@ -744,6 +764,9 @@ CASES_2 = [
          "RelPositionMultiHeadedAttentionChunk on utterances of 2 and 6 frames, chunks of 2, no left context"),
     Case("funasr/transformer_attention-1.4.16", "funasr.models.transformer.attention", _funasr_mha_chunked,
          "MultiHeadedAttention with a (batch, T, T) mask: key padding and chunks of 2 without left context"),
+    Case("funasr/sanm_attention-1.4.16", "funasr.models.sanm.attention", _funasr_sanm_scama,
+         "MultiHeadedAttentionSANM with SCAMA's overlap_chunk masks (chunks of 4, stride 2, look-back 1, FSMN "
+         "shift 1) on utterances of 3 and 8 frames"),
     Case("funasr/transformer_attention", "funasr.models.transformer.attention", _funasr_mha_chunked,
          "the same MultiHeadedAttention case on the earlier release"),
     Case("kornia/loftr_attention", "kornia.feature.loftr.loftr_module.transformer", _loftr_full,
