@@ -24,7 +24,9 @@ an opt-in bench script, never part of ``amplint check`` (which never runs what i
 test suite runs it only on toy modules it writes (``tests/test_confirm_masked.py``).  Packages are imported
 from the cache with their parent packages' ``__init__`` skipped (so a package's heavy optional
 imports are not needed); a case that still cannot import says so and counts as not run.
-Needs torch, numpy and einops.
+Needs torch, numpy and einops; the ``transformers`` cases also need huggingface_hub, tqdm and
+safetensors (the cached ``transformers/utils`` imports them).  The cases cover
+``corpus/blind-masked.jsonl`` and ``corpus/blind-masked-2.jsonl``.
 
     python bench/realcode/confirm_masked.py [--case ID ...] [--json OUT]
 
@@ -64,6 +66,9 @@ class Trial:
     run: Callable[[], torch.Tensor]
     real: torch.Tensor  # bool (batch, positions): True at real (not padded) positions
     module: torch.nn.Module
+    #: False where the module's backward cannot run on this torch (a custom autograd Function
+    #: written for an older torch): no gradient check
+    grad: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +84,12 @@ class Case:
     #: skip every package ``__init__`` of the distribution, not only the module's parents
     #: (for a library whose sibling packages' ``__init__`` import optional dependencies)
     bare_packages: bool = False
+    #: attributes set on the bare parent packages, for a module that reads one of them from its
+    #: skipped ``__init__`` (``from .. import __version__``): {package: {name: value}}
+    package_attrs: dict = dataclasses.field(default_factory=dict)
+    #: names a bare parent package re-exports from one of its modules, loaded for real once the
+    #: bare packages exist (``from fairseq.modules import gelu``): {package: module}
+    package_exports: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -161,7 +172,8 @@ IMPORT_ENV = {"DGLBACKEND": "pytorch"}
 
 
 def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs: dict | None = None,
-                      bare_packages: bool = False) -> types.ModuleType:
+                      bare_packages: bool = False, package_attrs: dict | None = None,
+                      package_exports: dict | None = None) -> types.ModuleType:
     """Import ``dotted`` from the unpacked ``dist``, its parent packages as bare namespaces.
 
     A parent package's ``__init__`` often imports the whole library (and its optional
@@ -188,11 +200,15 @@ def import_from_cache(dist: str, dotted: str, deps: tuple[str, ...] = (), stubs:
         mod = types.ModuleType(pkg)
         mod.__path__ = [folder]
         mod.__package__ = pkg
+        mod.__dict__.update((package_attrs or {}).get(pkg, {}))
         sys.modules[pkg] = mod
     for name, attrs in (stubs or {}).items():
         stub = types.ModuleType(name)
         stub.__dict__.update(attrs)
         sys.modules[name] = stub
+    for pkg, source in (package_exports or {}).items():
+        exported = importlib.import_module(source)
+        sys.modules[pkg].__dict__.update({k: v for k, v in vars(exported).items() if not k.startswith("_")})
     return importlib.import_module(dotted)
 
 
@@ -203,7 +219,7 @@ def run_case(case: Case, dtype_name: str) -> Outcome:
     dtype = DTYPES[dtype_name]
     try:
         mod = import_from_cache(dist_of(case.corpus_id), case.module, tuple(dist_of(d) for d in case.deps), case.stubs,
-                               case.bare_packages)
+                               case.bare_packages, case.package_attrs, case.package_exports)
     except Exception as exc:  # the case cannot run here: say why
         outcome.error = f"import: {type(exc).__name__}: {exc}"
         return outcome
@@ -225,7 +241,7 @@ def run_case(case: Case, dtype_name: str) -> Outcome:
             outcome.nan_padded = bool(nan[~trial.real].any())
             outcome.nan_real = bool(nan[trial.real].any())
             loss = out.float()[trial.real].sum()
-            if loss.requires_grad:
+            if trial.grad and loss.requires_grad:
                 loss.backward()
                 outcome.nan_grad = any(p.grad is not None and bool(torch.isnan(p.grad).any())
                                        for p in trial.module.parameters())
@@ -470,6 +486,307 @@ def _emotion2vec_alt_attention(mod, dtype):
     x = padded(16, dtype)
     return Trial(lambda: att(x, padding_mask=~real_mask()), real_mask(), att)
 
+# --- packet 4 (corpus/blind-masked-2.jsonl) --------------------------------------------
+
+#: transformers releases read from the cache: the bare ``transformers`` package needs the
+#: ``__version__`` its ``utils`` import, and the runtime dependency check (which wants
+#: sacremoses, tokenizers, ...) is a stand-in: only the model modules are run
+def _transformers_case(version: str) -> dict:
+    return dict(package_attrs={"transformers": {"__version__": version}},
+                stubs={"transformers.dependency_versions_check": {"dep_version_check": lambda *a, **k: None}})
+
+
+def left_real_mask(sizes=SIZES) -> torch.Tensor:
+    """(batch, n) True at real positions of sequences padded on the left."""
+    return real_mask(sizes).flip(-1)
+
+
+def _cpmant(mod, dtype):
+    # CPM-Ant pads on the left (token 0) and builds its own mask from the ids
+    cfg = mod.CpmAntConfig(vocab_size=64, hidden_size=16, num_attention_heads=2, dim_head=8, dim_ff=32,
+                           num_hidden_layers=2, prompt_types=3, prompt_length=2, segment_types=4,
+                           position_bias_num_buckets=8, position_bias_max_distance=16, use_cache=False)
+    net = mod.CpmAntModel(cfg).to(dtype)
+    real = left_real_mask()
+    ids = torch.randint(1, 64, real.shape) * real
+
+    def run():
+        return net(input_ids=ids, use_cache=False, return_dict=True).last_hidden_state
+    return Trial(run, real, net)
+
+
+def _deberta_hf(model_cls: str, config_cls: str, grad: bool = False):
+    def build(mod, dtype):
+        cfg = getattr(mod, config_cls)(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=32, max_position_embeddings=32, relative_attention=True,
+                                       pos_att_type=["c2p", "p2c"], hidden_dropout_prob=0.0,
+                                       attention_probs_dropout_prob=0.0)
+        net = getattr(mod, model_cls)(cfg).to(dtype)
+        ids = torch.randint(1, 64, real_mask().shape) * real_mask()
+        return Trial(lambda: net(input_ids=ids, attention_mask=real_mask().long()).last_hidden_state, real_mask(), net,
+                     grad=grad)
+    return build
+
+
+def _sew_d(mod, dtype):
+    # the SEW-D encoder on frame features of utterances of 4 and 10 frames padded to 10 (squeezed 2x)
+    cfg = mod.SEWDConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                         squeeze_factor=2, num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
+                         max_position_embeddings=32, position_buckets=-1, hidden_dropout=0.0, activation_dropout=0.0,
+                         attention_dropout=0.0, feat_proj_dropout=0.0)
+    enc = mod.SEWDEncoder(cfg).to(dtype)
+    sizes = (4, 10)
+    x = padded(16, dtype, sizes)
+
+    def run():
+        return enc(x.clone(), attention_mask=real_mask(sizes).long()).last_hidden_state
+    return Trial(run, real_mask(sizes), enc, grad=False)
+
+
+class _DebertaConfig:
+    """The attributes DeBERTa's ``DisentangledSelfAttention`` reads from its model config."""
+    num_attention_heads = 2
+    hidden_size = 16
+    relative_attention = True
+    max_relative_positions = 16
+    pos_att_type = "c2p|p2c"
+    hidden_dropout_prob = 0.0
+    attention_probs_dropout_prob = 0.0
+
+
+def _deberta_package(mod, dtype):
+    # DisentangledSelfAttention with the pair mask the package's BertEncoder.get_attention_mask
+    # builds from a (batch, n) padding mask (bert.py itself cannot be imported on Python >= 3.10:
+    # it imports collections.Sequence)
+    att = mod.DisentangledSelfAttention(_DebertaConfig()).to(dtype)
+    rel = torch.nn.Embedding(32, 16).to(dtype)
+    both = stacked(att, rel)
+    x = padded(16, dtype)
+    ext = real_mask().long()[:, None, None, :]
+    pair = ext * ext.squeeze(-2).unsqueeze(-1)  # (batch, 1, n, n)
+
+    def run():
+        out = att(x, pair, rel_embeddings=rel.weight)
+        return out["hidden_states"] if isinstance(out, dict) else out
+    return Trial(run, real_mask(), both, grad=False)
+
+
+class _Projected(torch.nn.Module):
+    """q, k, v projections for a functional attention (so the gradient check has parameters)."""
+    def __init__(self, dim: int):
+        super().__init__()
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        return self.qkv(x).chunk(3, dim=-1)
+
+
+def _lighthubert_sliding(mode: str):
+    def build(mod, dtype):
+        # one head over utterances of 2 and 8 frames padded to 8, windows of 2 (+1) frames;
+        # key_padding_mask True at padded frames (the shorter utterance first: the strided
+        # path reads the mask of the first batch row only)
+        proj = _Projected(8).to(dtype)
+        sizes = (2, 8)
+        x = padded(8, dtype, sizes)
+
+        def run():
+            q, k, v = proj(x)
+            out, _ = mod.slide_window_attention_forward(q * 8 ** -0.5, k, v, swz=2, key_padding_mask=~real_mask(sizes),
+                                                        num_heads=1, mode=mode)
+            return out
+        return Trial(run, real_mask(sizes), proj)
+    return build
+
+
+def _fairseq_downsampled(scalar_bias: bool):
+    def build(mod, dtype):
+        # decoder self-attention over target sequences of 3 and 5 tokens padded (right) to 5,
+        # future steps masked as the self-attentive ConvS2S decoder asks for
+        att = mod.DownsampledMultiHeadAttention(16, 16, 2, dropout=0.0, gated=False, downsample=False).to(dtype)
+        x = padded(16, dtype).transpose(0, 1)  # (time, batch, channels)
+
+        def run():
+            out, _ = att(x, x, x, mask_future_timesteps=True, use_scalar_bias=scalar_bias)
+            return out.transpose(0, 1)
+        return Trial(run, real_mask(), att)
+    return build
+
+
+def _speechbrain_chunked(mod, dtype):
+    # RelPosMHAXL as the streaming Conformer runs it: dynamic chunk training with chunks of 2
+    # frames and 1 chunk of left context, the chunk mask as TransformerASR's
+    # make_transformer_src_mask builds it, plus key padding; utterances of 2 and 8 frames
+    # fp16/bf16 under CPU autocast: the module multiplies its float32 softmax output with half
+    # values, so it runs in half only under autocast; built in fp32, as a training run builds it
+    att = mod.RelPosMHAXL(16, 2, dropout=0.0)
+    pos = mod.RelPosEncXL(16)
+    sizes = (2, 8)
+    x = padded(16, torch.float32, sizes)
+    t, chunk, left = x.size(1), 2, 1
+    idx = torch.arange(t)
+    mask_idx = torch.arange(chunk, chunk * (t // chunk + 2), chunk).repeat_interleave(chunk)[:t]
+    src_mask = idx[None] >= mask_idx[:, None]
+    src_mask = src_mask + (idx[None] < (mask_idx - chunk * (left + 1))[:, None])
+
+    def run():
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            out, _ = att(x, x, x, pos(x), key_padding_mask=~real_mask(sizes), attn_mask=src_mask)
+        return out
+    return Trial(run, real_mask(sizes), att)
+
+
+def chunk_pair_mask(sizes, chunk: int) -> torch.Tensor:
+    """(batch, n, n) True where the key is real and in the query's chunk (no left context)."""
+    n = max(sizes)
+    same_chunk = (torch.arange(n) // chunk)[:, None] == (torch.arange(n) // chunk)[None, :]
+    return real_mask(sizes)[:, None, :] & same_chunk
+
+
+def _funasr_chunk_attention(mod, dtype):
+    # as the BAT case: streaming chunks of 2 frames without left context, utterances of 2 and 6
+    att = mod.RelPositionMultiHeadedAttentionChunk(num_heads=2, embed_size=16).to(dtype)
+    sizes = (2, 6)
+    x = padded(16, dtype, sizes)
+    t = x.size(1)
+    pos = torch.randn(2, 2 * t - 1, 16).to(dtype)
+    chunk = torch.arange(t) // 2
+    return Trial(lambda: att(x, x, x, pos, ~real_mask(sizes), chunk_mask=chunk[:, None] != chunk[None, :]),
+                 real_mask(sizes), att)
+
+
+def _funasr_mha_chunked(mod, dtype):
+    # MultiHeadedAttention with a (batch, T, T) mask (1 = may attend): key padding and chunks
+    # of 2 frames without left context, as a chunked streaming encoder builds it
+    att = mod.MultiHeadedAttention(n_head=2, n_feat=16, dropout_rate=0.0).to(dtype)
+    sizes = (2, 6)
+    x = padded(16, dtype, sizes)
+    return Trial(lambda: att(x, x, x, chunk_pair_mask(sizes, 2)), real_mask(sizes), att)
+
+
+def _funasr_sanm_scama(mod, dtype):
+    # MultiHeadedAttentionSANM as the SCAMA chunk encoder runs it: its overlap_chunk splits
+    # utterances of 3 and 8 frames into chunks of 4 (stride 2, look-back 1, FSMN shift of a
+    # kernel of 3) and gives the chunked masks; the chunked frames within length are real
+    chunking = importlib.import_module("funasr.models.scama.chunk_utilis")
+    nets_utils = importlib.import_module("funasr.models.transformer.utils.nets_utils")
+    kernel = 3
+    att = mod.MultiHeadedAttentionSANM(n_head=2, in_feat=16, n_feat=16, dropout_rate=0.0, kernel_size=kernel).to(dtype)
+    chunker = chunking.overlap_chunk(chunk_size=(4,), stride=(2,), pad_left=(0,), encoder_att_look_back_factor=(1,),
+                                     shfit_fsmn=(kernel - 1) // 2)
+    sizes = (3, 8)
+    lens = torch.tensor(sizes)
+    chunk_outs = chunker.gen_chunk_mask(lens, 0)
+    xs, chunked_lens = chunker.split_chunk(padded(16, dtype, sizes), lens, chunk_outs=chunk_outs)
+    masks = ~nets_utils.make_pad_mask(chunked_lens)[:, None, :]
+    shift = chunker.get_mask_shfit_chunk(chunk_outs, "cpu", len(sizes), dtype=dtype)
+    att_chunks = chunker.get_mask_att_chunk_encoder(chunk_outs, "cpu", len(sizes), dtype=dtype)
+    return Trial(lambda: att(xs, masks, shift, att_chunks), masks[:, 0], att)
+
+
+def _loftr_full(mod, dtype):
+    # LoFTR's coarse transformer (self, cross, self, cross) with full attention on two pairs of
+    # images padded to a common size: feature maps of 3 and 5 positions padded to 5 on each side
+    net = mod.LocalFeatureTransformer({"d_model": 16, "nhead": 2, "layer_names": ["self", "cross"] * 2,
+                                       "attention": "full"}).to(dtype)
+    f0, f1 = padded(16, dtype), padded(16, dtype, (5, 3))
+    m0, m1 = real_mask(), real_mask((5, 3))
+    return Trial(lambda: net(f0, f1, m0, m1)[0], m0, net)
+
+
+def _esmfold_attention(mod, dtype):
+    att = mod.Attention(embed_dim=16, num_heads=2, head_width=8, gated=True).to(dtype)
+    x = padded(16, dtype)
+    return Trial(lambda: att(x, mask=real_mask())[0], real_mask(), att)
+
+
+def _zeta_mmca(mod, dtype):
+    # visual tokens of 4 positions; text of a leading token plus 2 and 4 tokens padded to 4
+    att = mod.MultiModalCausalAttention(dim=16, heads=2, dropout=0.0).to(dtype)
+    vis = torch.randn(2, 4, 16).to(dtype)
+    sizes = (2, 4)
+    txt = torch.cat([torch.randn(2, 1, 16), torch.randn(2, 4, 16) * real_mask(sizes)[..., None]], 1).to(dtype)
+    real = torch.cat([torch.ones(2, 1, dtype=torch.bool), real_mask(sizes)], 1)
+    return Trial(lambda: att(vis, txt, mask=real_mask(sizes))[1], real, att)
+
+
+def _mega_chunked(mod, dtype):
+    # Mega with chunked softmax attention (chunks of 2) on sequences of 2 and 6 tokens padded to 6
+    cfg = mod.MegaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, intermediate_size=32,
+                         ema_projection_size=4, shared_representation_size=8, use_chunking=True, chunk_size=2,
+                         attention_activation="softmax", max_positions=32, dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0, nffn_hidden_size=32)
+    net = mod.MegaModel(cfg, add_pooling_layer=False).to(dtype)
+    sizes = (2, 6)
+    ids = torch.randint(1, 64, real_mask(sizes).shape) * real_mask(sizes)
+    return Trial(lambda: net(input_ids=ids, attention_mask=real_mask(sizes).long()).last_hidden_state,
+                 real_mask(sizes), net)
+
+
+CASES_2 = [
+    Case("transformers/cpmant", "transformers.models.cpmant.modeling_cpmant", _cpmant,
+         "CpmAntModel (2 layers) on sequences of 3 and 5 tokens padded on the left (token 0), its own mask",
+         **_transformers_case("4.31.0")),
+    Case("transformers/deberta-4.15", "transformers.models.deberta.modeling_deberta",
+         _deberta_hf("DebertaModel", "DebertaConfig"),
+         "DebertaModel (2 layers, relative attention) with attention_mask on sentences of 3 and 5 tokens padded to 5; "
+         "no gradient check (XSoftmax.backward calls the torch<1.11 _softmax_backward_data signature)",
+         **_transformers_case("4.15.0")),
+    Case("transformers/deberta_v2-4.15", "transformers.models.deberta_v2.modeling_deberta_v2",
+         _deberta_hf("DebertaV2Model", "DebertaV2Config"),
+         "DebertaV2Model, same batch; no gradient check (as above)", **_transformers_case("4.15.0")),
+    Case("transformers/sew_d-4.15", "transformers.models.sew_d.modeling_sew_d", _sew_d,
+         "SEWDEncoder (2 layers) with attention_mask on utterances of 4 and 10 frames padded to 10; no gradient check",
+         **_transformers_case("4.15.0")),
+    Case("transformers/deberta-4.25", "transformers.models.deberta.modeling_deberta",
+         _deberta_hf("DebertaModel", "DebertaConfig", grad=True), "DebertaModel, same batch, on the later release",
+         **_transformers_case("4.25.1")),
+    Case("deberta/ops", "DeBERTa.deberta.disentangled_attention", _deberta_package,
+         "the package's DisentangledSelfAttention (its XSoftmax from ops.py) with the pair mask its encoder builds, "
+         "sentences of 3 and 5 tokens padded to 5; no gradient check",
+         bare_packages=True, package_attrs={"DeBERTa.utils": {"get_logger": logging.getLogger}}),
+    Case("s3prl/lighthubert_sliding_attn", "s3prl.upstream.lighthubert.lighthubert.functional.sliding_attn",
+         _lighthubert_sliding("mask"),
+         "slide_window_attention_forward (mode 'mask'), window 2, key padding, utterances of 2 and 8 frames"),
+    Case("s3prl/lighthubert_sliding_attn", "s3prl.upstream.lighthubert.lighthubert.functional.sliding_attn",
+         _lighthubert_sliding("stride"), "the same with mode 'stride' (as_strided windows)"),
+    Case("fairseq/downsampled_mha", "fairseq.modules.downsampled_multihead_attention", _fairseq_downsampled(False),
+         "DownsampledMultiHeadAttention, mask_future_timesteps=True, use_scalar_bias=False, sequences of 3 and 5"),
+    Case("fairseq/downsampled_mha", "fairseq.modules.downsampled_multihead_attention", _fairseq_downsampled(True),
+         "the same with use_scalar_bias=True (as fconv_self_att's SelfAttention calls it)"),
+    Case("speechbrain/attention-1.1.2", "speechbrain.nnet.attention", _speechbrain_chunked,
+         "RelPosMHAXL with a dynamic-chunk mask (chunks of 2, 1 left chunk) and key padding, utterances of 2 and 8 "
+         "frames padded to 8; fp16/bf16 under CPU autocast (speechbrain.dataio / utils.logger stand-ins: only "
+         "length_to_mask and get_logger)",
+         stubs={"speechbrain.dataio.dataio": {"length_to_mask": None},
+                "speechbrain.utils.logger": {"get_logger": logging.getLogger}}),
+    Case("funasr/transformer_attention-1.4.16", "funasr.models.transformer.attention", _funasr_chunk_attention,
+         "RelPositionMultiHeadedAttentionChunk on utterances of 2 and 6 frames, chunks of 2, no left context"),
+    Case("funasr/transformer_attention-1.4.16", "funasr.models.transformer.attention", _funasr_mha_chunked,
+         "MultiHeadedAttention with a (batch, T, T) mask: key padding and chunks of 2 without left context"),
+    Case("funasr/sanm_attention-1.4.16", "funasr.models.sanm.attention", _funasr_sanm_scama,
+         "MultiHeadedAttentionSANM with SCAMA's overlap_chunk masks (chunks of 4, stride 2, look-back 1, FSMN "
+         "shift 1) on utterances of 3 and 8 frames"),
+    Case("funasr/transformer_attention", "funasr.models.transformer.attention", _funasr_mha_chunked,
+         "the same MultiHeadedAttention case on the earlier release"),
+    Case("kornia/loftr_attention", "kornia.feature.loftr.loftr_module.transformer", _loftr_full,
+         "LocalFeatureTransformer (self, cross x2) with full attention and mask0/mask1 on feature maps of 3/5 and 5/3 "
+         "positions padded to 5", bare_packages=True),
+    Case("fair-esm/esmfold_misc", "esm.esmfold.v1.misc", _esmfold_attention,
+         "ESMFold Attention (gated) with the sequence mask, proteins of 3 and 5 residues padded to 5 "
+         "(openfold stand-ins: misc imports it only for PDB output)",
+         stubs={"openfold": {}, "openfold.np": {"residue_constants": None},
+                "openfold.np.protein": {"Protein": object, "to_pdb": None},
+                "openfold.utils": {}, "openfold.utils.feats": {"atom14_to_atom37": None}}),
+    Case("zetascale/multi_modal_causal_attention", "zeta.nn.attention.multi_modal_causal_attention", _zeta_mmca,
+         "MultiModalCausalAttention, text of 1 + 2 and 1 + 4 tokens padded to 5, mask on the padded text",
+         bare_packages=True),
+    Case("transformers/mega", "transformers.models.mega.modeling_mega", _mega_chunked,
+         "MegaModel (2 layers, chunked softmax attention, chunks of 2) on sequences of 2 and 6 tokens padded to 6",
+         **_transformers_case("4.31.0")),
+]
+
+
 class _PaddingDirection(enum.Enum):
     right = "right"
     left = "left"
@@ -524,7 +841,7 @@ CASES = [
          "AltAttention with padding_mask on sequences of 3 and 5 padded to 5"),
     Case("funasr/data2vec_mha", "funasr.models.data2vec.multihead_attention", _data2vec_mha,
          "data2vec MultiheadAttention with key_padding_mask, padded frames also queries"),
-]
+] + CASES_2
 
 
 def verdict_one(o: Outcome) -> str:
