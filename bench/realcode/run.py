@@ -394,6 +394,8 @@ def select_entries(names: list[str], labels: list[dict]) -> tuple[list[dict], li
             continue
         if corpus_name(e).startswith(BLIND_PREFIX) and e["id"] not in reviewed:
             e = dict(e, lint_only=True)
+        elif e.get("context"):  # a file the scored ones read their values from (a config class)
+            e = dict(e, lint_only=True)
         chosen.append(e)
     return chosen, unlabelled_blind
 
@@ -432,8 +434,11 @@ def main(argv: list[str] | None = None) -> int:
 
     projects = {e["project"] for e in present}
     unread = sum(bool(e.get("lint_only")) for e in present)
-    if unread:
-        print(f"{unread} blind files linted with their project but not scored: not reviewed yet")
+    context = sum(bool(e.get("context")) for e in present)
+    if unread - context:
+        print(f"{unread - context} blind files linted with their project but not scored: not reviewed yet")
+    if context:
+        print(f"{context} context files (corpus/context.jsonl) linted with their project, never scored")
     print(f"{len(present) - unread} files from {len(projects)} projects in {len(groups)} runs, "
           f"{sum(lab['label'] != 'reviewed' for lab in labels)} labels, {len(result['findings'])} findings")
     print()
