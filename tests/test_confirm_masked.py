@@ -74,6 +74,23 @@ def test_finite_fill_is_a_uniform_row_not_nan(toy):
     assert "finite fill" in cm.verdict(outs)
 
 
+def test_an_empty_item_is_told_apart_from_the_other_items(toy):
+    # a key mask on items of 0, 3 and 5 tokens: only item 0 (no real key) gets all -inf rows;
+    # its NaN stays in its own (padded) outputs but reaches the shared parameters' gradients
+    sizes = cm.EMPTY_SIZES
+
+    def build(mod, dtype):
+        att = mod.Attention(8, float("-inf")).to(dtype)
+        x = cm.padded(8, dtype, sizes)
+        keys = cm.real_mask(sizes)[:, None, :].expand(-1, max(sizes), -1)
+        return cm.Trial(lambda: att(x, keys), cm.real_mask(sizes), att, empty_items=(0,))
+    outs = [cm.run_case(cm.Case("toy==1.0", "toy.attn", build, "toy"), name) for name in cm.DTYPES]
+    assert all(o.inf_rows == 5 and o.empty_items == 1 and o.nan_padded and not o.nan_real
+               and not o.nan_other_items and o.nan_grad for o in outs)
+    assert "NaN not in the other items" in cm.verdict(outs)
+    assert "padded positions and gradients" in cm.verdict(outs)
+
+
 def test_a_module_that_cannot_import_is_not_run(toy):
     case = cm.Case("toy==1.0", "toy.missing", two_layers(-1e4), "toy")
     out = cm.run_case(case, "fp32")

@@ -25,8 +25,10 @@ test suite runs it only on toy modules it writes (``tests/test_confirm_masked.py
 from the cache with their parent packages' ``__init__`` skipped (so a package's heavy optional
 imports are not needed); a case that still cannot import says so and counts as not run.
 Needs torch, numpy and einops; the ``transformers`` cases also need huggingface_hub, tqdm and
-safetensors (the cached ``transformers/utils`` imports them).  The cases cover
-``corpus/blind-masked.jsonl`` and ``corpus/blind-masked-2.jsonl``.
+safetensors (the cached ``transformers/utils`` imports them), the ``pytorch-transformers`` cases six, boto3,
+requests and tqdm (its ``file_utils``).  The cases cover
+``corpus/blind-masked.jsonl`` and ``corpus/blind-masked-2.jsonl``, and three files of ``corpus/nlp.jsonl``
+on a batch with an empty item (every key padding) beside an ordinary padded batch.
 
     python bench/realcode/confirm_masked.py [--case ID ...] [--json OUT]
 
@@ -69,6 +71,9 @@ class Trial:
     #: False where the module's backward cannot run on this torch (a custom autograd Function
     #: written for an older torch): no gradient check
     grad: bool = True
+    #: batch items whose every key is padding (an empty source or sentence): NaN anywhere in the
+    #: other items is reported apart, as NaN that crossed from one item to another
+    empty_items: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +109,8 @@ class Outcome:
     nan_padded: bool = False
     nan_real: bool = False
     nan_grad: bool = False
+    empty_items: int = 0  # how many items of the batch have no real key
+    nan_other_items: bool = False  # NaN at any position of an item that has real keys
     error: str = ""
 
 
@@ -240,6 +247,10 @@ def run_case(case: Case, dtype_name: str) -> Outcome:
                 nan = nan.any(dim=-1)
             outcome.nan_padded = bool(nan[~trial.real].any())
             outcome.nan_real = bool(nan[trial.real].any())
+            if trial.empty_items:
+                others = [i for i in range(nan.size(0)) if i not in trial.empty_items]
+                outcome.empty_items = len(trial.empty_items)
+                outcome.nan_other_items = bool(nan[others].any())
             loss = out.float()[trial.real].sum()
             if trial.grad and loss.requires_grad:
                 loss.backward()
@@ -787,6 +798,82 @@ CASES_2 = [
 ]
 
 
+# --- empty items: a batch item whose every key is padding ------------------------------
+
+#: an empty item (no real token), a padded one and a full one, padded to 5
+EMPTY_SIZES = (0, 3, 5)
+
+
+def _empty_items(sizes) -> tuple[int, ...]:
+    return tuple(i for i, n in enumerate(sizes) if n == 0)
+
+
+def _distilbert(sizes):
+    def build(mod, dtype):
+        # DistilBertModel (2 layers) on token ids padded (id 0) to the batch maximum, with the
+        # (batch, n) attention_mask a padded batch comes with: 1 at real tokens, 0 at padding
+        cfg = mod.DistilBertConfig(vocab_size_or_config_json_file=64, max_position_embeddings=32, n_layers=2,
+                                   n_heads=2, dim=16, hidden_dim=32, dropout=0.0, attention_dropout=0.0)
+        with torch.no_grad():  # its sinusoidal table is written in place into a leaf (fine on torch 1.x)
+            net = mod.DistilBertModel(cfg).to(dtype)
+        real = real_mask(sizes)
+        ids = torch.randint(1, 64, real.shape) * real
+        return Trial(lambda: net(ids, attention_mask=real.long())[0], real, net, empty_items=_empty_items(sizes))
+    return build
+
+
+def _onmt_global_attention(sizes):
+    def build(mod, dtype):
+        # GlobalAttention ("general", the RNN decoder's default) of 4 target steps of every item
+        # over its source memory bank, padded to the longest source; memory_lengths as the
+        # encoder returns them (0 for an empty source line); every target step is real
+        att = mod.GlobalAttention(16, attn_type="general").to(dtype)
+        memory = padded(16, dtype, sizes)
+        target = torch.randn(len(sizes), 4, 16).to(dtype)
+        lengths = torch.tensor(sizes)
+
+        def run():
+            return att(target, memory, memory_lengths=lengths)[0].transpose(0, 1)  # (batch, tgt, dim)
+        return Trial(run, torch.ones(len(sizes), 4, dtype=torch.bool), att, empty_items=_empty_items(sizes))
+    return build
+
+
+def _fairseq_mha(sizes):
+    def build(mod, dtype):
+        # encoder self-attention with key_padding_mask (True at pads) on sentences padded to the
+        # longest; fairseq's own path (enable_torch_version off: with it on, torch's
+        # multi_head_attention_forward runs instead and the labelled fill is never reached)
+        att = mod.MultiheadAttention(16, 2, self_attention=True).to(dtype)
+        att.enable_torch_version = False
+        x = padded(16, dtype, sizes).transpose(0, 1)  # (time, batch, channels)
+
+        def run():
+            return att(x, x, x, key_padding_mask=~real_mask(sizes))[0].transpose(0, 1)
+        return Trial(run, real_mask(sizes), att, empty_items=_empty_items(sizes))
+    return build
+
+
+_FAIRSEQ_0_9 = dict(package_exports={"fairseq.modules": "fairseq.modules.gelu"})
+
+CASES_3 = [
+    Case("pytorch-transformers/modeling_distilbert", "pytorch_transformers.modeling_distilbert", _distilbert(SIZES),
+         "DistilBertModel (2 layers) with attention_mask on sentences of 3 and 5 tokens padded to 5"),
+    Case("pytorch-transformers/modeling_distilbert", "pytorch_transformers.modeling_distilbert",
+         _distilbert(EMPTY_SIZES),
+         "the same on sentences of 0, 3 and 5 tokens: item 0's attention_mask is all 0, as padding an empty item "
+         "gives it (the tokenizer's [CLS]/[SEP] would leave it one real key)"),
+    Case("OpenNMT-py/global_attention", "onmt.modules.global_attention", _onmt_global_attention(SIZES),
+         "GlobalAttention (general) of 4 target steps over sources of 3 and 5 tokens, memory_lengths (3, 5)"),
+    Case("OpenNMT-py/global_attention", "onmt.modules.global_attention", _onmt_global_attention(EMPTY_SIZES),
+         "the same over sources of 0, 3 and 5 tokens: a zero-length source (memory_lengths 0)"),
+    Case("fairseq/multihead_attention", "fairseq.modules.multihead_attention", _fairseq_mha(SIZES),
+         "MultiheadAttention (self-attention, fairseq's own path) with key_padding_mask on sentences of 3 and 5",
+         **_FAIRSEQ_0_9),
+    Case("fairseq/multihead_attention", "fairseq.modules.multihead_attention", _fairseq_mha(EMPTY_SIZES),
+         "the same on sentences of 0, 3 and 5: item 0's every key is padding", **_FAIRSEQ_0_9),
+]
+
+
 class _PaddingDirection(enum.Enum):
     right = "right"
     left = "left"
@@ -841,7 +928,7 @@ CASES = [
          "AltAttention with padding_mask on sequences of 3 and 5 padded to 5"),
     Case("funasr/data2vec_mha", "funasr.models.data2vec.multihead_attention", _data2vec_mha,
          "data2vec MultiheadAttention with key_padding_mask, padded frames also queries"),
-] + CASES_2
+] + CASES_2 + CASES_3
 
 
 def verdict_one(o: Outcome) -> str:
@@ -849,8 +936,11 @@ def verdict_one(o: Outcome) -> str:
         return "not run"
     if o.inf_rows:
         found = f"all-masked rows confirmed ({o.inf_rows} all -inf softmax rows)"
+        if o.empty_items:
+            found += f" with {o.empty_items} empty item(s), NaN {'reaches' if o.nan_other_items else 'not in'} the other items"
         if o.nan_real or o.nan_grad:
-            where = [w for w, hit in (("real positions", o.nan_real), ("gradients", o.nan_grad)) if hit]
+            where = [w for w, hit in (("real positions", o.nan_real), ("padded positions", o.nan_padded and not o.nan_real),
+                                      ("gradients", o.nan_grad)) if hit]
             return f"{found}, NaN reaches {' and '.join(where)}"
         if o.error:
             return f"{found}, the run stops: {o.error}"
@@ -894,7 +984,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"  {o.dtype}: -inf rows {o.inf_rows}, filled rows {o.filled_rows} ({o.softmax_calls} softmax calls), "
                   f"nan softmax {o.nan_softmax}, nan padded {o.nan_padded}, nan real {o.nan_real}, "
-                  f"nan grad {o.nan_grad}" + (f", error {o.error}" if o.error else ""))
+                  f"nan grad {o.nan_grad}"
+                  + (f", nan other items {o.nan_other_items}" if o.empty_items else "")
+                  + (f", error {o.error}" if o.error else ""))
         not_run += not any(o.ran for o in outs)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
