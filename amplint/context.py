@@ -72,15 +72,17 @@ class FileContext:
         settings: "Settings",
         project: Optional["ProjectIndex"] = None,
     ):
-        if not isinstance(settings, FileSettings):  # the user's settings (tests, tools): resolve them for this file
-            from .engine_detect import resolve
-
-            settings = resolve(settings, path, source, tree, project)
         self.path = path
         self.source = source
         self.tree = tree
-        self.settings = settings
         self.project = project
+        #: the named analyses built so far (see :meth:`get`)
+        self._analyses: dict[type, Any] = {}
+        if not isinstance(settings, FileSettings):  # the user's settings: resolve them for this file
+            from .engine_detect import SetupNodes, resolve
+
+            settings = resolve(settings, path, source, tree, project, self.get(SetupNodes))
+        self.settings = settings
         self.newline = "\r\n" if "\r\n" in source[:10000] else "\n"
         self.findings: list[Finding] = []
         #: each rule's per-file state, as its ``begin_file`` returned it
@@ -102,8 +104,6 @@ class FileContext:
         self._module_classes: Optional[set[str]] = None
         self._forward_reachable: Optional[set[int]] = None
         self._walked = False
-        #: the named analyses built so far (see :meth:`get`)
-        self._analyses: dict[type, Any] = {}
         self._index_module_level()
 
     @property

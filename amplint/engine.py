@@ -127,8 +127,8 @@ def lint_text(
     """Lint one file's text.  Returns findings (suppressions applied), the context and
     internal errors (a rule that raised)."""
     tree = parse(path, text)
-    settings = engine_detect.resolve(settings, path, text, tree, project)
-    ctx = FileContext(path, text, tree, settings, project)
+    ctx = FileContext(path, text, tree, settings, project)  # (which resolves the settings for this file)
+    settings = ctx.settings
     selected = _Rules.of(rules)
     errors: list[SourceError] = []
     # AMP900's findings come from the suppressions, after the other rules: selecting it
