@@ -337,10 +337,11 @@ class RunOptions:
     force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
 
-def _outgoing(findings: list[Finding], text: str) -> list[Finding]:
+def _outgoing(findings: list[Finding], text: str, lines: Optional[list[str]] = None) -> list[Finding]:
     """Findings of one file as they leave the worker: fingerprinted, without their ast
-    node (it would keep the file's whole tree alive, and cross the pool with it)."""
-    assign_fingerprints(findings, text)
+    node (it would keep the file's whole tree alive, and cross the pool with it).
+    ``lines``: ``text`` split already (``FileContext.lines``)."""
+    assign_fingerprints(findings, text, lines)
     for f in findings:
         f.node = None
     return findings
@@ -444,9 +445,8 @@ def _error_dict(e: SourceError) -> dict:
     return {"path": e.path, "reason": e.reason, "line": e.line, "col": e.col}
 
 
-def _frames(findings: list[Finding], text: str) -> dict[int, str]:
+def _frames(findings: list[Finding], text: str, lines: Optional[list[str]] = None) -> dict[int, str]:
     frames: dict[int, str] = {}
-    lines = None
     for f in findings:
         if f.line not in frames:
             if lines is None:
@@ -477,8 +477,9 @@ def _check_task(args) -> CheckEntry:
             queries = tuple(dict.fromkeys(project.queries))
     except SourceError as exc:
         return CheckEntry(path, errors=(exc,))
-    return CheckEntry(path, tuple(_outgoing(findings, source.text)), _frames(findings, source.text), tuple(errors),
-                      summary, queries)
+    lines = ctx.lines if findings else None  # split once for the fingerprints and the frames
+    return CheckEntry(path, tuple(_outgoing(findings, source.text, lines)), _frames(findings, source.text, lines),
+                      tuple(errors), summary, queries)
 
 
 # --- very large files -------------------------------------------------------------------

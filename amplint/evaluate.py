@@ -144,8 +144,8 @@ class Evaluator:
         self._active: set = set()
         self._call_site_memo: dict = {}
         self._call_sites_memo: dict = {}
-        #: id of an expression -> its value, for questions asked from outside a fold
-        self._answers: dict[int, Optional[Value]] = {}
+        #: id of an expression -> (the expression, its value), for questions asked from outside a fold
+        self._answers: dict[int, tuple[ast.AST, Optional[Value]]] = {}
         #: module constant -> its value (None: not a number), built once in source order
         self._module_values: Optional[dict[str, Optional[Value]]] = None
 
@@ -192,14 +192,18 @@ class Evaluator:
                 return None
         # a rule's question (``ctx.evaluate``): the same expressions are asked about by
         # several rules and analyses (half the questions of a run repeat one), answered once
-        found = self._answers.get(id(expr), _MISSING)
-        if found is _MISSING:
-            try:
-                found = self._answers[id(expr)] = self._eval(expr, None, 0)
-            except (ArithmeticError, ValueError, TypeError):
-                found = self._answers[id(expr)] = None
-            except RecursionError:  # (depends on the caller's stack: not kept)
-                return None
+        # (the entry keeps its node alive: a rule's temporary node, ``ast.Constant(None)``,
+        # cannot be freed and its id given to another node while the answer is kept)
+        kept = self._answers.get(id(expr))
+        if kept is not None and kept[0] is expr:
+            return kept[1]
+        try:
+            found = self._eval(expr, None, 0)
+        except (ArithmeticError, ValueError, TypeError):
+            found = None
+        except RecursionError:  # (depends on the caller's stack: not kept)
+            return None
+        self._answers[id(expr)] = (expr, found)
         return found
 
     def _eval(self, expr: ast.AST, scope, depth) -> Optional[Value]:
