@@ -130,13 +130,21 @@ class SetupNodes:
     def __init__(self, ctx):
         self.tree: ast.Module = ctx.tree
         self._nodes: Optional[list[ast.AST]] = None
+        self._evidence: Optional[tuple[Evidence, ...]] = None
 
     @classmethod
     def of_tree(cls, tree: ast.Module) -> "SetupNodes":
         """For a tree without a context (the settings of a file resolved on their own)."""
         found = cls.__new__(cls)
-        found.tree, found._nodes = tree, None
+        found.tree, found._nodes, found._evidence = tree, None, None
         return found
+
+    def evidence(self, path: str, source: str) -> tuple[Evidence, ...]:
+        """:func:`evidence` of this file (``path``, ``source``: its own), found once: the
+        settings and the summary both ask."""
+        if self._evidence is None:
+            self._evidence = tuple(evidence(self, path, source))
+        return self._evidence
 
     @property
     def nodes(self) -> list[ast.AST]:
@@ -260,7 +268,7 @@ def initialize_calls(setup: SetupNodes) -> list[int]:
 
 def collect(setup: SetupNodes, path: str, source: str) -> Optional[dict]:
     """This file's summary fact: its evidence and its ``amp.initialize`` lines."""
-    found = evidence(setup, path, source)
+    found = setup.evidence(path, source)
     init = initialize_calls(setup) if _INITIALIZE_TEXT.search(source) else []
     if not found and not init:
         return None
@@ -301,7 +309,7 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project,
                                engine_configured=configured)
     if setup is None:
         setup = SetupNodes.of_tree(tree)
-    found = evidence(setup, path, source)
+    found = list(setup.evidence(path, source))
     for other, data in _project_facts(project, path, settings.root):
         found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
     if settings.opt_level_given:  # a configured opt level is how the project trains: a cast decides nothing
