@@ -7,6 +7,22 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+#: fields that never hold a node: identifiers, numbers, strings, constants (Python's ast
+#: grammar), and the shared Load / Store contexts and operators (``ctx``, ``op``, ``ops``)
+_LEAF_FIELDS = frozenset(("ctx", "op", "ops", "id", "attr", "kind", "type_comment", "name", "asname", "module",
+                          "level", "arg", "conversion", "is_async", "simple", "kwd_attrs", "rest", "tag", "lineno"))
+#: fields that never hold a node in these classes only
+_LEAF_FIELDS_OF = {ast.Constant: ("value",), ast.MatchSingleton: ("value",), ast.Global: ("names",),
+                   ast.Nonlocal: ("names",)}
+
+
+def node_fields(cls: type) -> tuple[str, ...]:
+    """The fields of the ast class ``cls`` that may hold child nodes, in field order: what a
+    walk reads (a ``Name`` has none; ``Attribute`` only ``value``)."""
+    leaves = _LEAF_FIELDS_OF.get(cls, ())
+    return tuple(f for f in cls._fields if f not in _LEAF_FIELDS and f not in leaves)
+
+
 #: statements and expressions that bind names (the evaluator's local-variable tables)
 BINDING_NAMES = frozenset(("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor", "With", "AsyncWith", "NamedExpr"))
 

@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
-from .bindings import parent_of
+from .bindings import node_fields, parent_of
 from .config import FileSettings
 from .dtypes import DtypeClass, DtypeFlow, ExplicitDtypeFlow, Precision, PrecisionFacts, dtype_branch
 from .rule import Edit, Finding, Fix, Position, Related, Rule, Severity
@@ -45,15 +45,13 @@ ScopeNode = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 
-#: fields that hold shared singletons (Load/Store contexts, operators): never walked
-_SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 #: node types every walk collects, whatever the rules ask for (call graph, rule summaries)
 _ALWAYS_BUCKETED = frozenset(("Call", "BinOp"))
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
-    return tuple(reversed([f for f in cls._fields if f not in _SKIPPED_FIELDS]))
+    return tuple(reversed(node_fields(cls)))
 
 
 class FileContext:

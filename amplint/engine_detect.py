@@ -34,6 +34,7 @@ import dataclasses
 import re
 from typing import Any, Iterable, Optional
 
+from .bindings import node_fields
 from .config import FileSettings
 
 #: the key of the engine evidence in a file's summary facts (not a rule code)
@@ -88,8 +89,6 @@ def dotted_name(expr: ast.AST) -> Optional[str]:
 #: the node classes the setup detectors read (here and :mod:`amplint.fp8.setup`); ``ast.Expr``
 #: for a model cast written as a statement (``model.half()``)
 _SETUP_CLASSES = frozenset((ast.Import, ast.ImportFrom, ast.Call, ast.Attribute, ast.Expr))
-#: fields that hold shared singletons (Load/Store contexts, operators): leaves, skipped
-_SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _FIELDS: dict[type, tuple[str, ...]] = {}
 def setup_nodes(tree: ast.Module) -> list[ast.AST]:
     """The tree's imports, calls, attributes and expression statements in :func:`ast.walk`'s
@@ -106,7 +105,7 @@ def setup_nodes(tree: ast.Module) -> list[ast.AST]:
             keep(node)
         fields = fields_of.get(cls)
         if fields is None:
-            fields = fields_of[cls] = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+            fields = fields_of[cls] = node_fields(cls)
         for field in fields:
             value = getattr(node, field, None)
             if value.__class__ is list:
