@@ -259,15 +259,20 @@ class FileContext:
     def qualname(self, expr: ast.AST) -> Optional[str]:
         """``F.softmax`` -> ``torch.nn.functional.softmax``; None when the base name is
         not an import (a local variable, ``self``...)."""
-        parts: list[str] = []
-        while isinstance(expr, ast.Attribute):
-            parts.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
+        # the base name first: most expressions asked about (``self.proj``, ``x.view``) are
+        # not under an import, and then no dotted name is built
+        root = expr
+        while root.__class__ is ast.Attribute:
+            root = root.value
+        if root.__class__ is not ast.Name:
             return None
-        base = self._imports.get(expr.id)
+        base = self._imports.get(root.id)
         if base is None:
             return None
+        parts: list[str] = []
+        while expr.__class__ is ast.Attribute:
+            parts.append(expr.attr)
+            expr = expr.value
         parts.append(base)
         return _canonical(".".join(reversed(parts)))
 
