@@ -885,7 +885,11 @@ def _free_earlier_trees() -> None:
         gc.collect(0)
 
 
-def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
+def _map(func, tasks: list, jobs: int, init_args: tuple, progress, sizes: Optional[Sequence[int]] = None) -> list:
+    """``func`` of every task, in the tasks' order: in this process, or spread over a pool
+    of ``jobs`` workers.  ``sizes`` (of each task's file): the pool is handed the largest
+    first, in small chunks, so that no worker is left with a large file at the end while
+    the other waits (the results still come back in the tasks' order)."""
     total = len(tasks)
     func = functools.partial(_collected, func)
     if jobs <= 1 or total < POOL_THRESHOLD:
@@ -901,13 +905,14 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     mp_context = multiprocessing.get_context(method) if method else None
-    out = []
+    order = sorted(range(total), key=lambda i: -sizes[i]) if sizes is not None else range(total)
+    out: list = [None] * total
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp_context, initializer=_init_pool_worker,
                                initargs=(os.getpid(), *init_args))
     try:
-        chunk = max(1, min(16, total // (jobs * 4)))
-        for i, item in enumerate(pool.map(func, tasks, chunksize=chunk), 1):
-            out.append(item)
+        chunk = max(1, min(16, total // (jobs * (16 if sizes is not None else 4))))
+        for i, (index, item) in enumerate(zip(order, pool.map(func, [tasks[j] for j in order], chunksize=chunk)), 1):
+            out[index] = item
             if progress:
                 progress(i, total)
     except BaseException:  # Ctrl-C, SIGTERM turned into SystemExit, a worker's crash: end the workers now
@@ -1135,8 +1140,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = CheckEntry.from_json(hit)
                 continue
         todo.append((path, settings, unused))
-    large = [(path, settings) for path, settings, _ in todo
-             if (len(sources[path]) if sources and path in sources else _size(path)) > LARGE_FILE]
+    sizes = {path: len(sources[path]) if sources and path in sources else _size(path) for path, _, _ in todo}
+    large = [(path, settings) for path, settings, _ in todo if sizes[path] > LARGE_FILE]
     if large:  # stdin too (N26): its pieces are spread over the pool like a file's
         done, whole = _check_large_files(large, unused, options.jobs, options.progress, sources)
         skip = {path for path, _ in large} - {path for path, _ in whole}
@@ -1146,7 +1151,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         first_pass = []
     if jobs > 1 and len(todo) >= POOL_THRESHOLD:
         _load_before_fork(settings for _, settings, _ in todo)
-    for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress):
+    for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress,
+                                   [sizes[path] for path, _, _ in todo]):
         entries[entry.path] = entry
         if cache is not None and not entry.errors:
             cache.put(keys[entry.path], entry.to_json())
@@ -1165,7 +1171,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                     entries[path] = _second_pass(entries[path], CheckEntry.from_json(hit))
                     continue
             todo.append((path, settings_of[path], unused))
-        for entry in _map(_check_task, todo, jobs, (project_json, sources), None):
+        for entry in _map(_check_task, todo, jobs, (project_json, sources), None,
+                          [sizes.get(path, 0) for path, _, _ in todo]):
             entries[entry.path] = _second_pass(entries[entry.path], entry)
             if cache is not None and not entry.errors:
                 cache.put(keys[entry.path], entry.to_json())
