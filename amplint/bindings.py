@@ -23,6 +23,32 @@ def node_fields(cls: type) -> tuple[str, ...]:
     return tuple(f for f in cls._fields if f not in _LEAF_FIELDS and f not in leaves)
 
 
+_FIELDS_OF: dict[type, tuple[str, ...]] = {}
+
+
+def subtree(node: ast.AST) -> list[ast.AST]:
+    """``node`` and every node below it, in :func:`ast.walk`'s order (breadth first),
+    without the shared context and operator singletons (``Load``, ``Add``...): a list
+    built in one loop, for a reader that looks at every node of a function (~3 times
+    cheaper than the ``ast.walk`` generator)."""
+    found = [node]
+    fields_of, AST = _FIELDS_OF, ast.AST
+    for current in found:  # the list grows while it is read: a queue, as ast.walk's
+        cls = current.__class__
+        fields = fields_of.get(cls)
+        if fields is None:
+            fields = fields_of[cls] = node_fields(cls)
+        for field in fields:
+            value = getattr(current, field, None)
+            if value.__class__ is list:
+                for child in value:
+                    if isinstance(child, AST):
+                        found.append(child)
+            elif isinstance(value, AST):
+                found.append(value)
+    return found
+
+
 #: statements and expressions that bind names (the evaluator's local-variable tables)
 BINDING_NAMES = frozenset(("Assign", "AnnAssign", "AugAssign", "For", "AsyncFor", "With", "AsyncWith", "NamedExpr"))
 
