@@ -57,10 +57,11 @@ class _Rules:
 
     def __init__(self, rules: Sequence[type[Rule]]):
         self.instances = [cls() for cls in rules]
-        self.dispatch: dict[str, list[tuple[Rule, Callable]]] = {}
-        for rule in self.instances:
-            for node_type, method in type(rule).visitors().items():
-                self.dispatch.setdefault(node_type, []).append((rule, getattr(rule, method)))
+        self.dispatch = self._dispatch(self.instances)
+        #: the rules that find nothing without one of their markers (``Rule.markers_required``)
+        self.gated = [r for r in self.instances if r.markers_required and r.markers]
+        #: the rules left out of a file -> (instances, dispatch) for the others
+        self._without: dict[tuple, tuple[list[Rule], dict]] = {}
         markers: set[str] = set()
         self.every_file = False
         for rule in self.instances:
@@ -90,6 +91,27 @@ class _Rules:
 
     def relevant(self, text: str) -> bool:
         return self.every_file or any(m in text for m in self.markers)
+
+    @staticmethod
+    def _dispatch(instances: Sequence[Rule]) -> dict[str, list[tuple[Rule, Callable]]]:
+        dispatch: dict[str, list[tuple[Rule, Callable]]] = {}
+        for rule in instances:
+            for node_type, method in type(rule).visitors().items():
+                dispatch.setdefault(node_type, []).append((rule, getattr(rule, method)))
+        return dispatch
+
+    def for_text(self, text: str) -> tuple[list[Rule], dict[str, list[tuple[Rule, Callable]]]]:
+        """The rules to run on ``text`` and their dispatch table: all of them, less the
+        ones whose required markers it lacks (AMP501 on a file that never says ``apex``
+        visited every attribute of it)."""
+        skipped = tuple(r for r in self.gated if not any(m in text for m in r.markers))
+        if not skipped:
+            return self.instances, self.dispatch
+        found = self._without.get(skipped)
+        if found is None:
+            kept = [r for r in self.instances if r not in skipped]
+            found = self._without[skipped] = (kept, self._dispatch(kept))
+        return found
 
 
 def parse(path: str, text: str) -> ast.Module:
@@ -136,27 +158,28 @@ def lint_text(
     report_unused_suppressions = report_unused_suppressions or any(r.code == UNUSED_SUPPRESSION for r in rules)
     if not selected.relevant(text) and not report_unused_suppressions:
         return [], ctx, errors
-    buckets = ctx.walk_and_bucket(set(selected.dispatch))
+    buckets = ctx.walk_and_bucket(set(selected.dispatch))  # (every selected rule's node types: analyses read them too)
+    instances, dispatch = selected.for_text(text)
 
     def failed(rule: Rule, exc: Exception, node=None):  # a rule bug is an internal error, not a crash of the run
         line = getattr(node, "lineno", 1)
         errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
 
-    for rule in selected.instances:
+    for rule in instances:
         try:
             ctx.begin(rule)
         except Exception as exc:
             failed(rule, exc)
     # the visitor calls inline, not through a helper: they are hundreds of thousands
     # (every rule's visit_Call sees every call) and a try costs nothing when nothing raises
-    for node_type, visitors in selected.dispatch.items():
+    for node_type, visitors in dispatch.items():
         for node in buckets.get(node_type, ()):
             for rule, method in visitors:
                 try:
                     method(node, ctx)
                 except Exception as exc:
                     failed(rule, exc, node)
-    for rule in selected.instances:
+    for rule in instances:
         try:
             rule.end_file(ctx)
         except Exception as exc:
