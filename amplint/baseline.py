@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Optional
 
 from .context import FileContext
 from .rule import Finding
@@ -44,11 +44,16 @@ def code_digest(f: Finding, lines: list[str]) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def assign_fingerprints(findings: Iterable[Finding], text: str) -> None:
-    """Set ``fingerprint`` on every finding of one file whose source is ``text``."""
-    lines = FileContext.split_lines(text)
+def assign_fingerprints(findings: Iterable[Finding], text: str, lines: Optional[list[str]] = None) -> None:
+    """Set ``fingerprint`` on every finding of one file whose source is ``text`` (split
+    into ``lines`` already, when given)."""
+    ordered = sorted(findings, key=Finding.sort_key)
+    if not ordered:
+        return
+    if lines is None:
+        lines = FileContext.split_lines(text)
     seen: Counter = Counter()
-    for f in sorted(findings, key=Finding.sort_key):
+    for f in ordered:
         digest = code_digest(f, lines)
         f.fingerprint = f"{digest}:{seen[digest]}"
         seen[digest] += 1

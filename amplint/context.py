@@ -7,7 +7,7 @@ Built once per file by the engine from one ``ast`` parse and one walk:
   ``torch.nn.functional.softmax``; ``einsum`` -> ``torch.einsum``);
 * which classes are ``nn.Module`` subclasses and which code runs in ``forward``
   (``ctx.in_forward(node)``: inside a module's ``forward`` or a function / method that
-  ``forward`` calls in the same file, transitively);
+  ``forward`` calls in the same file, transitively; :mod:`amplint.scopes`);
 * a constant evaluator (``ctx.evaluate(expr)``, see :mod:`amplint.evaluate`) that follows
   names to module constants, default arguments, ``self.attr`` set in ``__init__`` and
   config-class field defaults, in this file or (through the project index) another.
@@ -24,10 +24,11 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .bindings import BINDING_NAMES as _BINDING_NAMES
-from .bindings import bound_names, parent_of
+from .bindings import node_fields, parent_of
 from .config import FileSettings
 from .dtypes import DtypeClass, DtypeFlow, ExplicitDtypeFlow, Precision, PrecisionFacts, dtype_branch
 from .rule import Edit, Finding, Fix, Position, Related, Rule, Severity
+from .scopes import ForwardReachable, LocalBindings, ModuleClasses
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -37,27 +38,20 @@ if TYPE_CHECKING:
 
 _NEWLINE_RE = re.compile(r"\r\n|\r|\n")
 FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)
+_FUNCTION_CLASSES = frozenset(FunctionNode)
+#: the attribute the engine's walk links each node to its parent with (bindings.parent_of)
+_PARENT = "amplint_parent"
 ScopeNode = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
-#: base-class names that, when not resolvable, still mark a class as a torch module
-_MODULE_BASE_SUFFIXES = ("Module", "PreTrainedModel", "ModuleList", "ModuleDict", "Sequential")
-_MODULE_BASE_QUALNAMES = {
-    "torch.nn.Module", "torch.nn.modules.module.Module", "torch.nn.Sequential",
-    "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.jit.ScriptModule",
-    "pytorch_lightning.LightningModule", "lightning.LightningModule", "lightning.pytorch.LightningModule",
-}
-_FORWARD_NAMES = ("forward", "__call__")
 
 
-#: fields that hold shared singletons (Load/Store contexts, operators): never walked
-_SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 #: node types every walk collects, whatever the rules ask for (call graph, rule summaries)
 _ALWAYS_BUCKETED = frozenset(("Call", "BinOp"))
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
-    return tuple(reversed([f for f in cls._fields if f not in _SKIPPED_FIELDS]))
+    return tuple(reversed(node_fields(cls)))
 
 
 class FileContext:
@@ -72,15 +66,17 @@ class FileContext:
         settings: "Settings",
         project: Optional["ProjectIndex"] = None,
     ):
-        if not isinstance(settings, FileSettings):  # the user's settings (tests, tools): resolve them for this file
-            from .engine_detect import resolve
-
-            settings = resolve(settings, path, source, tree, project)
         self.path = path
         self.source = source
         self.tree = tree
-        self.settings = settings
         self.project = project
+        #: the named analyses built so far (see :meth:`get`)
+        self._analyses: dict[type, Any] = {}
+        if not isinstance(settings, FileSettings):  # the user's settings: resolve them for this file
+            from .engine_detect import SetupNodes, resolve
+
+            settings = resolve(settings, path, source, tree, project, self.get(SetupNodes))
+        self.settings = settings
         self.newline = "\r\n" if "\r\n" in source[:10000] else "\n"
         self.findings: list[Finding] = []
         #: each rule's per-file state, as its ``begin_file`` returned it
@@ -94,16 +90,10 @@ class FileContext:
         self._calls: list[ast.Call] = []
         self._buckets: dict[str, list[ast.AST]] = {}
         self._binding_nodes: list[ast.AST] = []
-        self._bindings_by_scope: Optional[dict[int, dict[str, list[ast.AST]]]] = None
-        self._self_attrs_by_scope: Optional[dict[int, dict[str, list[ast.AST]]]] = None
         self._classes: dict[str, ast.ClassDef] = {}
         self._functions: dict[str, ast.AST] = {}
         self._module_assignments: dict[str, list[ast.AST]] = {}
-        self._module_classes: Optional[set[str]] = None
-        self._forward_reachable: Optional[set[int]] = None
         self._walked = False
-        #: the named analyses built so far (see :meth:`get`)
-        self._analyses: dict[type, Any] = {}
         self._index_module_level()
 
     @property
@@ -269,15 +259,20 @@ class FileContext:
     def qualname(self, expr: ast.AST) -> Optional[str]:
         """``F.softmax`` -> ``torch.nn.functional.softmax``; None when the base name is
         not an import (a local variable, ``self``...)."""
-        parts: list[str] = []
-        while isinstance(expr, ast.Attribute):
-            parts.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
+        # the base name first: most expressions asked about (``self.proj``, ``x.view``) are
+        # not under an import, and then no dotted name is built
+        root = expr
+        while root.__class__ is ast.Attribute:
+            root = root.value
+        if root.__class__ is not ast.Name:
             return None
-        base = self._imports.get(expr.id)
+        base = self._imports.get(root.id)
         if base is None:
             return None
+        parts: list[str] = []
+        while expr.__class__ is ast.Attribute:
+            parts.append(expr.attr)
+            expr = expr.value
         parts.append(base)
         return _canonical(".".join(reversed(parts)))
 
@@ -305,15 +300,20 @@ class FileContext:
             node = parent_of(node)
 
     def enclosing_function(self, node: ast.AST) -> Optional[ast.AST]:
-        for anc in self.ancestors(node):
-            if isinstance(anc, FunctionNode):
-                return anc
+        # a plain loop up the parent links, not ancestors(): asked ~750 times a file
+        node = getattr(node, _PARENT, None)
+        while node is not None:
+            if node.__class__ in _FUNCTION_CLASSES:
+                return node
+            node = getattr(node, _PARENT, None)
         return None
 
     def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]:
-        for anc in self.ancestors(node):
-            if isinstance(anc, ast.ClassDef):
-                return anc
+        node = getattr(node, _PARENT, None)
+        while node is not None:
+            if node.__class__ is ast.ClassDef:
+                return node
+            node = getattr(node, _PARENT, None)
         return None
 
     def enclosing_method(self, node: ast.AST) -> tuple[Optional[ast.ClassDef], Optional[ast.AST]]:
@@ -364,41 +364,10 @@ class FileContext:
 
     def is_module_class(self, cls: ast.ClassDef) -> bool:
         """Whether ``cls`` is (very likely) a ``torch.nn.Module`` subclass."""
-        if self._module_classes is None:
-            self._module_classes = self._find_module_classes()
-        return cls.name in self._module_classes
+        return cls.name in self.get(ModuleClasses).names
 
-    def _find_module_classes(self) -> set[str]:
-        found: set[str] = set()
-
-        def direct(cls: ast.ClassDef) -> bool:
-            for base in cls.bases:
-                qn = self.qualname(base)
-                if qn and (qn in _MODULE_BASE_QUALNAMES or qn.startswith("torch.nn.")):
-                    return True
-                name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
-                if name.endswith(_MODULE_BASE_SUFFIXES) and name not in self._classes:
-                    return True
-            # a base imported from elsewhere (a project's own BaseLayer) plus a forward method
-            bases = [b for b in cls.bases if not (isinstance(b, ast.Name) and b.id in ("object", "ABC", "Protocol"))]
-            return bool(bases) and self.method(cls, "forward") is not None
-
-        classes = [c for c in self._all_classes()]
-        for cls in classes:
-            if direct(cls):
-                found.add(cls.name)
-        changed = True
-        while changed:  # classes deriving from a module class defined in this file
-            changed = False
-            for cls in classes:
-                if cls.name not in found and any(
-                    isinstance(b, ast.Name) and b.id in found for b in cls.bases
-                ):
-                    found.add(cls.name)
-                    changed = True
-        return found
-
-    def _all_classes(self) -> Iterator[ast.ClassDef]:
+    def all_classes(self) -> Iterator[ast.ClassDef]:
+        """Every class of the file, nested and in ``if`` / ``try`` blocks too."""
         stack = list(self.tree.body)
         while stack:
             stmt = stack.pop()
@@ -420,90 +389,13 @@ class FileContext:
 
     def in_forward(self, node: ast.AST) -> bool:
         """Inside a module's ``forward`` or anything it calls in this file, transitively."""
-        if self._forward_reachable is None:
-            self._forward_reachable = self._compute_forward_reachable()
-        for anc in self.ancestors(node):
-            if isinstance(anc, FunctionNode) and id(anc) in self._forward_reachable:
+        reachable = self.get(ForwardReachable).functions
+        node = getattr(node, _PARENT, None)
+        while node is not None:
+            if node.__class__ in _FUNCTION_CLASSES and id(node) in reachable:
                 return True
+            node = getattr(node, _PARENT, None)
         return False
-
-    def _compute_forward_reachable(self) -> set[int]:
-        methods_by_name: dict[str, list[ast.AST]] = {}
-        roots: list[ast.AST] = []
-        for cls in self._all_classes():
-            module = self.is_module_class(cls)
-            for stmt in cls.body:
-                if isinstance(stmt, FunctionNode):
-                    methods_by_name.setdefault(stmt.name, []).append(stmt)
-                    if module and stmt.name in _FORWARD_NAMES:
-                        roots.append(stmt)
-        # call graph from the Call nodes the walk collected: caller function -> callees
-        callees: dict[int, list[ast.AST]] = {}
-        functions = self._functions
-        aliases = self._function_aliases()
-        for call in self._calls:
-            target = call.func
-            if target.__class__ is ast.Name:
-                found = functions.get(target.id)
-                found = (found,) if found is not None else ()
-                # called through a local alias: softmax = torch.softmax if fast else stable_softmax
-                if not found and target.id in aliases:
-                    found = self._aliased_functions(call)
-            elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
-                found = tuple(methods_by_name.get(target.attr, ()))
-            else:
-                found = ()
-            # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
-            found += tuple(functions[a.id] for a in call.args if a.__class__ is ast.Name and a.id in functions)
-            if found:
-                # nested functions belong to their method (or module-level function)
-                caller = None
-                for anc in self.ancestors(call):
-                    if isinstance(anc, FunctionNode):
-                        caller = anc
-                    elif anc.__class__ is ast.ClassDef:
-                        break
-                if caller is not None:
-                    callees.setdefault(id(caller), []).extend(found)
-        reachable: set[int] = set()
-        todo = list(roots)
-        while todo:
-            func = todo.pop()
-            if id(func) in reachable:
-                continue
-            reachable.add(id(func))
-            todo.extend(callees.get(id(func), ()))
-        return reachable
-
-    def _function_aliases(self) -> set:
-        """Names assigned a function of this file, or a choice of them (``f = a if c else b``)."""
-        found = set()
-        for node in self._binding_nodes:
-            if node.__class__ is ast.Assign:
-                value = node.value
-                options = (value.body, value.orelse) if value.__class__ is ast.IfExp else (value,)
-                if any(o.__class__ is ast.Name and o.id in self._functions for o in options):
-                    found.update(t.id for t in node.targets if t.__class__ is ast.Name)
-        return found
-
-    def _aliased_functions(self, call: ast.Call) -> tuple:
-        """Functions of this file a call's name may be bound to in its function
-        (``f = a if cond else b``, ``f = a``)."""
-        from .dtypes import reaching_value
-
-        if self.enclosing_function(call) is None:
-            return ()
-        value = reaching_value(self, call.func)
-        # a module-level alias, possibly chosen at import (`if new_fft is None: _rfft = _old_rfft
-        # else: _rfft = _new_rfft`): any of its module-level values
-        values = [value] if value is not None else self.module_level_values(call.func.id)
-        names = []
-        for value in values:
-            if value.__class__ is ast.IfExp:
-                names += [v for v in (value.body, value.orelse) if v.__class__ is ast.Name]
-            elif value.__class__ is ast.Name:
-                names.append(value)
-        return tuple(self._functions[n.id] for n in names if n.id in self._functions)
 
     def module_level_values(self, name: str) -> list[ast.AST]:
         """The values ``name = value`` assigns at module level, in ``if`` / ``try`` blocks too."""
@@ -518,43 +410,13 @@ class FileContext:
 
     # --- local bindings ------------------------------------------------------------
 
-    def _scope_of_binding(self, node: ast.AST) -> Optional[ast.AST]:
-        """The function or lambda whose own body binds at ``node`` (None: class or module level)."""
-        for anc in self.ancestors(node):
-            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                return anc
-            if anc.__class__ is ast.ClassDef:
-                return None
-        return None
-
-    def _build_binding_tables(self) -> None:
-        self.ensure_walked()
-        by_scope: dict[int, dict[str, list[ast.AST]]] = {}
-        self_attrs: dict[int, dict[str, list[ast.AST]]] = {}
-        for node in self._binding_nodes:
-            scope = self._scope_of_binding(node)
-            if scope is None:
-                continue
-            table = by_scope.setdefault(id(scope), {})
-            for name in bound_names(node):
-                table.setdefault(name, []).append(node)
-            if node.__class__ is ast.Assign or node.__class__ is ast.AnnAssign:
-                for t in node.targets if node.__class__ is ast.Assign else (node.target,):
-                    if t.__class__ is ast.Attribute and t.value.__class__ is ast.Name and t.value.id == "self":
-                        self_attrs.setdefault(id(scope), {}).setdefault(t.attr, []).append(node)
-        self._bindings_by_scope, self._self_attrs_by_scope = by_scope, self_attrs
-
     def bindings(self, func: ast.AST) -> dict[str, list[ast.AST]]:
         """Local name -> the statements of ``func``'s own body (not nested scopes) that bind it."""
-        if self._bindings_by_scope is None:
-            self._build_binding_tables()
-        return self._bindings_by_scope.get(id(func), {})
+        return self.get(LocalBindings).by_scope.get(id(func), {})
 
     def self_assignments(self, func: ast.AST) -> dict[str, list[ast.AST]]:
         """Attribute -> the ``self.attr = ...`` statements in ``func``'s own body."""
-        if self._self_attrs_by_scope is None:
-            self._build_binding_tables()
-        return self._self_attrs_by_scope.get(id(func), {})
+        return self.get(LocalBindings).self_attributes.get(id(func), {})
 
     # --- constants -------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from .amp import policy
 from .analysis.calls import argument
-from .bindings import parent_of
+from .bindings import parent_of, subtree
 from .numerics import BY_DTYPE, FORMATS
 
 #: torch dtype attribute -> canonical name
@@ -1172,7 +1172,7 @@ class BoolMasks:
 
 def _bool_mask_names(func: ast.AST) -> frozenset[str]:
     names = set()
-    for node in ast.walk(func):
+    for node in subtree(func):
         kind = node.__class__
         if kind is ast.UnaryOp and node.op.__class__ is ast.Invert:
             names.add(_names_root(node.operand))

@@ -57,10 +57,11 @@ class _Rules:
 
     def __init__(self, rules: Sequence[type[Rule]]):
         self.instances = [cls() for cls in rules]
-        self.dispatch: dict[str, list[tuple[Rule, Callable]]] = {}
-        for rule in self.instances:
-            for node_type, method in type(rule).visitors().items():
-                self.dispatch.setdefault(node_type, []).append((rule, getattr(rule, method)))
+        self.dispatch = self._dispatch(self.instances)
+        #: the rules that find nothing without one of their markers (``Rule.markers_required``)
+        self.gated = [r for r in self.instances if r.markers_required and r.markers]
+        #: the rules left out of a file -> (instances, dispatch) for the others
+        self._without: dict[tuple, tuple[list[Rule], dict]] = {}
         markers: set[str] = set()
         self.every_file = False
         for rule in self.instances:
@@ -90,6 +91,27 @@ class _Rules:
 
     def relevant(self, text: str) -> bool:
         return self.every_file or any(m in text for m in self.markers)
+
+    @staticmethod
+    def _dispatch(instances: Sequence[Rule]) -> dict[str, list[tuple[Rule, Callable]]]:
+        dispatch: dict[str, list[tuple[Rule, Callable]]] = {}
+        for rule in instances:
+            for node_type, method in type(rule).visitors().items():
+                dispatch.setdefault(node_type, []).append((rule, getattr(rule, method)))
+        return dispatch
+
+    def for_text(self, text: str) -> tuple[list[Rule], dict[str, list[tuple[Rule, Callable]]]]:
+        """The rules to run on ``text`` and their dispatch table: all of them, less the
+        ones whose required markers it lacks (AMP501 on a file that never says ``apex``
+        visited every attribute of it)."""
+        skipped = tuple(r for r in self.gated if not any(m in text for m in r.markers))
+        if not skipped:
+            return self.instances, self.dispatch
+        found = self._without.get(skipped)
+        if found is None:
+            kept = [r for r in self.instances if r not in skipped]
+            found = self._without[skipped] = (kept, self._dispatch(kept))
+        return found
 
 
 def parse(path: str, text: str) -> ast.Module:
@@ -127,8 +149,8 @@ def lint_text(
     """Lint one file's text.  Returns findings (suppressions applied), the context and
     internal errors (a rule that raised)."""
     tree = parse(path, text)
-    settings = engine_detect.resolve(settings, path, text, tree, project)
-    ctx = FileContext(path, text, tree, settings, project)
+    ctx = FileContext(path, text, tree, settings, project)  # (which resolves the settings for this file)
+    settings = ctx.settings
     selected = _Rules.of(rules)
     errors: list[SourceError] = []
     # AMP900's findings come from the suppressions, after the other rules: selecting it
@@ -136,27 +158,28 @@ def lint_text(
     report_unused_suppressions = report_unused_suppressions or any(r.code == UNUSED_SUPPRESSION for r in rules)
     if not selected.relevant(text) and not report_unused_suppressions:
         return [], ctx, errors
-    buckets = ctx.walk_and_bucket(set(selected.dispatch))
+    buckets = ctx.walk_and_bucket(set(selected.dispatch))  # (every selected rule's node types: analyses read them too)
+    instances, dispatch = selected.for_text(text)
 
     def failed(rule: Rule, exc: Exception, node=None):  # a rule bug is an internal error, not a crash of the run
         line = getattr(node, "lineno", 1)
         errors.append(SourceError(path, f"internal error in rule {rule.code}: {type(exc).__name__}: {exc}", line))
 
-    for rule in selected.instances:
+    for rule in instances:
         try:
             ctx.begin(rule)
         except Exception as exc:
             failed(rule, exc)
     # the visitor calls inline, not through a helper: they are hundreds of thousands
     # (every rule's visit_Call sees every call) and a try costs nothing when nothing raises
-    for node_type, visitors in selected.dispatch.items():
+    for node_type, visitors in dispatch.items():
         for node in buckets.get(node_type, ()):
             for rule, method in visitors:
                 try:
                     method(node, ctx)
                 except Exception as exc:
                     failed(rule, exc, node)
-    for rule in selected.instances:
+    for rule in instances:
         try:
             rule.end_file(ctx)
         except Exception as exc:
@@ -337,10 +360,11 @@ class RunOptions:
     force_exclude: bool = False  # exclusions apply to explicitly named paths too
 
 
-def _outgoing(findings: list[Finding], text: str) -> list[Finding]:
+def _outgoing(findings: list[Finding], text: str, lines: Optional[list[str]] = None) -> list[Finding]:
     """Findings of one file as they leave the worker: fingerprinted, without their ast
-    node (it would keep the file's whole tree alive, and cross the pool with it)."""
-    assign_fingerprints(findings, text)
+    node (it would keep the file's whole tree alive, and cross the pool with it).
+    ``lines``: ``text`` split already (``FileContext.lines``)."""
+    assign_fingerprints(findings, text, lines)
     for f in findings:
         f.node = None
     return findings
@@ -444,9 +468,8 @@ def _error_dict(e: SourceError) -> dict:
     return {"path": e.path, "reason": e.reason, "line": e.line, "col": e.col}
 
 
-def _frames(findings: list[Finding], text: str) -> dict[int, str]:
+def _frames(findings: list[Finding], text: str, lines: Optional[list[str]] = None) -> dict[int, str]:
     frames: dict[int, str] = {}
-    lines = None
     for f in findings:
         if f.line not in frames:
             if lines is None:
@@ -477,8 +500,9 @@ def _check_task(args) -> CheckEntry:
             queries = tuple(dict.fromkeys(project.queries))
     except SourceError as exc:
         return CheckEntry(path, errors=(exc,))
-    return CheckEntry(path, tuple(_outgoing(findings, source.text)), _frames(findings, source.text), tuple(errors),
-                      summary, queries)
+    lines = ctx.lines if findings else None  # split once for the fingerprints and the frames
+    return CheckEntry(path, tuple(_outgoing(findings, source.text, lines)), _frames(findings, source.text, lines),
+                      tuple(errors), summary, queries)
 
 
 # --- very large files -------------------------------------------------------------------
@@ -884,7 +908,11 @@ def _free_earlier_trees() -> None:
         gc.collect(0)
 
 
-def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
+def _map(func, tasks: list, jobs: int, init_args: tuple, progress, sizes: Optional[Sequence[int]] = None) -> list:
+    """``func`` of every task, in the tasks' order: in this process, or spread over a pool
+    of ``jobs`` workers.  ``sizes`` (of each task's file): the pool is handed the largest
+    first, in small chunks, so that no worker is left with a large file at the end while
+    the other waits (the results still come back in the tasks' order)."""
     total = len(tasks)
     func = functools.partial(_collected, func)
     if jobs <= 1 or total < POOL_THRESHOLD:
@@ -900,13 +928,14 @@ def _map(func, tasks: list, jobs: int, init_args: tuple, progress) -> list:
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     mp_context = multiprocessing.get_context(method) if method else None
-    out = []
+    order = sorted(range(total), key=lambda i: -sizes[i]) if sizes is not None else range(total)
+    out: list = [None] * total
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp_context, initializer=_init_pool_worker,
                                initargs=(os.getpid(), *init_args))
     try:
-        chunk = max(1, min(16, total // (jobs * 4)))
-        for i, item in enumerate(pool.map(func, tasks, chunksize=chunk), 1):
-            out.append(item)
+        chunk = max(1, min(16, total // (jobs * (16 if sizes is not None else 4))))
+        for i, (index, item) in enumerate(zip(order, pool.map(func, [tasks[j] for j in order], chunksize=chunk)), 1):
+            out[index] = item
             if progress:
                 progress(i, total)
     except BaseException:  # Ctrl-C, SIGTERM turned into SystemExit, a worker's crash: end the workers now
@@ -1134,8 +1163,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                 entries[path] = CheckEntry.from_json(hit)
                 continue
         todo.append((path, settings, unused))
-    large = [(path, settings) for path, settings, _ in todo
-             if (len(sources[path]) if sources and path in sources else _size(path)) > LARGE_FILE]
+    sizes = {path: len(sources[path]) if sources and path in sources else _size(path) for path, _, _ in todo}
+    large = [(path, settings) for path, settings, _ in todo if sizes[path] > LARGE_FILE]
     if large:  # stdin too (N26): its pieces are spread over the pool like a file's
         done, whole = _check_large_files(large, unused, options.jobs, options.progress, sources)
         skip = {path for path, _ in large} - {path for path, _ in whole}
@@ -1145,7 +1174,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
         first_pass = []
     if jobs > 1 and len(todo) >= POOL_THRESHOLD:
         _load_before_fork(settings for _, settings, _ in todo)
-    for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress):
+    for entry in first_pass + _map(_check_task, todo, jobs, (None, sources), options.progress,
+                                   [sizes[path] for path, _, _ in todo]):
         entries[entry.path] = entry
         if cache is not None and not entry.errors:
             cache.put(keys[entry.path], entry.to_json())
@@ -1164,7 +1194,8 @@ def _run_check(files, options: RunOptions, jobs: int) -> dict[str, FileResult]:
                     entries[path] = _second_pass(entries[path], CheckEntry.from_json(hit))
                     continue
             todo.append((path, settings_of[path], unused))
-        for entry in _map(_check_task, todo, jobs, (project_json, sources), None):
+        for entry in _map(_check_task, todo, jobs, (project_json, sources), None,
+                          [sizes.get(path, 0) for path, _, _ in todo]):
             entries[entry.path] = _second_pass(entries[entry.path], entry)
             if cache is not None and not entry.errors:
                 cache.put(keys[entry.path], entry.to_json())

@@ -32,9 +32,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-import weakref
 from typing import Any, Iterable, Optional
 
+from .bindings import node_fields
 from .config import FileSettings
 
 #: the key of the engine evidence in a file's summary facts (not a rule code)
@@ -89,24 +89,12 @@ def dotted_name(expr: ast.AST) -> Optional[str]:
 #: the node classes the setup detectors read (here and :mod:`amplint.fp8.setup`); ``ast.Expr``
 #: for a model cast written as a statement (``model.half()``)
 _SETUP_CLASSES = frozenset((ast.Import, ast.ImportFrom, ast.Call, ast.Attribute, ast.Expr))
-#: fields that hold shared singletons (Load/Store contexts, operators): leaves, skipped
-_SKIPPED_FIELDS = frozenset(("ctx", "op", "ops"))
 _FIELDS: dict[type, tuple[str, ...]] = {}
-#: tree -> its setup nodes; weak, so a tree's list goes with the tree
-_SETUP_NODES: "weakref.WeakKeyDictionary[ast.Module, list]" = weakref.WeakKeyDictionary()
-
-
 def setup_nodes(tree: ast.Module) -> list[ast.AST]:
     """The tree's imports, calls, attributes and expression statements in :func:`ast.walk`'s
-    order (breadth first), found in one walk and kept for the tree's lifetime (a weak map,
-    not an attribute on the node): engine detection reads them twice per file (the settings, the
-    summary), the fp8 detection, the bf16-cast count and the ``amp.initialize`` lookup
-    once each, and five walks of the whole tree cost more than the rules' own work on
-    some files.  Breadth first because the import aliases :func:`evidence` applies to a
-    call are those met before it in that order."""
-    found = _SETUP_NODES.get(tree)
-    if found is not None:
-        return found
+    order (breadth first), found in one walk.  Breadth first because the import aliases
+    :func:`evidence` applies to a call are those met before it in that order.  Kept per
+    file by :class:`SetupNodes`."""
     order = [tree]
     found = []
     fields_of, wanted, AST = _FIELDS, _SETUP_CLASSES, ast.AST
@@ -117,7 +105,7 @@ def setup_nodes(tree: ast.Module) -> list[ast.AST]:
             keep(node)
         fields = fields_of.get(cls)
         if fields is None:
-            fields = fields_of[cls] = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+            fields = fields_of[cls] = node_fields(cls)
         for field in fields:
             value = getattr(node, field, None)
             if value.__class__ is list:
@@ -126,8 +114,42 @@ def setup_nodes(tree: ast.Module) -> list[ast.AST]:
                         push(child)
             elif isinstance(value, AST):
                 push(value)
-    _SETUP_NODES[tree] = found
     return found
+
+
+class SetupNodes:
+    """A file's setup nodes (:func:`setup_nodes`), walked for once on first use
+    (``ctx.get(SetupNodes).nodes``): engine detection reads them twice per file (the
+    settings, the summary), the fp8 detection, the bf16-cast count and the
+    ``amp.initialize`` lookup once each -- five walks of the whole tree cost more than
+    the rules' own work on some files.  A per-file analysis, not a memo keyed on the
+    tree: a module-level map from a tree to its nodes kept every tree alive (the nodes'
+    parent links lead back to the key)."""
+
+    def __init__(self, ctx):
+        self.tree: ast.Module = ctx.tree
+        self._nodes: Optional[list[ast.AST]] = None
+        self._evidence: Optional[tuple[Evidence, ...]] = None
+
+    @classmethod
+    def of_tree(cls, tree: ast.Module) -> "SetupNodes":
+        """For a tree without a context (the settings of a file resolved on their own)."""
+        found = cls.__new__(cls)
+        found.tree, found._nodes, found._evidence = tree, None, None
+        return found
+
+    def evidence(self, path: str, source: str) -> tuple[Evidence, ...]:
+        """:func:`evidence` of this file (``path``, ``source``: its own), found once: the
+        settings and the summary both ask."""
+        if self._evidence is None:
+            self._evidence = tuple(evidence(self, path, source))
+        return self._evidence
+
+    @property
+    def nodes(self) -> list[ast.AST]:
+        if self._nodes is None:
+            self._nodes = setup_nodes(self.tree)
+        return self._nodes
 
 
 def _dtype_target(expr: Optional[ast.AST]) -> Optional[str]:
@@ -135,8 +157,8 @@ def _dtype_target(expr: Optional[ast.AST]) -> Optional[str]:
     return _DTYPES.get(name.rsplit(".", 1)[-1]) if name else None
 
 
-def evidence(tree: ast.Module, path: str, source: str) -> list[Evidence]:
-    """What ``tree`` shows about the engine, in source order."""
+def evidence(setup: SetupNodes, path: str, source: str) -> list[Evidence]:
+    """What a file (its :class:`SetupNodes`) shows about the engine, in source order."""
     if not any(m in source for m in MARKERS):
         return []
     found: list[Evidence] = []
@@ -145,7 +167,7 @@ def evidence(tree: ast.Module, path: str, source: str) -> list[Evidence]:
     def add(engine, target, node, what):
         found.append(Evidence(engine, target, path, node.lineno, node.col_offset + 1, what))
 
-    for node in setup_nodes(tree):
+    for node in setup.nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "apex.amp" or alias.name.startswith("apex.amp."):
@@ -236,21 +258,21 @@ def _model_cast_evidence(call: ast.Call, add) -> None:
 _INITIALIZE_TEXT = re.compile(r"amp\w*\s*\.\s*initialize\b")
 
 
-def initialize_calls(tree: ast.Module) -> list[int]:
+def initialize_calls(setup: SetupNodes) -> list[int]:
     """Lines of ``amp.initialize(...)`` calls (where registrations must come before)."""
-    return [n.lineno for n in setup_nodes(tree)
+    return [n.lineno for n in setup.nodes
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "initialize"
             and isinstance(n.func.value, ast.Name) and "amp" in n.func.value.id]
 
 
-def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
+def collect(setup: SetupNodes, path: str, source: str) -> Optional[dict]:
     """This file's summary fact: its evidence and its ``amp.initialize`` lines."""
-    found = evidence(tree, path, source)
-    init = initialize_calls(tree) if _INITIALIZE_TEXT.search(source) else []
+    found = setup.evidence(path, source)
+    init = initialize_calls(setup) if _INITIALIZE_TEXT.search(source) else []
     if not found and not init:
         return None
     imported = set()
-    for node in setup_nodes(tree):
+    for node in setup.nodes:
         if isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -270,10 +292,12 @@ def _project_facts(project, path: str, root: str) -> Iterable[tuple[str, Any]]:
             if p != path and registration_reaches(p, data.get("imports", ()), path, root)]
 
 
-def resolve(settings, path: str, source: str, tree: ast.Module, project) -> FileSettings:
+def resolve(settings, path: str, source: str, tree: ast.Module, project,
+            setup: Optional[SetupNodes] = None) -> FileSettings:
     """The settings one file is linted with: with ``engine = "auto"``, the engine (and,
     unless ``target`` was set, the dtype) the project shows; with a named engine, that
-    engine.  ``engine`` becomes the op policy (``amplint`` or ``torch``)."""
+    engine.  ``engine`` becomes the op policy (``amplint`` or ``torch``).  ``setup``:
+    the file context's :class:`SetupNodes` (walked for here when not given)."""
     if isinstance(settings, FileSettings):
         return settings  # resolved already
     configured = settings.engine
@@ -282,12 +306,14 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> File
             return FileSettings.of(settings, engine="amplint", amp_module="apex", engine_configured="apex")
         return FileSettings.of(settings, amp_module="amplint" if configured == "amplint" else None,
                                engine_configured=configured)
-    found = evidence(tree, path, source)
+    if setup is None:
+        setup = SetupNodes.of_tree(tree)
+    found = list(setup.evidence(path, source))
     for other, data in _project_facts(project, path, settings.root):
         found.extend(Evidence.from_json(other, e) for e in data.get("evidence", ()))
     if settings.opt_level_given:  # a configured opt level is how the project trains: a cast decides nothing
         found = [e for e in found if e.engine != "half"]
-    if not any(e.target for e in found) and not settings.target_given and cast_target(tree, source) == "bf16":
+    if not any(e.target for e in found) and not settings.target_given and cast_target(setup, source) == "bf16":
         settings = dataclasses.replace(settings, target="bf16")  # the file runs its tensors in bf16 itself
     if not found:
         return FileSettings.of(settings, engine="amplint", amp_module=None, engine_configured="auto")
@@ -316,7 +342,7 @@ def resolve(settings, path: str, source: str, tree: ast.Module, project) -> File
 _CASTS_FOR_TARGET = 2
 
 
-def cast_target(tree: ast.Module, source: str) -> Optional[str]:
+def cast_target(setup: SetupNodes, source: str) -> Optional[str]:
     """``"bf16"`` when the file casts its tensors to bfloat16 itself, throughout:
     ``.to(torch.bfloat16)``, ``dtype=torch.bfloat16``, ``.bfloat16()`` at least
     :data:`_CASTS_FOR_TARGET` times and never to float16 (gpt-fast's ``quantize.py``).
@@ -324,7 +350,7 @@ def cast_target(tree: ast.Module, source: str) -> Optional[str]:
     if "bfloat16" not in source:
         return None
     bf16 = 0
-    for node in setup_nodes(tree):
+    for node in setup.nodes:
         if node.__class__ is ast.Attribute:
             if node.attr in ("float16", "half") and dotted_name(node.value) == "torch":
                 return None
@@ -353,8 +379,8 @@ def label(settings) -> str:
     return f"engine {name} (auto: {path}:{line})"
 
 
-def initialize_sites(project, path: str, root: str, tree: Optional[ast.Module] = None) -> list[tuple[str, int]]:
+def initialize_sites(project, path: str, root: str, setup: Optional[SetupNodes] = None) -> list[tuple[str, int]]:
     """(path, line) of each ``amp.initialize`` call in the linted files, this file first."""
-    own = [(path, line) for line in initialize_calls(tree)] if tree is not None else []
+    own = [(path, line) for line in initialize_calls(setup)] if setup is not None else []
     others = [(p, line) for p, data in _project_facts(project, path, root) for line in data.get("initialize", ())]
     return own + sorted(others)

@@ -144,6 +144,8 @@ class Evaluator:
         self._active: set = set()
         self._call_site_memo: dict = {}
         self._call_sites_memo: dict = {}
+        #: id of an expression -> (the expression, its value), for questions asked from outside a fold
+        self._answers: dict[int, tuple[ast.AST, Optional[Value]]] = {}
         #: module constant -> its value (None: not a number), built once in source order
         self._module_values: Optional[dict[str, Optional[Value]]] = None
 
@@ -183,10 +185,26 @@ class Evaluator:
         the function enclosing ``expr``)."""
         if depth > _MAX_DEPTH or expr is None:
             return None
+        if depth or scope is not None or self._active:
+            try:
+                return self._eval(expr, scope, depth)
+            except (ArithmeticError, ValueError, TypeError, RecursionError):
+                return None
+        # a rule's question (``ctx.evaluate``): the same expressions are asked about by
+        # several rules and analyses (half the questions of a run repeat one), answered once
+        # (the entry keeps its node alive: a rule's temporary node, ``ast.Constant(None)``,
+        # cannot be freed and its id given to another node while the answer is kept)
+        kept = self._answers.get(id(expr))
+        if kept is not None and kept[0] is expr:
+            return kept[1]
         try:
-            return self._eval(expr, scope, depth)
-        except (ArithmeticError, ValueError, TypeError, RecursionError):
+            found = self._eval(expr, None, 0)
+        except (ArithmeticError, ValueError, TypeError):
+            found = None
+        except RecursionError:  # (depends on the caller's stack: not kept)
             return None
+        self._answers[id(expr)] = (expr, found)
+        return found
 
     def _eval(self, expr: ast.AST, scope, depth) -> Optional[Value]:
         if isinstance(expr, ast.Constant):
@@ -533,7 +551,7 @@ class Evaluator:
             if arg is not None:
                 return self.evaluate(arg, None, depth + 1)
             if cls is not None and is_config_class(cls):
-                entry = config_fields(cls).get(field)
+                entry = config_fields(self.ctx, cls).get(field)
                 if entry is not None:
                     value = self.evaluate(entry[1], None, depth + 1)
                     return None if value is None else value.via(self.ctx.related(entry[0], f"default of `{cls.name}.{field}`"))
@@ -587,7 +605,7 @@ class Evaluator:
         """class name -> field -> (definition node, default expr) for config-like classes."""
         if self._config_fields is None:
             self._config_fields = {
-                cls.name: config_fields(cls) for cls in self.ctx.classes.values() if is_config_class(cls)
+                cls.name: config_fields(self.ctx, cls) for cls in self.ctx.classes.values() if is_config_class(cls)
             }
         return self._config_fields
 
@@ -605,7 +623,7 @@ class Evaluator:
                 if value is not None:
                     candidates.append(value.via(self.ctx.related(node, f"default of `{cname}.{field}`")))
         project = self.ctx.project
-        if not candidates and any(declares_field(self.ctx.classes[c], field) for c in names):
+        if not candidates and any(declares_field(self.ctx, self.ctx.classes[c], field) for c in names):
             return None  # this file's config class has the field, without a default
         if project is not None and use_project and (not candidates or class_name and class_name not in local):
             for fact in project.config_defaults(field, class_name, exclude_path=self.ctx.path):

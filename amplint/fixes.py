@@ -102,7 +102,7 @@ def registration_fix(ctx, wanted: list, self_module: str, after_registrations) -
     if anchor is None:
         return None
     module = ctx.settings.amp_module
-    sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.settings.root, ctx.tree)
+    sites = engine_detect.initialize_sites(ctx.project, ctx.path, ctx.settings.root, ctx.get(engine_detect.SetupNodes))
     # a name imported with `from torch import einsum` can only be registered on the module
     # that imported it: in a project on that engine, the file itself
     # a registration on this module itself (`from torch import einsum`) belongs there too:

@@ -62,16 +62,17 @@ def summarize(ctx, rules: Iterable) -> FileSummary:
     for cls in ctx.classes.values():
         if not is_config_class(cls):
             continue
-        for field, (node, default) in config_fields(cls).items():
+        for field, (node, default) in config_fields(ctx, cls).items():
             value = ctx.evaluator.evaluate(default, None, 1)
             if value is not None and isinstance(value.value, (int, float)):
                 summary.configs.append(
                     ConfigDefault(cls.name, field, value.value, ctx.path, node.lineno, ctx.char_col(node.lineno, node.col_offset) + 1)
                 )
-    engine = engine_detect.collect(ctx.tree, ctx.path, ctx.source)
+    setup = ctx.get(engine_detect.SetupNodes)
+    engine = engine_detect.collect(setup, ctx.path, ctx.source)
     if engine is not None:
         summary.facts[engine_detect.FACT] = engine
-    fp8 = fp8_setup.collect(ctx.tree, ctx.path, ctx.source)
+    fp8 = fp8_setup.collect(setup, ctx.path, ctx.source)
     if fp8 is not None:
         summary.facts[fp8_setup.FACT] = fp8
     constants = module_constants.collect(ctx)

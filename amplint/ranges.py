@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+from .bindings import subtree
 from .dtypes import reaching_value
 
 #: functions / methods whose result is bounded by 1 in magnitude, whatever the input
@@ -43,7 +44,7 @@ class MagnitudeBounds:
     def _assignments(self, func: ast.AST) -> list[ast.Assign]:
         found = self._assigns.get(id(func))
         if found is None:
-            found = self._assigns[id(func)] = [n for n in ast.walk(func) if n.__class__ is ast.Assign]
+            found = self._assigns[id(func)] = [n for n in subtree(func) if n.__class__ is ast.Assign]
         return found
 
     def of(self, expr: Optional[ast.AST], depth: int = 0) -> Optional[float]:

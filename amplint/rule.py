@@ -256,6 +256,11 @@ class Rule:
     #: substrings of which at least one must occur in a file for the rule to matter;
     #: lets the engine skip files cheaply.  Empty: the rule looks at every file.
     markers: ClassVar[tuple[str, ...]] = ()
+    #: True when the rule can report nothing in a file that holds none of its
+    #: ``markers`` (a finding needs one spelled out: ``apex``): the engine then does not
+    #: run it on such a file.  Off by default: most rules' markers only gate whole files
+    #: (a cast to ``torch.half`` is AMP603's without any of its markers).
+    markers_required: ClassVar[bool] = False
     #: substrings of which at least one must occur in a file for :meth:`collect` to
     #: find anything there.  Empty with ``collect`` overridden: every file is summarised.
     collect_markers: ClassVar[tuple[str, ...]] = ()

@@ -13,6 +13,7 @@ class ApexAmpImport(Rule):
     severity = Severity.ERROR
     fix_applicability = "safe"
     markers = ("apex",)
+    markers_required = True
     docs = """
 ## What it does
 Flags imports of NVIDIA apex's automatic mixed precision module: `from apex import amp`,

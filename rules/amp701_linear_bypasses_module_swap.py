@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from amplint.fp8.setup import ProjectFp8Setup
-from amplint.fp8.survey import Fp8Survey
 from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
@@ -155,6 +154,9 @@ with transposes, batched weights or einsum equations need a person to decide.
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
+        # imported here: a file not linted for fp8 (most) never needs the fp8 survey
+        from amplint.fp8.survey import Fp8Survey
+
         setup = ctx.get(ProjectFp8Setup).setup
         for b in ctx.get(Fp8Survey).bypasses:
             if b.submodule_weight:

@@ -3,9 +3,7 @@ cannot run as an fp8 GEMM and stays bf16."""
 from __future__ import annotations
 
 from amplint.analysis.dims import next_multiple
-from amplint.fp8.gemm import ALIGNMENT, DEFAULT_TOKENS, nearest_speedup
 from amplint.fp8.setup import ProjectFp8Setup
-from amplint.fp8.survey import Fp8Survey, linear_flops_share, site_label
 from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
@@ -103,6 +101,10 @@ the number is written once.
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
+        # imported here: a file not linted for fp8 (most) never needs the fp8 survey
+        from amplint.fp8.gemm import ALIGNMENT, DEFAULT_TOKENS, nearest_speedup
+        from amplint.fp8.survey import Fp8Survey, linear_flops_share, site_label
+
         survey, setup = ctx.get(Fp8Survey), ctx.get(ProjectFp8Setup).setup
         recipe = setup.recipe
         for site in survey.linears:

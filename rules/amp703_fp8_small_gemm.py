@@ -2,9 +2,7 @@
 break-even runs slower in fp8 than in bf16."""
 from __future__ import annotations
 
-from amplint.fp8.gemm import ALIGNMENT, BREAK_EVEN, DEFAULT_TOKENS, mkn_text, nearest_speedup
 from amplint.fp8.setup import ProjectFp8Setup
-from amplint.fp8.survey import Fp8Survey, site_label
 from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
@@ -111,6 +109,10 @@ the layer.
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
+        # imported here: a file not linted for fp8 (most) never needs the fp8 survey
+        from amplint.fp8.gemm import ALIGNMENT, BREAK_EVEN, DEFAULT_TOKENS, mkn_text, nearest_speedup
+        from amplint.fp8.survey import Fp8Survey, site_label
+
         setup = ctx.get(ProjectFp8Setup).setup
         if not setup.swaps_linears:
             return  # TransformerEngine: its own kernels and scaling, not the torchao break-even measured here

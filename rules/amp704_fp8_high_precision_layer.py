@@ -2,9 +2,7 @@
 converted to fp8, where convention keeps it in high precision."""
 from __future__ import annotations
 
-from amplint.fp8.gemm import ALIGNMENT
 from amplint.fp8.setup import ProjectFp8Setup
-from amplint.fp8.survey import Fp8Survey, site_label
 from amplint.numerics import FP8
 from amplint.rule import Invalid, Rule, Severity, Valid
 
@@ -120,6 +118,10 @@ difference and each layer's error).
     def end_file(self, ctx) -> None:
         if not ctx.state(self):
             return
+        # imported here: a file not linted for fp8 (most) never needs the fp8 survey
+        from amplint.fp8.gemm import ALIGNMENT
+        from amplint.fp8.survey import Fp8Survey, site_label
+
         setup = ctx.get(ProjectFp8Setup).setup
         for site in ctx.get(Fp8Survey).linears:
             if not site.role or (site.name and site.name in setup.filter_strings):

@@ -15,6 +15,7 @@ class Fp8WithoutCompile(Rule):
     options = ("target",)
     doc_settings = {"target": "fp8"}
     markers = ("convert_to_float8_training",)
+    markers_required = True
     docs = """
 ## What it does
 With `--target fp8`, flags `convert_to_float8_training(...)` (torchao; torchtitan and

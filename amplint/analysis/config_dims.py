@@ -131,7 +131,7 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
     local = ctx.get(LocalConfigs).by_name
     if not local or ctx.project is None:
         return []
-    if not any(_literal_root(ctx, default) for c in local.values() for _, default in config_fields(c).values()):
+    if not any(_literal_root(ctx, default) for c in local.values() for _, default in config_fields(ctx, c).values()):
         # nothing here a use elsewhere could make unaligned; not asking the index keeps
         # the engine from linting this file a second time (ModelOutput dataclasses)
         return []
@@ -142,12 +142,12 @@ def unaligned_definitions(ctx, code: str, alignment: int, floor: int, fixed_keys
             continue
         divisor_facts.extend(data.get("divisors", ()))
         for use in data.get("uses", ()):
-            owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(c)]
+            owners = [use["cls"]] if use["cls"] else [n for n, c in local.items() if use["field"] in config_fields(ctx, c)]
             if len(owners) == 1 and owners[0] in local and _resolves_here(ctx, path, use):
                 by_field.setdefault((owners[0], use["field"]), []).append((path, use))
     found = []
     for (cname, field), uses in by_field.items():
-        entry = config_fields(local[cname]).get(field)
+        entry = config_fields(ctx, local[cname]).get(field)
         if entry is None:
             continue
         default = entry[1]
@@ -207,7 +207,7 @@ def lone_size_defaults(ctx, code: str, alignment: int, floor: int, fixed_keys: s
     local = list(ctx.get(LocalConfigs).by_name.values())
     candidates = []
     for cls in local:
-        for field, (node, default) in config_fields(cls).items():
+        for field, (node, default) in config_fields(ctx, cls).items():
             if SIZE_FIELD.match(field) is None:
                 continue
             root = find_root(ctx, default)

@@ -248,13 +248,13 @@ def _attribute_root(ctx, attr: ast.Attribute, depth: int) -> Optional[Root]:
         names = [class_name] if class_name in local else ([] if class_name else list(local))
         found = []
         for cname in names:
-            entry = config_fields(local[cname]).get(attr.attr)
+            entry = config_fields(ctx, local[cname]).get(attr.attr)
             if entry is not None:
                 found.append(entry[1])
         if len(found) == 1:
             inner = find_root(ctx, found[0], depth + 1)
             return None if inner is None else inner.named(attr.attr, config=True)
-        if found or any(declares_field(local[c], attr.attr) for c in names):
+        if found or any(declares_field(ctx, local[c], attr.attr) for c in names):
             return None  # ambiguous, or this file's config has the field without a default
         return Root("config", 1, None, attr.attr, class_name, (attr.attr,), True)
     return None

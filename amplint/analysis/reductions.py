@@ -25,6 +25,7 @@ from typing import Iterable, Optional
 from amplint.amp import policy
 from amplint import fixes
 from amplint.analysis.calls import argument, keyword
+from amplint.bindings import subtree
 from amplint.dtypes import assignments_between, reaching_value  # noqa: F401 (re-exported)
 from amplint.rule import Edit, Severity
 
@@ -501,7 +502,7 @@ class HandwrittenParts:
         cached = self._by_function.get(id(func))
         if cached is None:
             cached = self._by_function[id(func)] = set()
-            for sub in ast.walk(func):
+            for sub in subtree(func):
                 if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Div, ast.Sub)):
                     found = match_handwritten(self.ctx, sub)
                     if found is not None:

@@ -21,7 +21,7 @@ import dataclasses
 import re
 from typing import Optional
 
-from ..engine_detect import dotted_name, setup_nodes  # one spelling of a dotted name for both detectors
+from ..engine_detect import SetupNodes, dotted_name  # one spelling of a dotted name for both detectors
 
 FACT = "@fp8"
 #: substrings without which a file holds no evidence
@@ -52,7 +52,7 @@ def _recipe(call: ast.Call) -> Optional[str]:
     return None
 
 
-def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
+def collect(setup: SetupNodes, path: str, source: str) -> Optional[dict]:
     """This file's fp8 facts (JSON-able), or None."""
     if not any(m in source for m in MARKERS):
         return None
@@ -64,7 +64,7 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
     def add(kind, node, what, recipe=None):
         found.append(Fp8Evidence(kind, path, node.lineno, node.col_offset + 1, what, recipe))
 
-    for node in setup_nodes(tree):
+    for node in setup.nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "transformer_engine":
@@ -95,7 +95,7 @@ def collect(tree: ast.Module, path: str, source: str) -> Optional[dict]:
         found.append(Fp8Evidence("torchtitan", path, line, 1, match.group(0)))
     if not found and not compiles:
         return None
-    strings = sorted({n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    strings = sorted({n.value for n in ast.walk(setup.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                       and 0 < len(n.value) <= 40}) if converts else []
     return {"evidence": [dataclasses.astuple(e) for e in found], "compiles": sorted(set(compiles)),
             "converts": converts, "filters": filters, "strings": strings}
@@ -146,7 +146,7 @@ class ProjectFp8Setup:
 def project_setup(ctx) -> Fp8Setup:
     """The fp8 setup of the run ``ctx`` belongs to: this file and every linted file."""
     facts = []
-    own = collect(ctx.tree, ctx.path, ctx.source)
+    own = collect(ctx.get(SetupNodes), ctx.path, ctx.source)
     if own:
         facts.append(own)
     if ctx.project is not None:

@@ -2,11 +2,11 @@
 context): which classes are configs (``GPTConfig``, dataclasses, ``PretrainedConfig``
 subclasses), their fields and defaults, and the expressions that name a config
 (``config``, ``self.cfg``).  Shared by the evaluator, the project summary and the
-size analyses; depends on nothing else of amplint."""
+size analyses; depends on nothing else of amplint (a file context is only asked for
+its named analyses)."""
 from __future__ import annotations
 
 import ast
-import weakref
 from typing import Optional
 
 #: names of the variable that usually holds a model config
@@ -76,17 +76,26 @@ def is_config_class(cls: ast.ClassDef) -> bool:
     return False
 
 
-#: class node -> its fields, for as long as the tree lives (no attribute on the node)
-_FIELDS: "weakref.WeakKeyDictionary[ast.ClassDef, dict]" = weakref.WeakKeyDictionary()
+def config_fields(ctx, cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
+    """field -> (definition node, default expression) of a config-like class of
+    ``ctx``'s file (computed once per class: :class:`ConfigFields`)."""
+    return ctx.get(ConfigFields).of(cls)
 
 
-def config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
-    """field -> (definition node, default expression) of a config-like class (computed
-    once per class node)."""
-    cached = _FIELDS.get(cls)
-    if cached is None:
-        cached = _FIELDS[cls] = _config_fields(cls)
-    return cached
+class ConfigFields:
+    """The fields of this file's config classes, found once per class:
+    ``ctx.get(ConfigFields).of(cls)``.  A per-file analysis rather than a map keyed on
+    the class node: such a map kept every tree alive (its values hold nodes whose
+    parent links lead back to the key)."""
+
+    def __init__(self, ctx):
+        self._by_class: dict[int, dict[str, tuple[ast.AST, ast.AST]]] = {}
+
+    def of(self, cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
+        found = self._by_class.get(id(cls))
+        if found is None:
+            found = self._by_class[id(cls)] = _config_fields(cls)
+        return found
 
 
 def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
@@ -116,11 +125,11 @@ def _config_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.AST, ast.AST]]:
     return fields
 
 
-def declares_field(cls: ast.ClassDef, field: str) -> bool:
+def declares_field(ctx, cls: ast.ClassDef, field: str) -> bool:
     """Whether a config class has ``field`` at all, with or without a default
     (``vocab_size: int``, ``self.vocab_size = vocab_size``): then the field is this
     file's, and another file's default of the same name is not it."""
-    if field in config_fields(cls):
+    if field in config_fields(ctx, cls):
         return True
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == field:

@@ -18,6 +18,9 @@ from ..analysis.dims import LAYERS, is_torch_layer, layer_name
 
 #: a line that may bind a layer class to a name (the file is searched for aliases only then)
 _ALIAS_LINE = re.compile(r"^\s*\w+\s*=\s*\(?\s*[\w.]*\.(?:" + "|".join(LAYERS) + r")\s*(?:\)|if\b|$)", re.M)
+#: its tail alone, searched first: far cheaper than trying every line start, and most
+#: files have none (``isinstance(m, nn.Linear)`` matches it, not the alias line)
+_ALIAS_TAIL = re.compile(r"\.(?:" + "|".join(LAYERS) + r")\s*(?:\)|if\b|$)", re.M)
 
 
 class LayerAliases:
@@ -27,7 +30,7 @@ class LayerAliases:
 
     def __init__(self, ctx):
         self.by_name: dict[tuple[Optional[int], str], Optional[str]] = {}
-        if _ALIAS_LINE.search(ctx.source) is None:
+        if _ALIAS_TAIL.search(ctx.source) is None or _ALIAS_LINE.search(ctx.source) is None:
             return
         for stmt in ctx.nodes("Assign"):
             if len(stmt.targets) != 1 or stmt.targets[0].__class__ is not ast.Name:

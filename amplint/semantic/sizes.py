@@ -531,7 +531,7 @@ class SizeValues:
         klass = self.ctx.classes.get(cls)
         if klass is None or not call.args:
             return None
-        order = [n for n in config_fields(klass)]
+        order = [n for n in config_fields(self.ctx, klass)]
         init = self.ctx.method(klass, "__init__")
         if init is not None:
             order = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
