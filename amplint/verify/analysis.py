@@ -31,7 +31,8 @@ import math
 import re
 from typing import Optional
 
-from .records import Evidence, LevelRun, ModuleStats, OriginEvidence, Site
+from .records import (Evidence, LevelRun, ModuleProblem, ModuleStats, OriginEvidence, OriginProblem, Problem,
+                      ReferenceProblem, Site)
 from .runner import UNDERFLOW_FRACTION
 
 HALF_DTYPES = ("float16", "bfloat16")
@@ -195,24 +196,23 @@ def _num(x: Optional[float]) -> str:
     return f"{x:.3g}"
 
 
-def problems(runs: dict[str, LevelRun], tolerance: float) -> list[dict]:
+def problems(runs: dict[str, LevelRun], tolerance: float) -> list[Problem]:
     """Runtime problems at each non-reference level (and an O0 that itself fails)."""
-    out: list[dict] = []
+    out: list[Problem] = []
     for level, run in runs.items():
         crash = run.crash
         if crash:
-            out.append({"level": level, "kind": "crash", "file": crash.file, "line": crash.line,
-                        "detail": f"{crash.type}: {crash.message} (during {crash.phase}, step {crash.step})"})
+            out.append(Problem(level, "crash", crash.file, crash.line,
+                               f"{crash.type}: {crash.message} (during {crash.phase}, step {crash.step})"))
             continue
         origin = run.origin
-        origin_json = origin.to_json() if origin else None
         if level == "O0":
             site = origin or run.first_nonfinite_site
             if run.nonfinite_loss or site:
                 where = f" (first NaN: {_expr(site)} at line {site.line})" if site else ""
-                out.append({"level": level, "kind": "inf/NaN", "file": site.file if site else None,
-                            "line": site.line if site else None, "origin": origin_json,
-                            "detail": f"NaN in the fp32 (O0) run itself{where}: not a mixed-precision problem"})
+                out.append(ReferenceProblem(level, "inf/NaN", site.file if site else None, site.line if site else None,
+                                            f"NaN in the fp32 (O0) run itself{where}: not a mixed-precision problem",
+                                            origin=origin))
             continue
         site = run.first_nonfinite_site
         module = run.first_nonfinite_module
@@ -220,33 +220,33 @@ def problems(runs: dict[str, LevelRun], tolerance: float) -> list[dict]:
             made = "made by" if origin.inputs_finite else "first seen in"
             where = f" (module {module})" if module and module != "(model)" else ""
             step = f" (step {origin.step}; step 0 was clean)" if origin.step else ""  # counted as crashes are
-            out.append({"level": level, "kind": "inf/NaN", "file": origin.file, "line": origin.line,
-                        "column": origin.column, "module": module, "origin": origin_json,
-                        "detail": f"first inf/NaN {made} {_expr(origin)} at line {origin.line}{step}{where}"})
+            out.append(OriginProblem(level, "inf/NaN", origin.file, origin.line,
+                                     f"first inf/NaN {made} {_expr(origin)} at line {origin.line}{step}{where}",
+                                     column=origin.column, module=module, origin=origin))
         elif site or module:
             where = f"first in module {module}" if module else ""
             if site:
                 where += (", " if where else "") + f"{site.op} at line {site.line}"
-            out.append({"level": level, "kind": "inf/NaN", "file": site.file if site else _module_file(run, module),
-                        "line": site.line if site else _module_line(run, module), "module": module,
-                        "detail": f"inf/NaN in the forward pass ({where})"})
+            out.append(ModuleProblem(level, "inf/NaN", site.file if site else _module_file(run, module),
+                                     site.line if site else _module_line(run, module),
+                                     f"inf/NaN in the forward pass ({where})", module=module))
         elif run.nonfinite_loss:
-            out.append({"level": level, "kind": "inf/NaN", "file": None, "line": None, "detail": "the loss is not finite"})
+            out.append(Problem(level, "inf/NaN", None, None, "the loss is not finite"))
         skipped = mostly_skipped(run)
-        if skipped and not any(p["level"] == level for p in out):  # not when inf/NaN already explain it
-            out.append({"level": level, "kind": "skipped steps", "file": None, "line": None, "detail": skipped})
+        if skipped and not any(p.level == level for p in out):  # not when inf/NaN already explain it
+            out.append(Problem(level, "skipped steps", None, None, skipped))
         err = run.output_rel_err
         if err is not None and err > tolerance and not (site or module or origin):
-            out.append({"level": level, "kind": "divergence", "file": None, "line": None,
-                        "detail": f"model output differs from fp32 by {_num(err)} (tolerance {tolerance:g})"})
+            out.append(Problem(level, "divergence", None, None,
+                               f"model output differs from fp32 by {_num(err)} (tolerance {tolerance:g})"))
         made = _origin_order(run) if origin and origin.inputs_finite else None
         for mod in run.modules:
             uf = mod.forward.underflow
             if made is not None and tuple(mod.forward.first_order or (0, 0)) > made:
                 continue  # zeros after the first inf/NaN: x / inf, carried on from the origin
             if uf is not None and uf >= UNDERFLOW_FRACTION and mod.forward.underflow_count > 0:
-                out.append({"level": level, "kind": "underflow", "file": _module_file(run, mod.name), "line": _module_line(run, mod.name),
-                            "module": mod.name, "detail": f"{uf:.1%} of {mod.name}'s outputs are 0 here but not in fp32"})
+                out.append(ModuleProblem(level, "underflow", _module_file(run, mod.name), _module_line(run, mod.name),
+                                         f"{uf:.1%} of {mod.name}'s outputs are 0 here but not in fp32", module=mod.name))
                 break
     return out
 

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from . import analysis, lintfix
 from .capture import CapturedOutput
-from .records import Crash, Evidence, LevelRun, VerifyFinding, VerifyReport
+from .records import Crash, Evidence, LevelRun, Problem, VerifyFinding, VerifyReport
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
@@ -350,10 +350,10 @@ def _explain_problems(report: VerifyReport, findings: list, before: dict, tolera
     it; the ones no finding predicted."""
     probs = analysis.problems(before, tolerance)
     for p in probs:
-        p["explained_by"] = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
-                             if any(e.level == p["level"] and _matches(p, e) for e in f.evidence)]
+        p.explained_by = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
+                          if any(e.level == p.level and _matches(p, e) for e in f.evidence)]
     report.problems = probs
-    report.runtime_only = [p for p in probs if not p["explained_by"]]
+    report.runtime_only = [p for p in probs if not p.explained_by]
 
 
 def _note_optimizer_eps(report: VerifyReport, cfg, selected: list) -> None:
@@ -447,8 +447,8 @@ def _judge_reached(finding: VerifyFinding, after_evidence: list) -> None:
     finding.status = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
 
 
-def _matches(problem: dict, ev: Evidence) -> bool:
-    kind = problem["kind"]
+def _matches(problem: Problem, ev: Evidence) -> bool:
+    kind = problem.kind
     if kind == "crash":
         return ev.kind == "crash"
     if kind == "inf/NaN":

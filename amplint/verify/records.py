@@ -335,6 +335,87 @@ def typed_evidence(items: Optional[list]) -> Optional[list]:
 
 
 @dataclasses.dataclass
+class Problem:
+    """A run-time problem of one level (:func:`amplint.verify.analysis.problems`): a crash,
+    inf/NaN, skipped steps, a divergence or an underflow, where it happened, and the
+    findings that predicted it (``explained_by``, once judged)."""
+
+    level: str
+    kind: str
+    file: Optional[str]
+    line: Optional[int]
+    detail: str
+    #: ``CODE:path:line`` of each finding that predicted it (None: not judged yet)
+    explained_by: Optional[list] = None
+
+    column = None  # (only an origin's problem names a column)
+
+    def _extra(self) -> dict:
+        return {}
+
+    def to_json(self) -> dict:
+        out = {"level": self.level, "kind": self.kind, "file": self.file, "line": self.line, **self._extra(),
+               "detail": self.detail}
+        if self.explained_by is not None:
+            out["explained_by"] = self.explained_by
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Problem":
+        if "column" in data:
+            kind = OriginProblem
+        elif "origin" in data:
+            kind = ReferenceProblem
+        elif "module" in data:
+            kind = ModuleProblem
+        else:
+            kind = Problem
+        origin = data.get("origin")
+        return kind(**{**data, **({"origin": Origin.from_json(origin) if origin is not None else None}
+                                  if "origin" in data else {})})
+
+
+@dataclasses.dataclass
+class ModuleProblem(Problem):
+    """A problem seen at a module's output (inf/NaN first seen there, or an underflow)."""
+
+    module: Optional[str] = None
+
+    def _extra(self) -> dict:
+        return {"module": self.module}
+
+
+@dataclasses.dataclass
+class OriginProblem(Problem):
+    """inf/NaN traced to the call that made (or first showed) them: its column, module and origin."""
+
+    column: Optional[int] = None
+    module: Optional[str] = None
+    origin: Optional[Origin] = None
+
+    def _extra(self) -> dict:
+        return {"column": self.column, "module": self.module, "origin": _json_of(self.origin)}
+
+
+@dataclasses.dataclass
+class ReferenceProblem(Problem):
+    """inf/NaN in the fp32 (O0) run itself, with its origin when traced."""
+
+    origin: Optional[Origin] = None
+
+    def _extra(self) -> dict:
+        return {"origin": _json_of(self.origin)}
+
+
+def problems_json(items: list) -> list:
+    return [p.to_json() if isinstance(p, Problem) else p for p in items]
+
+
+def typed_problems(items: list) -> list:
+    return [Problem.from_json(p) if isinstance(p, dict) else p for p in items]
+
+
+@dataclasses.dataclass
 class LevelRun:
     """One opt level's run of the model (:meth:`amplint.verify.runner.LevelRunner.run_level`):
     its losses and loss scales, the crash that ended it, the statistics of each module and
@@ -417,7 +498,7 @@ class VerifyReport:
     before: dict = dataclasses.field(default_factory=dict)  # level -> LevelRun
     after: Optional[dict] = None  # level -> LevelRun
     findings: list = dataclasses.field(default_factory=list)  # VerifyFinding
-    problems: list = dataclasses.field(default_factory=list)
+    problems: list = dataclasses.field(default_factory=list)  # Problem
     runtime_only: list = dataclasses.field(default_factory=list)  # the problems no finding explains
     #: how much the fixes changed the fp32 (O0) run (None: no fixed run, or both crashed)
     fp32_change: Optional[float] = None
@@ -443,6 +524,8 @@ class VerifyReport:
                 value = [f.to_json() for f in value]
             elif field.name in ("before", "after"):
                 value = runs_json(value)
+            elif field.name in ("problems", "runtime_only"):
+                value = problems_json(value)
             out[field.name] = value
         return out
 
@@ -450,7 +533,9 @@ class VerifyReport:
     def from_json(cls, data: dict) -> "VerifyReport":
         return cls(**{**data, "findings": [VerifyFinding.from_json(f) if isinstance(f, dict) else f
                                            for f in data.get("findings", ())],
-                      "before": typed_runs(data.get("before", {})), "after": typed_runs(data.get("after"))})
+                      "before": typed_runs(data.get("before", {})), "after": typed_runs(data.get("after")),
+                      "problems": typed_problems(data.get("problems", [])),
+                      "runtime_only": typed_problems(data.get("runtime_only", []))})
 
 
 def plain(report: VerifyReport) -> dict:

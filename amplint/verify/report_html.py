@@ -27,7 +27,7 @@ from typing import Optional
 
 from amplint.numerics import FORMATS
 
-from .records import Crash, LevelRun, ModuleStats, Origin, TensorStats, VerifyFinding, VerifyReport
+from .records import Crash, LevelRun, ModuleStats, Origin, Problem, TensorStats, VerifyFinding, VerifyReport
 from .report_text import _rel, level_status, num
 
 #: module rows shown right before the first failure; earlier unremarkable ones are collapsed
@@ -214,11 +214,11 @@ def _finding_card(f: VerifyFinding, report: VerifyReport) -> str:
             f'<span class="pill {cls}">{e(status)}</span></header>{"".join(body)}</article>')
 
 
-def _problem_card(p: dict) -> str:
-    where = _where(p.get("file"), p.get("line"), p.get("column")) if p.get("file") else ""
-    return (f'<article class="card runtime bad" data-level="{e(p["level"])}"><header><span class="code">{e(p["level"])}</span> '
-            f'{e(p["kind"])} <code class="loc">{e(where)}</code><span class="pill bad">no rule predicted it</span></header>'
-            f'<p class="message">{e(p["detail"])}</p></article>')
+def _problem_card(p: Problem) -> str:
+    where = _where(p.file, p.line, p.column) if p.file else ""
+    return (f'<article class="card runtime bad" data-level="{e(p.level)}"><header><span class="code">{e(p.level)}</span> '
+            f'{e(p.kind)} <code class="loc">{e(where)}</code><span class="pill bad">no rule predicted it</span></header>'
+            f'<p class="message">{e(p.detail)}</p></article>')
 
 
 def _cards(report: VerifyReport) -> str:
@@ -548,7 +548,7 @@ def _tables(report: VerifyReport) -> str:
         out.append("<h4>Static findings</h4>" + _table("findings", ["code", "rule", "where", "fix", "status", "evidence"], rows))
     runtime = report.runtime_only or []
     if runtime:
-        rows = [[e(p["level"]), e(p["kind"]), e(_where(p.get("file"), p.get("line")) if p.get("file") else "-"), e(p["detail"])]
+        rows = [[e(p.level), e(p.kind), e(_where(p.file, p.line) if p.file else "-"), e(p.detail)]
                 for p in runtime]
         out.append("<h4>Runtime problems no rule predicted</h4>" + _table("runtime-only", ["level", "kind", "where", "detail"], rows))
     levels = list(report.before)

@@ -164,8 +164,8 @@ def render(reports: list[VerifyReport], out, color: bool = False, width: Optiona
             for col in ("level", "kind", "location", "detail"):
                 t.add_column(col, overflow="fold")
             for p in runtime:
-                loc = f"{_rel(p['file'])}:{p['line']}" if p.get("file") else "-"
-                t.add_row(p["level"], p["kind"], loc, p["detail"])
+                loc = f"{_rel(p.file)}:{p.line}" if p.file else "-"
+                t.add_row(p.level, p.kind, loc, p.detail)
             console.print(t)
         if report.fix and report.fp32_repaired:
             console.print("fp32 (O0) run: it failed with the original code and the fixes repaired it")

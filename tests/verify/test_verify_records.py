@@ -72,12 +72,12 @@ def test_level_runs_are_records_with_the_json_shape_of_the_dicts_they_replace(tm
 
 
 def test_the_items_of_a_level_run_are_records_too(tmp_path):
-    """The crash, each module's and op site's statistics, the origin of the first inf/NaN and
-    the findings' evidence are typed records; their JSON has the keys (and key order) of the
+    """The crash, each module's and op site's statistics, the origin of the first inf/NaN,
+    the findings' evidence and the run-time problems are typed records; their JSON has the keys (and key order) of the
     plain data they replace, and it reads back as the same records."""
     from amplint.verify import verify
-    from amplint.verify.records import (Evidence, ForwardStats, GradStats, ModuleStats, Origin, OriginEvidence, Site,
-                                        SiteRef, VerifyReport)
+    from amplint.verify.records import (Evidence, ForwardStats, GradStats, ModuleStats, Origin, OriginEvidence,
+                                        OriginProblem, Problem, Site, SiteRef, VerifyReport)
 
     path = tmp_path / "m.py"
     path.write_text(
@@ -101,5 +101,9 @@ def test_the_items_of_a_level_run_are_records_too(tmp_path):
     assert evidence and all(isinstance(e, Evidence) for e in evidence)
     origin = [e for e in evidence if isinstance(e, OriginEvidence)]
     assert origin and list(origin[0].to_json()) == ["level", "kind", "line", "detail"]  # as the runner always wrote it
+    assert report.problems and all(isinstance(p, Problem) for p in report.problems)
+    traced = [p for p in report.problems if isinstance(p, OriginProblem)]
+    assert traced and list(traced[0].to_json()) == ["level", "kind", "file", "line", "column", "module", "origin",
+                                                    "detail", "explained_by"]
     assert plain(report) == data and plain(VerifyReport.from_json(plain(report))) == data
     assert VerifyReport.from_json(plain(report)) == report
