@@ -90,6 +90,32 @@ class _Rules:
         return self.every_file or any(m in text for m in self.markers)
 
 
+@dataclasses.dataclass
+class RuleCache:
+    """The rules one process has selected and instantiated, kept for the process's life
+    (a pool worker, the language server's worker): keyed by the settings' fingerprint,
+    which covers everything that selects rules, and ``registry.all_rules`` loads each
+    set of rule classes once per process anyway."""
+
+    #: settings fingerprint -> the rule classes those settings select
+    rule_classes: dict[str, list[type[Rule]]] = dataclasses.field(default_factory=dict)
+    #: settings fingerprint -> those rules instantiated, with their dispatch table
+    rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
+    #: tuple of rule classes -> their instances (one instance lints many files)
+    instances: dict[tuple, _Rules] = dataclasses.field(default_factory=dict)
+
+
+_RULES = RuleCache()
+
+
+def _rules_for(settings: Settings) -> list[type[Rule]]:
+    cache = _RULES.rule_classes
+    key = settings.fingerprint()
+    if key not in cache:
+        cache[key] = select_rules(settings.rules(), settings)
+    return cache[key]
+
+
 def parse(path: str, text: str) -> ast.Module:
     """``ast.parse`` with SyntaxError turned into a SourceError (file:line:col: reason)."""
     try:
@@ -342,32 +368,6 @@ def _outgoing(findings: list[Finding], text: str) -> list[Finding]:
     for f in findings:
         f.node = None
     return findings
-
-
-@dataclasses.dataclass
-class RuleCache:
-    """The rules one process has selected and instantiated, kept for the process's life
-    (a pool worker, the language server's worker): keyed by the settings' fingerprint,
-    which covers everything that selects rules, and ``registry.all_rules`` loads each
-    set of rule classes once per process anyway."""
-
-    #: settings fingerprint -> the rule classes those settings select
-    rule_classes: dict[str, list[type[Rule]]] = dataclasses.field(default_factory=dict)
-    #: settings fingerprint -> those rules instantiated, with their dispatch table
-    rule_sets: dict[str, _Rules] = dataclasses.field(default_factory=dict)
-    #: tuple of rule classes -> their instances (one instance lints many files)
-    instances: dict[tuple, _Rules] = dataclasses.field(default_factory=dict)
-
-
-_RULES = RuleCache()
-
-
-def _rules_for(settings: Settings) -> list[type[Rule]]:
-    cache = _RULES.rule_classes
-    key = settings.fingerprint()
-    if key not in cache:
-        cache[key] = select_rules(settings.rules(), settings)
-    return cache[key]
 
 
 def _free_earlier_trees() -> None:
