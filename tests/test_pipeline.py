@@ -170,17 +170,23 @@ def test_a_large_source_in_memory_is_linted_in_pieces_like_a_large_file(tmp_path
 
 
 def test_lint_sources_fixes_in_rounds_like_fix(tmp_path):
-    """Fix mode of ``lint_sources`` is ``amplint fix``'s: the fixed texts are what ``fix``
-    writes, the findings left are what ``check`` then reports."""
-    config, modeling = tmp_path / "configuration_tiny.py", tmp_path / "modeling_tiny.py"
-    config.write_text(CONFIG)
-    modeling.write_text(MODELING)
-    texts = {str(config): CONFIG, str(modeling): MODELING}
+    """Fix mode of ``lint_sources`` is ``amplint fix``'s, rounds included: the fixed texts
+    are what ``fix`` writes, and the findings left are what ``check`` then reports.  In
+    the apex project the first round moves train.py from apex to amplint, which changes
+    what model.py's AMP401 display fix must register with (`from amplint import amp`):
+    one round would leave the apex advice."""
+    import shutil
+
+    shutil.copytree(os.path.join(ROOT, "fixtures", "engines", "apex"), tmp_path / "apex")
+    shutil.copytree(os.path.join(ROOT, "fixtures", "dims", "bert"), tmp_path / "bert")
+    paths = sorted(str(p) for p in tmp_path.rglob("*.py"))
+    texts = {p: open(p, encoding="utf-8").read() for p in paths}
     results = engine.lint_sources(texts, ConfigResolver(), engine.LintMode(fix=True, unsafe=True))
     proc = subprocess.run([sys.executable, "-m", "amplint", "fix", str(tmp_path), "--unsafe-fixes", "--no-cache"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
-    assert {p: r.text for p, r in results.items()} == {str(config): config.read_text(),
-                                                       str(modeling): modeling.read_text()}
-    assert results[str(modeling)].fixed > 0 and results[str(modeling)].text != MODELING
+    assert {p: r.text for p, r in results.items()} == {p: open(p, encoding="utf-8").read() for p in paths}
+    assert sum(r.fixed for r in results.values()) > 0 and not any(r.errors for r in results.values())
     assert _memory_findings(results) == _cli_findings([str(tmp_path)])
+    model = results[str(tmp_path / "apex" / "model.py")]
+    assert any("from amplint import amp" in (f.fix.description if f.fix else "") for f in model.findings)
