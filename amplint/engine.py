@@ -1,8 +1,7 @@
-"""The lint engine: parse each file once, walk it once, run every rule on one shared
-context; apply fixes as text edits, re-parse, iterate to a fixpoint.  Its front ends,
-``run`` (files on disk, the command line) and ``lint_sources`` (text in memory: verify,
-the language server), hand many files to the one pipeline of amplint/pipeline.py
-(summaries, project index, second pass or fix rounds, worker pool, cache).
+"""The lint engine for one file: parse it once, walk it once, run every rule on one shared
+context; apply fixes as text edits, re-parse, iterate to a fixpoint.  Many files (the
+project index, the second pass, the fix rounds, the worker pool, the cache, and the front
+ends ``run`` and ``lint_sources``) are amplint/pipeline.py, built on this.
 
 Never imports or executes the code it reads.
 """
@@ -14,11 +13,11 @@ import dataclasses
 import gc
 import os
 import warnings
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
-from .config import ConfigError, ConfigResolver, Settings
+from .config import Settings
 from .context import FileContext
-from .files import SourceError, _as_typed, discover
+from .files import SourceError
 from . import engine_detect
 from .project import ProjectIndex
 from .registry import UNUSED_SUPPRESSION, select_rules
@@ -342,24 +341,7 @@ def _libcst_roundtrips(text: str) -> bool:
     return code == text or (text.endswith("\r") and not text.endswith("\r\n") and code == text[:-1])
 
 
-# --- the front ends of the pipeline (amplint/pipeline.py) ------------------------------
-
-@dataclasses.dataclass
-class RunOptions:
-    fix: bool = False
-    unsafe_fixes: bool = False
-    diff: bool = False
-    use_cache: bool = True
-    cache_dir: Optional[str] = None
-    jobs: int = 0  # 0: one per core
-    report_unused_suppressions: bool = False
-    progress: Optional[Callable[[int, int], None]] = None  # (done, total)
-    #: the source of the one path given, read from stdin (``--stdin-filename``); the
-    #: file, if there is one, is neither read nor written
-    stdin: Optional[bytes] = None
-    respect_gitignore: bool = True  # skip what .gitignore / .ignore files ignore when walking folders
-    force_exclude: bool = False  # exclusions apply to explicitly named paths too
-
+# --- shared with the pipeline -------------------------------------------------------------
 
 def _outgoing(findings: list[Finding], text: str) -> list[Finding]:
     """Findings of one file as they leave the worker: fingerprinted, without their ast
@@ -383,96 +365,3 @@ def worker_count(requested: int, files: int) -> int:
     than the files or twice the cores (``-j 1000`` must not start 1000 processes)."""
     cores = os.cpu_count() or 1
     return max(1, min(requested or cores, files, 2 * cores))
-
-
-@dataclasses.dataclass(frozen=True)
-class LintMode:
-    """What :func:`lint_sources` does: check, or fix (safe fixes; with ``unsafe`` the
-    unsafe ones too)."""
-
-    fix: bool = False
-    unsafe: bool = False
-
-
-CHECK = LintMode()
-
-
-@dataclasses.dataclass
-class SourceResult:
-    """One source after :func:`lint_sources`: ``text`` is what the findings are on (the
-    fixed text in fix mode, nothing written), ``fixed`` how many fixes were applied."""
-
-    path: str
-    text: str
-    findings: list[Finding] = dataclasses.field(default_factory=list)
-    errors: list[SourceError] = dataclasses.field(default_factory=list)
-    fixed: int = 0
-
-
-def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: LintMode = CHECK) -> dict[str, SourceResult]:
-    """The lint pipeline (:func:`amplint.pipeline.lint_project`, what ``run`` runs) on
-    text in memory, for callers that hold it (verify, verify --fix, fix --verify, an
-    editor): each file's settings from ``resolver``, then the same passes as ``amplint
-    check`` (or the same fix rounds as ``amplint fix``), in this process, without the
-    cache.  Findings are in report coordinates, as ``run`` returns them (character
-    columns, fingerprinted).  Nothing is read from or written to disk beyond the
-    configuration."""
-    from .pipeline import lint_project
-
-    out: dict[str, SourceResult] = {}
-    files: list[tuple[str, Settings]] = []
-    for path, text in sources.items():
-        try:
-            files.append((path, resolver.for_path(path)))
-        except ConfigError as exc:
-            out[path] = SourceResult(path, text, errors=[SourceError(exc.path or path, exc.reason, exc.line or 1)])
-    options = RunOptions(fix=mode.fix, unsafe_fixes=mode.unsafe, use_cache=False, jobs=1)
-    for path, result in lint_project(files, options, 1, {path: sources[path] for path, _ in files}).items():
-        text = result.text if result.text is not None else sources[path]
-        out[path] = SourceResult(path, text, result.findings, result.errors, result.fixed)
-    return {path: out[path] for path in sources}
-
-
-def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:
-    """Lint (or fix) every Python file under ``paths``: discovery, each file's settings,
-    then the pipeline (:func:`amplint.pipeline.lint_project`), the files read from disk
-    in the worker that lints them.  Results are in path order; paths that cannot be read
-    or parsed come back as results with errors."""
-    from .pipeline import lint_project
-
-    results: dict[str, FileResult] = {}
-    files: list[tuple[str, Settings]] = []
-
-    def settings_for(path: str) -> Optional[Settings]:
-        """The file's settings; a broken config is reported once, against the config
-        file, and only the files under it are skipped."""
-        try:
-            return resolver.for_path(path)
-        except ConfigError as exc:
-            where = exc.path or path
-            if where not in results:
-                results[where] = FileResult(where, errors=[SourceError(where, exc.reason, exc.line or 1, 1)])
-            return None
-
-    def excluded(path: str, parents: bool = True) -> bool:
-        settings = settings_for(path)
-        return settings is None or settings.is_excluded(path, parents)
-
-    if options.stdin is not None:
-        path = _as_typed(paths[0])
-        settings = settings_for(path)
-        if settings is not None and not (options.force_exclude and settings.is_excluded(path)):
-            results.update(lint_project([(path, settings)], options, 1, {path: options.stdin}))
-        return [results[p] for p in sorted(results)]
-    for path, error in discover(paths, excluded, respect_gitignore=options.respect_gitignore,
-                                force_exclude=options.force_exclude):
-        if error is not None:
-            result = results.setdefault(path, FileResult(path))
-            (result.warnings if error.severity == "warning" else result.errors).append(error)
-            continue
-        settings = settings_for(path)
-        if settings is not None:
-            files.append((path, settings))
-    if files:
-        results.update(lint_project(files, options, worker_count(options.jobs, len(files))))
-    return [results[p] for p in sorted(results)]

@@ -1,6 +1,8 @@
-"""The one lint pipeline for many files: every front end runs it (``engine.run``, the
-command line's ``check`` / ``fix`` / ``--stdin-filename``, and ``engine.lint_sources``:
-the language server, ``verify``, ``verify --fix``, ``fix --verify``).
+"""The one lint pipeline for many files, :func:`lint_project`, and its two front ends:
+:func:`run` (the command line's ``check`` / ``fix`` / ``--stdin-filename``: discovery,
+each file's settings, the pipeline) and :func:`lint_sources` (text in memory: the language
+server, ``verify``, ``verify --fix``, ``fix --verify``).  Each file is linted by
+amplint/engine.py.
 
 Check: every file linted once against an empty project index, which gives its summary
 and the cross-file questions it asked; the project index built from the summaries; the
@@ -23,13 +25,14 @@ import gc
 import json
 import os
 import re
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from .config import Settings
+from .config import ConfigError, ConfigResolver, Settings
 from .context import FileContext
-from .engine import (FileResult, RunOptions, _free_earlier_trees, _outgoing, _rules_for, _Rules, check_syntax,
-                     fix_text, lint_text, parse, worker_count)
-from .files import FileChangedError, SourceError, SourceFile, check_writable, read_regular, read_source, write_atomic
+from .engine import (FileResult, _free_earlier_trees, _outgoing, _rules_for, _Rules, check_syntax, fix_text, lint_text,
+                     parse, worker_count)
+from .files import (FileChangedError, SourceError, SourceFile, _as_typed, check_writable, discover, read_regular,
+                    read_source, write_atomic)
 from . import engine_detect
 from .project import CONFIG_MARKERS, FileSummary, ProjectIndex, defines_constants, summarize
 from .rule import Finding
@@ -45,6 +48,116 @@ _FIX_ROUNDS = 3
 #: would be (stdin), text is linted as it is (an editor's buffer, verify's fixed copies)
 Given = Union[bytes, str]
 
+
+# --- the front ends: files on disk, text in memory ------------------------------------------
+
+@dataclasses.dataclass
+class RunOptions:
+    fix: bool = False
+    unsafe_fixes: bool = False
+    diff: bool = False
+    use_cache: bool = True
+    cache_dir: Optional[str] = None
+    jobs: int = 0  # 0: one per core
+    report_unused_suppressions: bool = False
+    progress: Optional[Callable[[int, int], None]] = None  # (done, total)
+    #: the source of the one path given, read from stdin (``--stdin-filename``); the
+    #: file, if there is one, is neither read nor written
+    stdin: Optional[bytes] = None
+    respect_gitignore: bool = True  # skip what .gitignore / .ignore files ignore when walking folders
+    force_exclude: bool = False  # exclusions apply to explicitly named paths too
+
+
+@dataclasses.dataclass(frozen=True)
+class LintMode:
+    """What :func:`lint_sources` does: check, or fix (safe fixes; with ``unsafe`` the
+    unsafe ones too)."""
+
+    fix: bool = False
+    unsafe: bool = False
+
+
+CHECK = LintMode()
+
+
+@dataclasses.dataclass
+class SourceResult:
+    """One source after :func:`lint_sources`: ``text`` is what the findings are on (the
+    fixed text in fix mode, nothing written), ``fixed`` how many fixes were applied."""
+
+    path: str
+    text: str
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    errors: list[SourceError] = dataclasses.field(default_factory=list)
+    fixed: int = 0
+
+
+def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: LintMode = CHECK) -> dict[str, SourceResult]:
+    """The lint pipeline (:func:`lint_project`, what ``run`` runs) on
+    text in memory, for callers that hold it (verify, verify --fix, fix --verify, an
+    editor): each file's settings from ``resolver``, then the same passes as ``amplint
+    check`` (or the same fix rounds as ``amplint fix``), in this process, without the
+    cache.  Findings are in report coordinates, as ``run`` returns them (character
+    columns, fingerprinted).  Nothing is read from or written to disk beyond the
+    configuration."""
+    out: dict[str, SourceResult] = {}
+    files: list[tuple[str, Settings]] = []
+    for path, text in sources.items():
+        try:
+            files.append((path, resolver.for_path(path)))
+        except ConfigError as exc:
+            out[path] = SourceResult(path, text, errors=[SourceError(exc.path or path, exc.reason, exc.line or 1)])
+    options = RunOptions(fix=mode.fix, unsafe_fixes=mode.unsafe, use_cache=False, jobs=1)
+    for path, result in lint_project(files, options, 1, {path: sources[path] for path, _ in files}).items():
+        text = result.text if result.text is not None else sources[path]
+        out[path] = SourceResult(path, text, result.findings, result.errors, result.fixed)
+    return {path: out[path] for path in sources}
+
+
+def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:
+    """Lint (or fix) every Python file under ``paths``: discovery, each file's settings,
+    then the pipeline (:func:`lint_project`), the files read from disk
+    in the worker that lints them.  Results are in path order; paths that cannot be read
+    or parsed come back as results with errors."""
+    results: dict[str, FileResult] = {}
+    files: list[tuple[str, Settings]] = []
+
+    def settings_for(path: str) -> Optional[Settings]:
+        """The file's settings; a broken config is reported once, against the config
+        file, and only the files under it are skipped."""
+        try:
+            return resolver.for_path(path)
+        except ConfigError as exc:
+            where = exc.path or path
+            if where not in results:
+                results[where] = FileResult(where, errors=[SourceError(where, exc.reason, exc.line or 1, 1)])
+            return None
+
+    def excluded(path: str, parents: bool = True) -> bool:
+        settings = settings_for(path)
+        return settings is None or settings.is_excluded(path, parents)
+
+    if options.stdin is not None:
+        path = _as_typed(paths[0])
+        settings = settings_for(path)
+        if settings is not None and not (options.force_exclude and settings.is_excluded(path)):
+            results.update(lint_project([(path, settings)], options, 1, {path: options.stdin}))
+        return [results[p] for p in sorted(results)]
+    for path, error in discover(paths, excluded, respect_gitignore=options.respect_gitignore,
+                                force_exclude=options.force_exclude):
+        if error is not None:
+            result = results.setdefault(path, FileResult(path))
+            (result.warnings if error.severity == "warning" else result.errors).append(error)
+            continue
+        settings = settings_for(path)
+        if settings is not None:
+            files.append((path, settings))
+    if files:
+        results.update(lint_project(files, options, worker_count(options.jobs, len(files))))
+    return [results[p] for p in sorted(results)]
+
+
+# --- the pipeline ------------------------------------------------------------------------------
 
 def lint_project(files: Sequence[tuple[str, Settings]], options: RunOptions, jobs: int,
                  sources: Optional[Mapping[str, Given]] = None) -> dict[str, FileResult]:

@@ -62,8 +62,8 @@ def lint_counts(monkeypatch):
 
 
 def _check(paths):
-    options = engine.RunOptions(use_cache=False, jobs=1)
-    return {r.path: r for r in engine.run([str(p) for p in paths], ConfigResolver(), options)}
+    options = pipeline.RunOptions(use_cache=False, jobs=1)
+    return {r.path: r for r in pipeline.run([str(p) for p in paths], ConfigResolver(), options)}
 
 
 def test_a_file_is_linted_again_only_when_another_file_can_change_its_findings(tmp_path, lint_counts):

@@ -1,5 +1,5 @@
 """One lint pipeline (amplint/pipeline.py): ``amplint check`` / ``fix`` on disk and
-``engine.lint_sources`` on text in memory (the language server, verify, ``fix --verify``)
+``pipeline.lint_sources`` on text in memory (the language server, verify, ``fix --verify``)
 run the same passes -- the second pass of a file whose cross-file question another file
 answers, the fix rounds, the pieces of a large file -- and give the same findings."""
 import json
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from amplint import engine, pipeline
+from amplint import pipeline
 from amplint.config import ConfigResolver
 from amplint.lsp_lint import DocumentLinter
 
@@ -110,10 +110,10 @@ def test_lint_sources_runs_the_check_passes_of_amplint_check(tmp_path, monkeypat
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "lint_text", counting)
-    engine.run([str(config), str(modeling)], ConfigResolver(), engine.RunOptions(use_cache=False, jobs=1))
+    pipeline.run([str(config), str(modeling)], ConfigResolver(), pipeline.RunOptions(use_cache=False, jobs=1))
     on_disk_counts, counts = counts, {}
     texts = {str(config): CONFIG, str(modeling): MODELING}
-    results = engine.lint_sources(texts, ConfigResolver())
+    results = pipeline.lint_sources(texts, ConfigResolver())
     assert _memory_findings(results) == on_disk
     assert counts == on_disk_counts and counts[str(config)] == 2  # the same passes: first, then against the index
     assert all(r.text == texts[p] and r.fixed == 0 and not r.errors for p, r in results.items())
@@ -159,7 +159,7 @@ def test_a_large_source_in_memory_is_linted_in_pieces_like_a_large_file(tmp_path
     monkeypatch.setattr(pipeline, "LARGE_FILE", 1000)
     monkeypatch.setattr(pipeline, "PIECE", 3000)
     monkeypatch.setattr(pipeline, "_lint_piece", counting)
-    results = engine.lint_sources({str(path): text}, ConfigResolver())
+    results = pipeline.lint_sources({str(path): text}, ConfigResolver())
     assert len(pieces) >= 4  # linted in pieces, in this process
     assert _memory_findings(results) == whole
     # fingerprints numbered over the whole file, as check numbers them
@@ -181,7 +181,7 @@ def test_lint_sources_fixes_in_rounds_like_fix(tmp_path):
     shutil.copytree(os.path.join(ROOT, "fixtures", "dims", "bert"), tmp_path / "bert")
     paths = sorted(str(p) for p in tmp_path.rglob("*.py"))
     texts = {p: open(p, encoding="utf-8").read() for p in paths}
-    results = engine.lint_sources(texts, ConfigResolver(), engine.LintMode(fix=True, unsafe=True))
+    results = pipeline.lint_sources(texts, ConfigResolver(), pipeline.LintMode(fix=True, unsafe=True))
     proc = subprocess.run([sys.executable, "-m", "amplint", "fix", str(tmp_path), "--unsafe-fixes", "--no-cache"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
