@@ -93,11 +93,10 @@ class SourceResult:
 
 
 def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: LintMode = CHECK) -> dict[str, SourceResult]:
-    """The lint pipeline (:func:`lint_project`, what ``run`` runs) on
-    text in memory, for callers that hold it (verify, verify --fix, fix --verify, an
-    editor): each file's settings from ``resolver``, then the same passes as ``amplint
-    check`` (or the same fix rounds as ``amplint fix``), in this process, without the
-    cache.  Findings are in report coordinates, as ``run`` returns them (character
+    """The lint pipeline (:func:`lint_project`, what ``run`` runs) on text in memory, for
+    callers that hold it (verify, verify --fix, fix --verify, an editor): each file's
+    settings from ``resolver``, then the same passes as ``amplint check`` (or the same fix
+    rounds as ``amplint fix``), in this process, without the cache.  Findings are in report coordinates, as ``run`` returns them (character
     columns, fingerprinted).  Nothing is read from or written to disk beyond the
     configuration."""
     out: dict[str, SourceResult] = {}
@@ -116,8 +115,8 @@ def lint_sources(sources: Mapping[str, str], resolver: ConfigResolver, mode: Lin
 
 def run(paths: list[str], resolver: ConfigResolver, options: RunOptions) -> list[FileResult]:
     """Lint (or fix) every Python file under ``paths``: discovery, each file's settings,
-    then the pipeline (:func:`lint_project`), the files read from disk
-    in the worker that lints them.  Results are in path order; paths that cannot be read
+    then the pipeline (:func:`lint_project`), the files read from disk in the worker that
+    lints them.  Results are in path order; paths that cannot be read
     or parsed come back as results with errors."""
     results: dict[str, FileResult] = {}
     files: list[tuple[str, Settings]] = []
