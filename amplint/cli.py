@@ -253,7 +253,7 @@ class _Stop(Exception):
 
 def _lint(args) -> int:
     """``check`` and ``fix``: the options checked, the run, its report, its exit status."""
-    from .engine import run
+    from .pipeline import run
     from .registry import RuleLoadError
 
     try:
@@ -401,7 +401,7 @@ def _verify_first(args, overrides: dict, allowed) -> None:
 
 
 def _run_options(args, stdin: Optional[bytes], progress):
-    from .engine import RunOptions
+    from .pipeline import RunOptions
 
     return RunOptions(
         fix=args.command == "fix" and not getattr(args, "diff", False),

@@ -55,8 +55,8 @@ class DocumentLinter:
 
     def lint_text(self, uri: str, text: str, version: Optional[int]) -> Linted:
         """The findings of ``text`` (the editor's text of ``uri``), as ``amplint check``
-        reports them for that path: the engine's in-memory pipeline (``lint_sources``)."""
-        from .engine import lint_sources
+        reports them for that path: the in-memory front end of the lint pipeline (``pipeline.lint_sources``)."""
+        from .pipeline import lint_sources
 
         path = self.path_of(uri)
         if len(text) > MAX_DOCUMENT_CHARS:
@@ -95,7 +95,7 @@ class DocumentLinter:
     def fix_text(self, uri: str, text: str) -> Optional[str]:
         """``text`` with every safe fix applied, as ``amplint fix`` would (None: nothing
         to fix, or the text cannot be fixed)."""
-        from .engine import LintMode, lint_sources
+        from .pipeline import LintMode, lint_sources
 
         path = self.path_of(uri)
         if len(text) > MAX_DOCUMENT_CHARS:

@@ -1,11 +1,12 @@
-"""Worker results are typed records (amplint.engine.CheckEntry & co.), not dicts: what
+"""Worker results are typed records (amplint.pipeline.CheckEntry & co.), not dicts: what
 a worker, a piece of a large file and the cache give back has one shape."""
 import dataclasses
 import json
 
 import pytest
 
-from amplint import cache, engine
+from amplint import cache
+from amplint import pipeline as engine  # the many-file pipeline: its workers and records
 from amplint.config import Settings
 from amplint.rule import Finding
 

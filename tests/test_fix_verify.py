@@ -70,7 +70,7 @@ def test_verify_fix_sees_local_rules_like_check(tmp_path, amplint):
     """lint_sources loads rules through Settings.rules: local rules are fixed and re-checked
     by verify --fix as check reports them (they were dropped before)."""
     from amplint.config import ConfigResolver
-    from amplint.engine import LintMode, lint_sources
+    from amplint.pipeline import LintMode, lint_sources
 
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "loc001.py").write_text(LOCAL_RULE)

@@ -337,11 +337,15 @@ def test_finding_node_is_a_field_left_out_of_equality_and_json():
 
 
 def test_worker_state_is_a_dataclass_reset_per_pool():
-    from amplint import engine
+    """A worker's state for one run (index, given sources) is reset for each pool; the
+    rules it selected and instantiated are kept for the process's life (typed records)."""
+    from amplint import engine, pipeline
 
-    engine._init_worker(None)
-    assert isinstance(engine._WORKER, engine.WorkerState) and engine._WORKER.project is None
-    engine._Rules.for_settings(Settings())
-    assert engine._WORKER.rule_sets and engine._WORKER.rule_classes
-    engine._init_worker([])
-    assert engine._WORKER.project is not None and not engine._WORKER.rule_sets
+    pipeline._init_worker(None, {"a.py": "x = 1\n"})
+    assert isinstance(pipeline._WORKER, pipeline.WorkerState) and pipeline._WORKER.project is None
+    assert pipeline._WORKER.sources == {"a.py": "x = 1\n"}
+    rule_set = engine._Rules.for_settings(Settings())
+    assert isinstance(engine._RULES, engine.RuleCache) and engine._RULES.rule_sets and engine._RULES.rule_classes
+    pipeline._init_worker([])
+    assert pipeline._WORKER.project is not None and not pipeline._WORKER.sources
+    assert engine._Rules.for_settings(Settings()) is rule_set

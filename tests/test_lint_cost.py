@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from amplint import engine
+from amplint import engine, pipeline
 from amplint.config import ConfigResolver
 
 CONFIG = """\
@@ -57,13 +57,13 @@ def lint_counts(monkeypatch):
         counts[path] = counts.get(path, 0) + 1
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "lint_text", counting)
+    monkeypatch.setattr(pipeline, "lint_text", counting)  # what the pipeline's workers call
     return counts
 
 
 def _check(paths):
-    options = engine.RunOptions(use_cache=False, jobs=1)
-    return {r.path: r for r in engine.run([str(p) for p in paths], ConfigResolver(), options)}
+    options = pipeline.RunOptions(use_cache=False, jobs=1)
+    return {r.path: r for r in pipeline.run([str(p) for p in paths], ConfigResolver(), options)}
 
 
 def test_a_file_is_linted_again_only_when_another_file_can_change_its_findings(tmp_path, lint_counts):
@@ -101,12 +101,12 @@ def test_a_task_frees_its_cyclic_tree_and_leaves_the_collector_as_it_was():
         return n
 
     assert gc.isenabled()
-    assert engine._map(task, [1, 2, 3], 1, (None,), None) == [1, 2, 3]
+    assert pipeline._map(task, [1, 2, 3], 1, (None,), None) == [1, 2, 3]
     assert gc.isenabled()
     assert all(ref() is None for ref in made)
     gc.disable()  # a caller that turned the collector off keeps it off
     try:
-        assert engine._map(task, [4], 1, (None,), None) == [4]
+        assert pipeline._map(task, [4], 1, (None,), None) == [4]
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -481,7 +481,7 @@ def test_broken_config_skips_only_the_files_it_governs(tmp_path, amplint):
 _CHANGE_DURING_FIX = textwrap.dedent(
     """\
     import os, sys
-    import amplint.engine as engine
+    import amplint.pipeline as engine
 
     action, target = sys.argv[1], sys.argv[2]
     real_fix_text = engine.fix_text
@@ -831,7 +831,7 @@ def test_a_path_swapped_between_file_and_fifo_never_hangs(tmp_path):
 _SMALL_PIECES = textwrap.dedent(
     """\
     import sys
-    import amplint.engine as engine
+    import amplint.pipeline as engine
 
     engine.LARGE_FILE, engine.PIECE = int(sys.argv[1]), int(sys.argv[2])
     from amplint.cli import main

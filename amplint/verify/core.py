@@ -3,6 +3,7 @@ copies and run those, then decide each finding's status."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import math
@@ -12,7 +13,7 @@ from typing import Callable, Optional
 
 from . import analysis, lintfix
 from .capture import CapturedOutput
-from .records import LevelRun, VerifyFinding, VerifyReport
+from .records import Crash, Evidence, LevelRun, Problem, VerifyFinding, VerifyReport
 from .runner import ADAM_EPS, LevelRunner, LineTrace, RunConfig, make_loss, optimizer_eps
 from .target import (
     Target, TargetError, canonical, factory_from_module, import_file, is_user_file, isolated_import, _package_root,
@@ -98,25 +99,25 @@ def _run_all(make: Callable, user_files: set, cfg: RunConfig, progress=None, nam
 _NO_CUDA = ("Torch not compiled with CUDA enabled", "no CUDA GPUs", "Found no NVIDIA driver", "CUDA driver initialization failed")
 
 
-def reference_failure(name: str, crash: dict) -> str:
+def reference_failure(name: str, crash: Crash) -> str:
     """One line for a target whose fp32 (O0) run crashed: the harness or the machine, not
     mixed precision (``harness.py::broken raised ValueError: ... (harness.py:33)``)."""
     import torch
 
-    if crash.get("type") == "TargetError" and crash.get("phase") == "build":  # verify's own complaint about what the factory returned
-        return f"{name}: {crash.get('message') or 'not a usable target'}"
-    where = f" ({os.path.relpath(crash['file'])}:{crash['line']})" if crash.get("file") and crash.get("line") else ""
-    what = f"{crash['type']}: {crash['message']}" if crash.get("message") else crash["type"]
-    if any(s in (crash.get("message") or "") for s in _NO_CUDA) and not torch.cuda.is_available():
+    if crash.type == "TargetError" and crash.phase == "build":  # verify's own complaint about what the factory returned
+        return f"{name}: {crash.message or 'not a usable target'}"
+    where = f" ({os.path.relpath(crash.file)}:{crash.line})" if crash.file and crash.line else ""
+    what = f"{crash.type}: {crash.message}" if crash.message else crash.type
+    if any(s in (crash.message or "") for s in _NO_CUDA) and not torch.cuda.is_available():
         return f"{name} needs CUDA; use --device cpu or a machine with a GPU ({what}{where})"
     return f"{name} raised {what}{where}"
 
 
 def _add_class_files(run: LevelRun, user_files: set) -> None:
     for mod in run.modules:
-        src = mod.get("source")
-        if src and src.get("file"):
-            user_files.add(src["file"])
+        src = mod.source
+        if src and src.file:
+            user_files.add(src.file)
 
 
 def _load(target: Target):
@@ -332,9 +333,9 @@ def _judge_after(f: VerifyFinding, after: dict, line_map, remaining, changed: li
         return
     # the failure that manifested before (same level, same kind) is what must be gone;
     # the fp32 results are checked on their own below
-    seen = {(e["level"], e["kind"]) for e in f.evidence}
+    seen = {(e.level, e.kind) for e in f.evidence}
     crashed = [lvl for lvl in ["O0", *f.levels] if lvl in after and after[lvl].crash]
-    if any((e["level"], e["kind"]) in seen for e in ev):
+    if any((e.level, e.kind) in seen for e in ev):
         f.status = STATUS_STILL_FAILS
     elif crashed:  # a crash is never a fix: the line may simply not have been reached
         f.status, f.after_crash = STATUS_FIXED_CRASHED, crashed
@@ -349,10 +350,10 @@ def _explain_problems(report: VerifyReport, findings: list, before: dict, tolera
     it; the ones no finding predicted."""
     probs = analysis.problems(before, tolerance)
     for p in probs:
-        p["explained_by"] = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
-                             if any(e["level"] == p["level"] and _matches(p, e, f) for e in f.evidence)]
+        p.explained_by = [f"{f.code}:{os.path.relpath(f.path)}:{f.line}" for f in findings
+                          if any(e.level == p.level and _matches(p, e) for e in f.evidence)]
     report.problems = probs
-    report.runtime_only = [p for p in probs if not p["explained_by"]]
+    report.runtime_only = [p for p in probs if not p.explained_by]
 
 
 def _note_optimizer_eps(report: VerifyReport, cfg, selected: list) -> None:
@@ -419,13 +420,13 @@ def _not_executed(finding: VerifyFinding, runs: dict, selected: list) -> Optiona
         if ran is None or ran:
             return None
         crash = runs[level].crash
-        where = f" at {os.path.relpath(crash['file'])}:{crash['line']}" if crash and crash.get("file") else ""
-        if crash and crash.get("file") == finding.path and crash.get("line") and finding.end_line < crash["line"] \
-                and crash["step"] == 0:
+        where = f" at {os.path.relpath(crash.file)}:{crash.line}" if crash and crash.file else ""
+        if crash and crash.file == finding.path and crash.line and finding.end_line < crash.line \
+                and crash.step == 0:
             # above the crash in the same file: passed over on the way to it
             reasons.append(f"never ran at {level} (a branch not taken; the level then crashed{where})")
         elif crash:
-            reasons.append(f"{level} crashed{where} ({crash['phase']}, step {crash['step']}) before reaching it")
+            reasons.append(f"{level} crashed{where} ({crash.phase}, step {crash.step}) before reaching it")
         else:
             reasons.append(f"never ran at {level} (a branch not taken, or code the model does not call)")
     return "; ".join(dict.fromkeys(reasons))
@@ -446,16 +447,16 @@ def _judge_reached(finding: VerifyFinding, after_evidence: list) -> None:
     finding.status = STATUS_CONFIRMED if after_evidence else STATUS_NOT_REPRODUCED
 
 
-def _matches(problem: dict, ev: dict, finding: dict) -> bool:
-    kind = problem["kind"]
+def _matches(problem: Problem, ev: Evidence) -> bool:
+    kind = problem.kind
     if kind == "crash":
-        return ev["kind"] == "crash"
+        return ev.kind == "crash"
     if kind == "inf/NaN":
-        return ev["kind"] == "inf/NaN"
+        return ev.kind == "inf/NaN"
     if kind == "underflow":
-        return ev["kind"] == "underflow"
+        return ev.kind == "underflow"
     if kind == "divergence":
-        return ev["kind"] in ("divergence", "inf/NaN", "underflow")
+        return ev.kind in ("divergence", "inf/NaN", "underflow")
     return False
 
 
@@ -473,35 +474,38 @@ def _rename_paths(runs: dict, back: dict, texts: dict, originals: dict) -> dict:
             maps[path] = LineMap(originals[path], texts[path]) if path in originals and texts.get(path) != originals[path] else None
         return maps[path]
 
-    def remap(item: dict, file_key: str = "file", line_keys=("line", "end_line"), col_keys=("column", "end_column")):
-        if not item or item.get(file_key) not in back:
+    def remap(item, line_keys=("line", "end_line")):
+        """A record with a place (a crash, site, origin, class source...), in place."""
+        if not item or item.file not in back:
             return
-        item[file_key] = path = back[item[file_key]]
+        item.file = path = back[item.file]
         m = line_map(path)
         if m is None:
             return
         exact = True
+        names = {field.name for field in dataclasses.fields(item)}
         for key in line_keys:
-            if item.get(key) is not None:
-                item[key], same = m.back(item[key])
+            if key in names and getattr(item, key) is not None:
+                line, same = m.back(getattr(item, key))
+                setattr(item, key, line)
                 exact = exact and same
         if not exact:
-            for key in col_keys:
-                if key in item:
-                    item[key] = None
+            for key in ("column", "end_column"):
+                if key in names:
+                    setattr(item, key, None)
 
     for run in runs.values():
         crash = run.crash
-        if crash and crash.get("file") in back:
-            crash["file_copy"] = crash["file"]
+        if crash and crash.file in back:
+            crash.file_copy = crash.file
         remap(crash)
         for site in run.sites:
             remap(site)
         remap(run.first_nonfinite_site)
         remap(run.origin)
         for mod in run.modules:
-            remap(mod.get("source"), line_keys=("line", "forward_line", "end_line"))
-            remap(mod.get("constructed"))
+            remap(mod.source, line_keys=("line", "forward_line", "end_line"))
+            remap(mod.constructed)
         executed = run.executed
         if executed:
             renamed = {}

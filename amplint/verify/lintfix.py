@@ -10,7 +10,7 @@ import tempfile
 from typing import Optional
 
 from amplint.config import ConfigResolver
-from amplint.engine import LintMode, lint_sources
+from amplint.pipeline import LintMode, lint_sources
 from amplint.files import read_source
 
 from .records import VerifyFinding

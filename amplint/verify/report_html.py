@@ -27,7 +27,7 @@ from typing import Optional
 
 from amplint.numerics import FORMATS
 
-from .records import LevelRun, VerifyFinding, VerifyReport
+from .records import Crash, LevelRun, ModuleStats, Origin, Problem, TensorStats, VerifyFinding, VerifyReport
 from .report_text import _rel, level_status, num
 
 #: module rows shown right before the first failure; earlier unremarkable ones are collapsed
@@ -56,26 +56,26 @@ def _where(file, line, column=None) -> str:
 
 # --- 1. verdicts ------------------------------------------------------------------------------
 
-def _module(run: LevelRun, name: Optional[str]) -> Optional[dict]:
-    return next((m for m in run.modules if m["name"] == name), None)
+def _module(run: LevelRun, name: Optional[str]) -> Optional[ModuleStats]:
+    return next((m for m in run.modules if m.name == name), None)
 
 
 def _module_label(run: LevelRun, name: Optional[str]) -> str:
     mod = _module(run, name)
-    cls = mod["class"].rsplit(".", 1)[-1] if mod else ""
+    cls = mod.class_name.rsplit(".", 1)[-1] if mod else ""
     return f"<code>{e(name)}</code>" + (f" ({e(cls)})" if cls else "")
 
 
-def crash_expression(crash: dict) -> Optional[str]:
+def crash_expression(crash: Crash) -> Optional[str]:
     """The expression that raised (its columns), else the whole source line."""
     import linecache
 
-    if crash.get("file") and crash.get("column") and crash.get("end_column") and crash.get("end_line") == crash.get("line"):
-        text = linecache.getline(crash["file"], crash["line"])
-        expr = text[crash["column"] - 1:crash["end_column"] - 1].strip()
+    if crash.file and crash.column and crash.end_column and crash.end_line == crash.line:
+        text = linecache.getline(crash.file, crash.line)
+        expr = text[crash.column - 1:crash.end_column - 1].strip()
         if expr:
             return expr
-    return crash.get("code")
+    return crash.code
 
 
 def level_verdict(run: LevelRun) -> tuple[str, str]:
@@ -85,20 +85,20 @@ def level_verdict(run: LevelRun) -> tuple[str, str]:
     status = level_status(run)
     crash = run.crash
     if crash:
-        where = _where(crash.get("file"), crash.get("line"))
+        where = _where(crash.file, crash.line)
         expr = crash_expression(crash)
         code = f" in <code>{e(expr)}</code>" if expr else ""
-        return status, (f"crash at <code class=\"loc\">{e(where)}</code>{code}: {e(crash['type'])}: {e(crash['message'])} "
-                        f"<span class=\"dim\">({e(crash['phase'])}, step {e(crash['step'])})</span>")
+        return status, (f"crash at <code class=\"loc\">{e(where)}</code>{code}: {e(crash.type)}: {e(crash.message)} "
+                        f"<span class=\"dim\">({e(crash.phase)}, step {e(crash.step)})</span>")
     origin = run.origin or run.first_nonfinite_site
     module = run.first_nonfinite_module
     if status == "inf/NaN" or (run.level == "O0" and origin):
         parts = []
         if origin:
-            expr = f" in <code>{e(origin['expr'])}</code>" if origin.get("expr") else ""
-            step = f", step {e(origin['step'])}" if origin.get("step") else ""
-            parts.append(f"first non-finite at <code class=\"loc\">{e(_where(origin['file'], origin['line'], origin.get('column')))}</code>"
-                         f"{expr} <span class=\"dim\">({e(origin['op'])}{step})</span>")
+            expr = f" in <code>{e(origin.expr)}</code>" if origin.expr else ""
+            step = f", step {e(origin.step)}" if origin.step else ""
+            parts.append(f"first non-finite at <code class=\"loc\">{e(_where(origin.file, origin.line, origin.column))}</code>"
+                         f"{expr} <span class=\"dim\">({e(origin.op)}{step})</span>")
         if module:
             parts.append(f"module {_module_label(run, module)}")
         if not parts:
@@ -178,7 +178,7 @@ def _diff_html(hunks: list[list[str]]) -> str:
 def _evidence_list(items: Optional[list], empty: str) -> str:
     if not items:
         return f'<p class="dim">{e(empty)}</p>'
-    return "<ul>" + "".join(f"<li><b>{e(x['level'])} {e(x['kind'])}</b>: {e(x['detail'])}</li>" for x in items) + "</ul>"
+    return "<ul>" + "".join(f"<li><b>{e(x.level)} {e(x.kind)}</b>: {e(x.detail)}</li>" for x in items) + "</ul>"
 
 
 def _finding_card(f: VerifyFinding, report: VerifyReport) -> str:
@@ -214,11 +214,11 @@ def _finding_card(f: VerifyFinding, report: VerifyReport) -> str:
             f'<span class="pill {cls}">{e(status)}</span></header>{"".join(body)}</article>')
 
 
-def _problem_card(p: dict) -> str:
-    where = _where(p.get("file"), p.get("line"), p.get("column")) if p.get("file") else ""
-    return (f'<article class="card runtime bad" data-level="{e(p["level"])}"><header><span class="code">{e(p["level"])}</span> '
-            f'{e(p["kind"])} <code class="loc">{e(where)}</code><span class="pill bad">no rule predicted it</span></header>'
-            f'<p class="message">{e(p["detail"])}</p></article>')
+def _problem_card(p: Problem) -> str:
+    where = _where(p.file, p.line, p.column) if p.file else ""
+    return (f'<article class="card runtime bad" data-level="{e(p.level)}"><header><span class="code">{e(p.level)}</span> '
+            f'{e(p.kind)} <code class="loc">{e(where)}</code><span class="pill bad">no rule predicted it</span></header>'
+            f'<p class="message">{e(p.detail)}</p></article>')
 
 
 def _cards(report: VerifyReport) -> str:
@@ -259,49 +259,50 @@ class _Scale:
         return list(range(math.ceil(self.lo), math.floor(self.hi) + 1, step))
 
 
-def _track(stats: dict, scale: _Scale, limits: dict, color: str) -> str:
+def _track(stats, scale: _Scale, limits: dict, color: str) -> str:
+    """``stats``: a :class:`TensorStats` or an :class:`OutputRange`."""
     parts = [f'<span class="limit {cls}" style="left:{scale.x(v):.2f}%"></span>'
              for cls, v in (("max", limits["max"]), ("normal", limits["normal"]), ("subnormal", limits["subnormal"]))]
-    top, low = stats.get("absmax"), stats.get("min_nonzero")
-    nonfinite = (stats.get("inf") or 0) + (stats.get("nan") or 0)
+    top, low = stats.absmax, stats.min_nonzero
+    nonfinite = (stats.inf or 0) + (stats.nan or 0)
     if _finite(top) and top > 0:
         x1, x2 = scale.x(low if _finite(low) and low > 0 else top), scale.x(top)
-        if stats.get("inf"):  # values overflowed: the bar crosses the max line to the edge
+        if stats.inf:  # values overflowed: the bar crosses the max line to the edge
             x2 = 100.0
         parts.append(f'<span class="bar" style="left:{x1:.2f}%;width:{max(0.6, x2 - x1):.2f}%;background:{color}"></span>')
     if nonfinite:
-        label = " ".join(x for x in (f"{stats['inf']} inf" if stats.get("inf") else "", f"{stats['nan']} NaN" if stats.get("nan") else "") if x)
+        label = " ".join(x for x in (f"{stats.inf} inf" if stats.inf else "", f"{stats.nan} NaN" if stats.nan else "") if x)
         parts.append(f'<span class="overflow">{e(label)}</span>')
     return '<div class="track">' + "".join(parts) + "</div>"
 
 
-def _range_text(stats: dict) -> str:
-    text = f"{num(stats.get('min_nonzero'))} … {num(stats.get('absmax'))}"
+def _range_text(stats) -> str:
+    text = f"{num(stats.min_nonzero)} … {num(stats.absmax)}"
     return e(text)
 
 
-def _notable(stats: dict, limits: dict, tolerance: float) -> list[str]:
+def _notable(stats: TensorStats, limits: dict, tolerance: float) -> list[str]:
     """Why a module's output deserves a row even away from the failure."""
     why = []
-    top, low = stats.get("absmax"), stats.get("min_nonzero")
+    top, low = stats.absmax, stats.min_nonzero
     if _finite(top) and top > limits["max"] / 8:
         why.append("near max")
     if _finite(low) and 0 < low < limits["normal"]:
         why.append("subnormal")
-    if (stats.get("underflow") or 0) >= 0.01:
-        why.append(f"{stats['underflow']:.0%} underflow")
-    err = stats.get("rel_err")
+    if (stats.underflow or 0) >= 0.01:
+        why.append(f"{stats.underflow:.0%} underflow")
+    err = stats.rel_err
     if _finite(err) and err > tolerance:
         why.append(f"err {num(err)}")
     return why
 
 
-def _module_row(mod: dict, table: str, scale, limits, color, classes: str = "", tags: tuple = ()) -> str:
-    stats = mod[table]
-    cls = mod["class"].rsplit(".", 1)[-1]
+def _module_row(mod: ModuleStats, table: str, scale, limits, color, classes: str = "", tags: tuple = ()) -> str:
+    stats = getattr(mod, table)
+    cls = mod.class_name.rsplit(".", 1)[-1]
     tag_html = "".join(f'<span class="tag {t_cls}">{e(t)}</span>' for t_cls, t in tags)
-    return (f'<div class="row {classes}" data-module="{e(mod["name"])}"><div class="label" title="{e(mod["class"])}">'
-            f'<span class="name">{e(mod["name"])}</span> <span class="cls">{e(cls)}</span>{tag_html}</div>'
+    return (f'<div class="row {classes}" data-module="{e(mod.name)}"><div class="label" title="{e(mod.class_name)}">'
+            f'<span class="name">{e(mod.name)}</span> <span class="cls">{e(cls)}</span>{tag_html}</div>'
             f'{_track(stats, scale, limits, color)}<div class="value">{_range_text(stats)}</div></div>')
 
 
@@ -325,34 +326,34 @@ def range_chart(run: LevelRun, limits: dict, tolerance: float, title: str) -> st
     level = run.level
     color = LEVEL_COLORS.get(level, "#555")
     table = "forward"
-    mods = [m for m in run.modules if m[table]["calls"]]
+    mods = [m for m in run.modules if m.forward.calls]
     failing = run.first_nonfinite_module
     origin = run.origin
     crash = run.crash
     grad_failure = None
     if not crash and not failing and not origin:
         # a finite forward whose gradients overflowed (the loss scaler skipped the steps)
-        bad = [m for m in run.modules if m["grad"]["calls"] and m["grad"]["first_new_nonfinite"] is not None]
+        bad = [m for m in run.modules if m.grad.calls and m.grad.first_new_nonfinite is not None]
         if bad and level != "O0":
             table = "grad"
-            mods = [m for m in run.modules if m["grad"]["calls"]]
-            grad_failure = min(bad, key=lambda m: tuple(m["grad"]["first_new_nonfinite"]))["name"]
+            mods = [m for m in run.modules if m.grad.calls]
+            grad_failure = min(bad, key=lambda m: tuple(m.grad.first_new_nonfinite)).name
             failing = grad_failure
-    values = [v for m in mods for v in (m[table]["absmax"], m[table]["min_nonzero"])]
-    if origin and origin.get("output"):
-        values += [origin["output"]["absmax"], origin["output"]["min_nonzero"]]
+    values = [v for m in mods for v in (getattr(m, table).absmax, getattr(m, table).min_nonzero)]
+    if origin and origin.output:
+        values += [origin.output.absmax, origin.output.min_nonzero]
     scale = _Scale(limits, values)
-    order = {m["name"]: (m[table].get("order") if m[table].get("order") is not None else i) for i, m in enumerate(mods)}
     if table == "grad":  # gradients flow back: the first to overflow is reached last in forward order
-        mods = sorted(mods, key=lambda m: tuple(m["grad"]["first_new_nonfinite"] or (math.inf, math.inf)))
-    else:
-        mods = sorted(mods, key=lambda m: order[m["name"]])
+        mods = sorted(mods, key=lambda m: tuple(m.grad.first_new_nonfinite or (math.inf, math.inf)))
+    else:  # in the order they first returned
+        order = {m.name: (m.forward.order if m.forward.order is not None else i) for i, m in enumerate(mods)}
+        mods = sorted(mods, key=lambda m: order[m.name])
     rows, before, after = [], [], []
-    names = [m["name"] for m in mods]
+    names = [m.name for m in mods]
     index = names.index(failing) if failing in names else (len(mods) if crash else None)
     first_failure_marked = False
     for i, mod in enumerate(mods):
-        stats = mod[table]
+        stats = getattr(mod, table)
         why = _notable(stats, limits, tolerance)
         tags = tuple(("note", w) for w in why)
         if index is None:  # no failure at this level: the notable rows, the rest collapsed
@@ -368,19 +369,19 @@ def range_chart(run: LevelRun, limits: dict, tolerance: float, title: str) -> st
             if origin and table == "forward":
                 rows.append(_origin_row(origin, scale, limits, color))
         else:
-            carried = (stats.get("inf") or 0) + (stats.get("nan") or 0) > 0
+            carried = (stats.inf or 0) + (stats.nan or 0) > 0
             after.append(_module_row(mod, table, scale, limits, color, "propagated" if carried else "",
                                      (("carried", "inf/NaN carried on"),) if carried else tags))
     if origin and not first_failure_marked and table == "forward":
         rows.append(_origin_row(origin, scale, limits, color, first=True))
         first_failure_marked = True
     if crash:
-        where = _where(crash.get("file"), crash.get("line"))
+        where = _where(crash.file, crash.line)
         expr = crash_expression(crash)
         code = f" <code>{e(expr)}</code>" if expr else ""
         rows.append(f'<div class="row first-failure crash"><div class="label"><span class="name">crash</span>'
-                    f'<span class="tag first">{e(crash["phase"])}, step {e(crash["step"])}</span></div>'
-                    f'<div class="crash-text"><code class="loc">{e(where)}</code>{code}<br>{e(crash["type"])}: {e(crash["message"])}</div></div>')
+                    f'<span class="tag first">{e(crash.phase)}, step {e(crash.step)}</span></div>'
+                    f'<div class="crash-text"><code class="loc">{e(where)}</code>{code}<br>{e(crash.type)}: {e(crash.message)}</div></div>')
     head = [_axis(scale, limits)]
     if table == "grad":
         head[0] = head[0].replace("module output (forward), |x|", "module output gradient, |g|")
@@ -392,15 +393,15 @@ def range_chart(run: LevelRun, limits: dict, tolerance: float, title: str) -> st
             f'{"".join(head)}{earlier}{"".join(rows)}{later}</div>')
 
 
-def _origin_row(origin: dict, scale, limits, color, first: bool = False) -> str:
-    stats = origin.get("output") or {}
-    expr = origin.get("expr") or origin["op"]
-    made = "made the first inf/NaN" if origin.get("inputs_finite") else "first inf/NaN seen here"
-    where = f"line {origin['line']}" + (f":{origin['column']}" if origin.get("column") else "")
+def _origin_row(origin: Origin, scale, limits, color, first: bool = False) -> str:
+    stats = origin.output
+    expr = origin.expr or origin.op
+    made = "made the first inf/NaN" if origin.inputs_finite else "first inf/NaN seen here"
+    where = f"line {origin.line}" + (f":{origin.column}" if origin.column else "")
     classes = "op origin" + (" first-failure" if first else "")
     track = _track(stats, scale, limits, color) if stats else '<div class="track"></div>'
-    return (f'<div class="row {classes}" data-op="{e(origin["op"])}"><div class="label" title="{e(expr)}">'
-            f'<span class="name">↳ {e(origin["op"])}</span> <code class="loc">{e(where)}</code>'
+    return (f'<div class="row {classes}" data-op="{e(origin.op)}"><div class="label" title="{e(expr)}">'
+            f'<span class="name">↳ {e(origin.op)}</span> <code class="loc">{e(where)}</code>'
             f'<span class="tag first">{e(made)}</span></div>{track}'
             f'<div class="value">{_range_text(stats) if stats else ""}</div></div>')
 
@@ -498,7 +499,7 @@ def training_chart(level: str, runs: list[tuple[str, LevelRun]]) -> str:
         prefix = "after the fixes: " if view != "original code" else ""
         crash = run.crash
         if crash:
-            captions.append(f"{prefix}crashed ({crash['phase']}, step {crash['step']})")
+            captions.append(f"{prefix}crashed ({crash.phase}, step {crash.step})")
         else:
             captions.append(f"{prefix}{run.skipped_steps} of {len(run.loss_scales)} steps skipped")
     return f'<figure class="train-panel"><figcaption>{e(" · ".join(captions))}</figcaption>{"".join(svg)}</figure>'
@@ -542,36 +543,36 @@ def _tables(report: VerifyReport) -> str:
     if findings:
         rows = [[e(f.code), e(f.rule), e(_where(f.path, f.line)), e(f.fix or "-"),
                  f'<span class="{STATUS_CLASS.get(f.status, "")}">{e(f.status)}</span>',
-                 e("; ".join(f"{x['level']} {x['kind']}" for x in f.evidence or []) or f.not_executed or "-")]
+                 e("; ".join(f"{x.level} {x.kind}" for x in f.evidence or []) or f.not_executed or "-")]
                 for f in findings]
         out.append("<h4>Static findings</h4>" + _table("findings", ["code", "rule", "where", "fix", "status", "evidence"], rows))
     runtime = report.runtime_only or []
     if runtime:
-        rows = [[e(p["level"]), e(p["kind"]), e(_where(p.get("file"), p.get("line")) if p.get("file") else "-"), e(p["detail"])]
+        rows = [[e(p.level), e(p.kind), e(_where(p.file, p.line) if p.file else "-"), e(p.detail)]
                 for p in runtime]
         out.append("<h4>Runtime problems no rule predicted</h4>" + _table("runtime-only", ["level", "kind", "where", "detail"], rows))
     levels = list(report.before)
     names, seen = [], {}
     for run in report.before.values():
         for m in run.modules:
-            if m["name"] not in seen:
-                seen[m["name"]] = m
-                names.append(m["name"])
+            if m.name not in seen:
+                seen[m.name] = m
+                names.append(m.name)
     rows = []
     for name in names:
-        row = [e(name), e(seen[name]["class"])]
+        row = [e(name), e(seen[name].class_name)]
         for level in levels:
             m = _module(report.before[level], name)
-            if not m or not m["forward"]["calls"]:
+            if not m or not m.forward.calls:
                 row.append("-")
                 continue
-            f, g = m["forward"], m["grad"]
-            bad = f["inf"] + f["nan"]
-            cell = e(f"{num(f['min_nonzero'])} … {num(f['absmax'])}") + (f' <span class="bad">{bad} inf/NaN</span>' if bad else "")
-            if g["calls"]:
-                cell += f'<br><span class="dim">grad {e(num(g["min_nonzero"]))} … {e(num(g["absmax"]))}</span>'
-                if g["inf"] + g["nan"]:
-                    cell += f' <span class="bad">{g["inf"] + g["nan"]} inf/NaN</span>'
+            f, g = m.forward, m.grad
+            bad = f.inf + f.nan
+            cell = e(f"{num(f.min_nonzero)} … {num(f.absmax)}") + (f' <span class="bad">{bad} inf/NaN</span>' if bad else "")
+            if g.calls:
+                cell += f'<br><span class="dim">grad {e(num(g.min_nonzero))} … {e(num(g.absmax))}</span>'
+                if g.inf + g.nan:
+                    cell += f' <span class="bad">{g.inf + g.nan} inf/NaN</span>'
             row.append(cell)
         rows.append(row)
     out.append(f'<details class="module-table"><summary>Every module\'s output range (original code)</summary>'

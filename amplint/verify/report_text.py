@@ -52,16 +52,16 @@ def first_problem(run: LevelRun) -> str:
     """Where a level failed first: the crash, or the first inf/NaN's source line and module."""
     crash = run.crash
     if crash:
-        where = f"{_rel(crash.get('file'))}:{crash.get('line')}" if crash.get("file") else f"in {crash['phase']}"
-        return f"{where} {crash['type']}: {crash['message']}"
+        where = f"{_rel(crash.file)}:{crash.line}" if crash.file else f"in {crash.phase}"
+        return f"{where} {crash.type}: {crash.message}"
     site = run.origin or run.first_nonfinite_site
     mod = run.first_nonfinite_module
     parts = []
     if site:
-        col = f":{site['column']}" if site.get("column") else ""
-        expr = f" `{site['expr']}`" if site.get("expr") else ""
-        step = f", step {site['step']}" if site.get("step") else ""
-        parts.append(f"{_rel(site['file'])}:{site['line']}{col}{expr} ({site['op']}{step})")
+        col = f":{site.column}" if site.column else ""
+        expr = f" `{site.expr}`" if site.expr else ""
+        step = f", step {site.step}" if site.step else ""
+        parts.append(f"{_rel(site.file)}:{site.line}{col}{expr} ({site.op}{step})")
     from .analysis import mostly_skipped
 
     skipped = mostly_skipped(run)
@@ -75,15 +75,15 @@ def first_problem(run: LevelRun) -> str:
 def _module_where(run: LevelRun, name: str) -> str:
     """`` (RMSNorm at norm.py:9, forward :15)`` or `` (Linear built at model.py:20)``."""
     for m in run.modules:
-        if m["name"] != name:
+        if m.name != name:
             continue
-        src, built = m.get("source"), m.get("constructed")
-        cls = m["class"].rsplit(".", 1)[-1]
-        if src and src.get("file"):
-            fwd = f", forward :{src['forward_line']}" if src.get("forward_line") else ""
-            return f" ({cls} at {_rel(src['file'])}:{src['line']}{fwd})"
+        src, built = m.source, m.constructed
+        cls = m.class_name.rsplit(".", 1)[-1]
+        if src and src.file:
+            fwd = f", forward :{src.forward_line}" if src.forward_line else ""
+            return f" ({cls} at {_rel(src.file)}:{src.line}{fwd})"
         if built:
-            return f" ({cls} built at {_rel(built['file'])}:{built['line']})"
+            return f" ({cls} built at {_rel(built.file)}:{built.line})"
         return f" ({cls})"
     return ""
 
@@ -146,12 +146,12 @@ def render(reports: list[VerifyReport], out, color: bool = False, width: Optiona
                 t.add_column(col, overflow="fold")
             for f in findings:
                 ev = f.evidence or []
-                text = "; ".join(f"{e['level']} {e['kind']}: {e['detail']}" for e in ev[:3]) or (
+                text = "; ".join(f"{e.level} {e.kind}: {e.detail}" for e in ev[:3]) or (
                     f.not_executed or "ran: no crash, inf/NaN, underflow or divergence in this expression")
                 if f.reached_after_fix:
                     text = "reached only after the fixes removed an earlier crash: " + text
                 if f.after_evidence:
-                    text += " | after fix: " + "; ".join(f"{e['level']} {e['kind']}" for e in f.after_evidence[:3])
+                    text += " | after fix: " + "; ".join(f"{e.level} {e.kind}" for e in f.after_evidence[:3])
                 style = STATUS_STYLE.get(f.status, "")
                 t.add_row(f"{f.code} {f.rule}", f"{_rel(f.path)}:{f.line}", f.fix or "-",
                           f"[{style}]{f.status}[/]", text)
@@ -164,8 +164,8 @@ def render(reports: list[VerifyReport], out, color: bool = False, width: Optiona
             for col in ("level", "kind", "location", "detail"):
                 t.add_column(col, overflow="fold")
             for p in runtime:
-                loc = f"{_rel(p['file'])}:{p['line']}" if p.get("file") else "-"
-                t.add_row(p["level"], p["kind"], loc, p["detail"])
+                loc = f"{_rel(p.file)}:{p.line}" if p.file else "-"
+                t.add_row(p.level, p.kind, loc, p.detail)
             console.print(t)
         if report.fix and report.fp32_repaired:
             console.print("fp32 (O0) run: it failed with the original code and the fixes repaired it")

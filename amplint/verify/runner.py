@@ -12,8 +12,8 @@ steps (forward, loss, backward through ``amp.scale_loss``, optimizer step).  Mea
 * loss, loss-scale trajectory and skipped steps; the model output's relative error against O0;
 * a crash, with the phase, the step and the user source line that raised it.
 
-A level's result is a :class:`~amplint.verify.records.LevelRun` whose items are plain data
-(JSON-able: ``LevelRun.to_json``); the O0 tensors needed for comparisons stay in memory
+A level's result is a :class:`~amplint.verify.records.LevelRun` whose items are typed
+records (JSON-able: ``LevelRun.to_json``); the O0 tensors needed for comparisons stay in memory
 in :class:`Reference` and are dropped with it.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ from amplint.amp.policy import OPT_LEVELS as LEVELS
 
 from .cpu_gemm import HalfGemmInFp32
 from .target import AMP_DIR, ConstructionSites, canonical, class_source, normalize_example
-from .records import LevelRun
+from .records import (ClassSource, Crash, ForwardStats, GradStats, LevelRun, ModuleStats, Origin, OutputRange, Place,
+                      Site, SiteRef)
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: default --tolerance: max |out - ref| / max |ref| against the fp32 (O0) run
@@ -492,7 +493,7 @@ class Census(TorchFunctionMode):
             pass
         return out
 
-    def origin(self, bad: dict, ref_nonfinite: Optional[dict]) -> Optional[dict]:
+    def origin(self, bad: dict, ref_nonfinite: Optional[dict]) -> Optional[Origin]:
         """The first call whose output has more inf/NaN than the fp32 run (``ref_nonfinite``;
         None: this is the fp32 run, any inf/NaN counts) and whose floating inputs were all
         finite: where the non-finite values were made.  When every such output had non-finite
@@ -509,26 +510,25 @@ class Census(TorchFunctionMode):
             if not new:
                 continue
             if ok:
-                return _origin_dict(site, True, self.sites.get(site))
+                return _origin_of(site, True, self.sites.get(site))
             if first is None:
                 first = site
-        return _origin_dict(first, False, self.sites.get(first)) if first is not None else None
+        return _origin_of(first, False, self.sites.get(first)) if first is not None else None
 
 
-def _origin_dict(site: tuple, inputs_finite: bool, agg: Optional[_Agg] = None) -> dict:
+def _origin_of(site: tuple, inputs_finite: bool, agg: Optional[_Agg] = None) -> Origin:
     """The origin's place and expression, and the range of what that call site produced
     (``output``: abs-max of the finite values, smallest non-zero, inf and NaN counts), which
     the HTML report draws even when the op is not a module's output."""
     file, line, op, col, end_line, end_col = site
-    out = {"file": file, "line": line, "op": op, "end_line": end_line or line, "column": None, "end_column": None,
-           "expr": None, "inputs_finite": inputs_finite, "output": None}
+    out = Origin(file, line, op, end_line or line, inputs_finite=inputs_finite)
     if agg is not None and agg.calls:
         d = agg.to_dict()
-        out["output"] = {k: d[k] for k in ("absmax", "min_nonzero", "inf", "nan", "dtypes")}
+        out.output = OutputRange(d["absmax"], d["min_nonzero"], d["inf"], d["nan"], d["dtypes"])
     if col is not None:
-        out["column"] = _char_column(file, line, col)
-        out["end_column"] = _char_column(file, end_line, end_col)
-        out["expr"] = source_span(file, line, end_line, col, end_col)
+        out.column = _char_column(file, line, col)
+        out.end_column = _char_column(file, end_line, end_col)
+        out.expr = source_span(file, line, end_line, col, end_col)
     return out
 
 
@@ -613,23 +613,20 @@ def make_loss(spec: str) -> Callable:
 
 # --- crashes ---------------------------------------------------------------------------------
 
-def describe_crash(exc: BaseException, user_files: set, phase: str, step: int) -> dict:
+def describe_crash(exc: BaseException, user_files: set, phase: str, step: int) -> Crash:
     frames = traceback.extract_tb(exc.__traceback__)
     user = [f for f in frames if canonical(f.filename) in user_files]
     where = user[-1] if user else None
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    crash = {
-        "type": type(exc).__name__, "message": message[:500], "phase": phase, "step": step,
-        "file": canonical(where.filename) if where else None, "line": where.lineno if where else None,
-        "end_line": None, "column": None, "end_column": None,
-        "code": (where.line or "").strip() if where else None,
-    }
+    crash = Crash(type(exc).__name__, message[:500], phase, step,
+                  file=canonical(where.filename) if where else None, line=where.lineno if where else None,
+                  code=(where.line or "").strip() if where else None)
     # the expression that raised (Python 3.11+ tracebacks carry its columns)
     if where is not None and getattr(where, "colno", None) is not None and getattr(where, "end_colno", None) is not None:
         end_line = getattr(where, "end_lineno", None) or where.lineno
-        crash["end_line"] = end_line
-        crash["column"] = _char_column(crash["file"], where.lineno, where.colno)
-        crash["end_column"] = _char_column(crash["file"], end_line, where.end_colno)
+        crash.end_line = end_line
+        crash.column = _char_column(crash.file, where.lineno, where.colno)
+        crash.end_column = _char_column(crash.file, end_line, where.end_colno)
     return crash
 
 
@@ -797,7 +794,7 @@ class _LevelState:
     modules: list = dataclasses.field(default_factory=list)  # (name, module, forward _Agg, gradient _Agg)
     order: list = dataclasses.field(default_factory=lambda: [0])
     census: Optional["Census"] = None
-    origin: Optional[dict] = None  # step 0's census, or a later step's traced replay
+    origin: Optional[Origin] = None  # step 0's census, or a later step's traced replay
     lines: Optional[LineTrace] = None
     handles: list = dataclasses.field(default_factory=list)
     products: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
@@ -934,7 +931,7 @@ class LevelRunner:
                 _seed_all(cfg.seed * 1000 + step + 1)
                 output, run.origin = self._traced_forward(model, args, kwargs, is_ref, run.hook_state)
                 if run.origin is not None:
-                    run.origin["step"] = step
+                    run.origin.step = step
                 run.phase = "loss"
                 loss = self.loss_fn(output, (args, kwargs))
         out.losses.append(loss_value)
@@ -984,13 +981,13 @@ class LevelRunner:
             run.origin = self._origin(run.census, run.pending, run.is_ref)
         out.origin = run.origin  # before the sites: Census.origin marks the sites whose inputs were tainted
         out.sites = self._site_report(run.census)
-        first = [m for m in out.modules if m["forward"]["first_new_nonfinite"] is not None]
+        first = [m for m in out.modules if m.forward.first_new_nonfinite is not None]
         if first:
-            out.first_nonfinite_module = min(first, key=lambda m: tuple(m["forward"]["first_new_nonfinite"]))["name"]
-        firsts = [s for s in out.sites if s["first_new_nonfinite"] is not None]
+            out.first_nonfinite_module = min(first, key=lambda m: tuple(m.forward.first_new_nonfinite)).name
+        firsts = [s for s in out.sites if s.first_new_nonfinite is not None]
         if firsts:
-            s = min(firsts, key=lambda s: tuple(s["first_new_nonfinite"]))
-            out.first_nonfinite_site = {"file": s["file"], "line": s["line"], "op": s["op"]}
+            s = min(firsts, key=lambda s: tuple(s.first_new_nonfinite))
+            out.first_nonfinite_site = SiteRef(s.file, s.line, s.op)
 
     @staticmethod
     def _another_step(step: int, steps: int, out: LevelRun, optimizer) -> bool:
@@ -1003,13 +1000,13 @@ class LevelRunner:
         return (optimizer is not None and bool(out.last_step_skipped) and not out.nonfinite_loss
                 and step < steps + SCALER_WARMUP_STEPS)
 
-    def _origin(self, census: "Census", pending: _Pending, is_ref: bool) -> Optional[dict]:
+    def _origin(self, census: "Census", pending: _Pending, is_ref: bool) -> Optional[Origin]:
         try:
             origin = census.origin(pending.bad, None if is_ref else self.reference.nonfinite)
         except Exception:  # a device error while reading the flags: no origin rather than no report
             return None
         if origin is not None:
-            origin["step"] = 0
+            origin.step = 0
         return origin
 
     def _went_nonfinite(self, modules, step: int, loss_value: float) -> bool:
@@ -1074,50 +1071,45 @@ class LevelRunner:
 
         return hook
 
-    def _class_source(self, cls) -> Optional[dict]:
+    def _class_source(self, cls) -> Optional[ClassSource]:
         """class_source of a user class, once per class (inspect's source search is slow); a copy."""
         if cls not in self._class_sources:
             user = canonical(getattr(sys.modules.get(cls.__module__), "__file__", "") or "") in self.user_files
             self._class_sources[cls] = class_source(cls) if user else None
         src = self._class_sources[cls]
-        return dict(src) if src is not None else None
+        return dataclasses.replace(src) if src is not None else None
 
-    def _module_report(self, modules, sites: ConstructionSites) -> list[dict]:
+    def _module_report(self, modules, sites: ConstructionSites) -> list[ModuleStats]:
         rows = []
         for name, mod, fwd, grd in modules:
             cls = type(mod)
             src = self._class_source(cls)
             built = sites.get(mod)
-            f, g = fwd.to_dict(), grd.to_dict()
-            f["first_new_nonfinite"] = fwd.first_new_nonfinite
-            f["first_order"] = list(fwd.first_order) if fwd.first_order else None  # (step, order)
-            f["order"] = fwd.first_order[1] if fwd.first_order else None  # when it first returned
-            g["first_new_nonfinite"] = grd.first_new_nonfinite
+            forward = ForwardStats(**fwd.to_dict(), first_new_nonfinite=fwd.first_new_nonfinite,
+                                   first_order=list(fwd.first_order) if fwd.first_order else None,  # (step, order)
+                                   order=fwd.first_order[1] if fwd.first_order else None)  # when it first returned
+            grad = GradStats(**grd.to_dict(), first_new_nonfinite=grd.first_new_nonfinite)
             weight = getattr(mod, "weight", None)
             if not isinstance(weight, torch.Tensor):
                 weight = getattr(mod, "in_proj_weight", None)  # nn.MultiheadAttention
-            rows.append({
-                "weight_shape": list(weight.shape) if isinstance(weight, torch.Tensor) else None,
-                "name": name, "class": f"{cls.__module__}.{cls.__qualname__}" if src is None else cls.__qualname__,
-                "source": src, "constructed": {"file": built[0], "line": built[1]} if built else None,
-                "forward": f, "grad": g,
-            })
+            rows.append(ModuleStats(
+                list(weight.shape) if isinstance(weight, torch.Tensor) else None,
+                name, f"{cls.__module__}.{cls.__qualname__}" if src is None else cls.__qualname__,
+                src, Place(built[0], built[1]) if built else None, forward, grad))
         return rows
 
     @staticmethod
-    def _site_report(census: Optional[Census]) -> list[dict]:
+    def _site_report(census: Optional[Census]) -> list[Site]:
         if census is None:
             return []
         rows = []
         for (file, line, op, col, end_line, end_col), agg in census.sites.items():
-            d = agg.to_dict()
-            d.update({"file": file, "line": line, "op": op, "first_new_nonfinite": agg.first_new_nonfinite,
-                      "inputs_nonfinite": (file, line, op, col, end_line, end_col) in census.tainted,
-                      "order": agg.first_order[1] if agg.first_order else None, "end_line": end_line or line,
-                      "column": _char_column(file, line, col) if col is not None else None,
-                      "end_column": _char_column(file, end_line, end_col) if col is not None else None})
-            rows.append(d)
-        rows.sort(key=lambda r: (r["order"] or 0))
+            rows.append(Site(**agg.to_dict(), file=file, line=line, op=op, first_new_nonfinite=agg.first_new_nonfinite,
+                             inputs_nonfinite=(file, line, op, col, end_line, end_col) in census.tainted,
+                             order=agg.first_order[1] if agg.first_order else None, end_line=end_line or line,
+                             column=_char_column(file, line, col) if col is not None else None,
+                             end_column=_char_column(file, end_line, end_col) if col is not None else None))
+        rows.sort(key=lambda r: (r.order or 0))
         return rows
 
 

@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional
 
 import amplint
 
+from .records import ClassSource
+
 
 
 @functools.lru_cache(maxsize=None)
@@ -197,24 +199,24 @@ class ConstructionSites:
         return self.sites.get(module)
 
 
-def class_source(cls) -> Optional[dict]:
+def class_source(cls) -> Optional[ClassSource]:
     """File, class line and forward line of a module class (None for classes without source)."""
     try:
         path = inspect.getsourcefile(cls)
         _, line = inspect.getsourcelines(cls)
     except (TypeError, OSError):
         return None
-    info = {"file": canonical(path) if path else None, "line": line, "forward_line": None, "end_line": None}
+    info = ClassSource(canonical(path) if path else None, line)
     try:
         lines, start = inspect.getsourcelines(cls)
-        info["end_line"] = start + len(lines) - 1
+        info.end_line = start + len(lines) - 1
     except (TypeError, OSError):
         pass
     forward = cls.__dict__.get("forward")
     if forward is not None:
         try:
             _, fline = inspect.getsourcelines(forward)
-            info["forward_line"] = fline
+            info.forward_line = fline
         except (TypeError, OSError):
             pass
     return info

@@ -23,7 +23,7 @@ _SMALL_PIECES = (
     "    with open(os.environ['PEAK_FILE'], 'w') as out:\n"
     "        out.write(kb)\n"
     "atexit.register(peak)\n"
-    "import amplint.engine as engine\n"
+    "import amplint.pipeline as engine\n"
     "engine.LARGE_FILE, engine.PIECE = int(sys.argv[1]), int(sys.argv[2])\n"
     "from amplint.cli import main\n"
     "sys.exit(main(sys.argv[3:]))\n"

@@ -51,11 +51,11 @@ def test_a_display_only_fix_is_not_fixed(amplint):
 
 
 def test_the_banner_names_the_failure_original_code_first():
-    from amplint.verify.records import LevelRun, VerifyReport
+    from amplint.verify.records import Crash, LevelRun, VerifyReport
     from amplint.verify.report_text import _safe_tail, _why
 
     run = lambda level, **kw: LevelRun(level, "fp16", **kw)  # noqa: E731
-    crash = {"type": "RuntimeError", "message": "x", "phase": "forward", "step": 0, "file": None, "line": None}
+    crash = Crash("RuntimeError", "x", "forward", 0)
     report = VerifyReport("t", "cpu", "fp16", ["O1", "O2"], 1, 0, 0.01, "auto", "adamw",
                           before={"O0": run("O0"), "O1": run("O1", nonfinite_loss=True), "O2": run("O2", crash=crash)},
                           after={"O0": run("O0"), "O1": run("O1"), "O2": run("O2", nonfinite_loss=True)},
