@@ -322,14 +322,23 @@ class LayerSurvey:
             layer_at = Related(path, line, column, f"`{pname}` reaches `{layer}` {arg} here")
             found = ctx.get(SizeValues).values(expr)
             self._record(ctx, call, role, [Value(v.value * factor) for v in found])
+            judged = []
             for value in found:
                 scaled = Value(value.value * factor, value.origin + (layer_at,), value.literal if factor == 1 else None)
                 size = self._judge(expr, ctx, f"{arg} of `{layer}`", role, scaled, (pname,))
                 if size is not None:
-                    if factor != 1:
-                        size = dataclasses.replace(size, root=None)
-                    sizes.append(size)
-                    break
+                    judged.append(size)
+            if judged:
+                # a size above the floor first (it needs no hidden-width test); every unaligned
+                # value's trail, as for a layer of this file
+                judged.sort(key=lambda s: s.small)
+                size = judged[0]
+                if len(judged) > 1:
+                    origin = tuple(dict.fromkeys(r for s in judged for r in s.origin))[:_MAX_RELATED]
+                    size = dataclasses.replace(size, root=None, choice=len({v.value for v in found}), origin=origin)
+                elif factor != 1:
+                    size = dataclasses.replace(size, root=None)
+                sizes.append(size)
         if sizes:
             self.pending.append((call, f"`{name}`", sizes))
 
