@@ -142,3 +142,16 @@ def test_an_aligned_default_a_call_site_overrides_and_a_width_through_two_helper
     finding = found[("helper_chain.py", 23)]
     assert "out_channels is 11" in finding["message"]
     assert ("helper_chain.py", 30) in _related(finding)  # Stem(width=11)
+
+
+def test_stage_width_lists_through_list_parameters_comprehensions_and_loops(found):
+    """pytorchcv's HRNet and ShuffleNetV2: nested width lists per version, a list
+    parameter without a default (its call sites), ``self`` stored twice, a comprehension
+    of ``[c] * n``, two nested loops over lists of lists."""
+    assert sorted(k[1] for k in found if k[0] == "stage_lists.py") == [16, 50]
+    branch = _related(found[("stage_lists.py", 16)])
+    assert ("stage_lists.py", 38) in branch  # channels = [[18, 36], ...] of version w18
+    assert ("stage_lists.py", 40) not in branch  # the w32 branch is aligned: not in the trail
+    halved = found[("stage_lists.py", 50)]
+    assert "in_channels 58" in halved["message"]
+    assert {("stage_lists.py", 49), ("stage_lists.py", 66)} <= _related(halved)  # mid_channels, the widths

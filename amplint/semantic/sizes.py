@@ -402,7 +402,14 @@ class SizeValues:
                 stores = ctx.self_assignments(init).get(expr.attr, ()) if init is not None else ()
                 if len(stores) == 1 and stores[0].value is not None:
                     return self._sequence(stores[0].value, depth + 1)
-                return None
+                # stored again in a loop (`self.in_channels_list = self.layers[-1].in_channels_list`):
+                # the lists seen stored, each with its store
+                merged: list = []
+                for stmt in stores[:8]:
+                    seq = self._sequence(stmt.value, depth + 1) if stmt.value is not None else None
+                    if seq is not None and seq.keys is None:
+                        merged += _tagged(seq.items, seq.origin + (ctx.related(stmt, f"`self.{expr.attr}` is set here"),))
+                return _Seq(merged[: 4 * _MAX_VALUES], None) if merged else None
             if base.__class__ is ast.Name and ctx.project is not None:
                 module = ctx.import_path(base.id)  # import config as C; C.NUM_CHANNELS
                 if module is not None:
