@@ -155,3 +155,9 @@ def test_stage_width_lists_through_list_parameters_comprehensions_and_loops(foun
     halved = found[("stage_lists.py", 50)]
     assert "in_channels 58" in halved["message"]
     assert {("stage_lists.py", 49), ("stage_lists.py", 66)} <= _related(halved)  # mid_channels, the widths
+
+
+def test_sizes_fixed_by_cls_in_the_models_own_classmethod(found):
+    finding = found[("classmethod_factory.py", 9)]
+    assert "in_features is 42" in finding["message"]  # 7 * 6
+    assert ("classmethod_factory.py", 19) in _related(finding)  # cls(..., num_spherical=7, num_radial=6)
