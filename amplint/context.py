@@ -441,6 +441,7 @@ class FileContext:
         callees: dict[int, list[ast.AST]] = {}
         functions = self._functions
         aliases = self._function_aliases()
+        stored: dict[str, tuple] = {}
         for call in self._calls:
             target = call.func
             if target.__class__ is ast.Name:
@@ -451,6 +452,8 @@ class FileContext:
                     found = self._aliased_functions(call)
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
                 found = tuple(methods_by_name.get(target.attr, ()))
+                if not found:  # self._contract = get_contract_fun(weight): a function stored on self
+                    found = stored.setdefault(target.attr, self._stored_functions(target.attr))
             else:
                 found = ()
             # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
@@ -474,6 +477,41 @@ class FileContext:
             reachable.add(id(func))
             todo.extend(callees.get(id(func), ()))
         return reachable
+
+    def _stored_functions(self, attr: str) -> tuple:
+        """This file's functions a factory of this file returns, stored as ``self.<attr>``
+        (``self._contract = get_contract_fun(weight)`` with ``return _contract_dense`` among
+        its returns).  A function stored by name (``self.act = gelu``) is left out: its
+        callers' tensors (a raw waveform, an activation) are not followed into it, so
+        reaching it from ``forward`` would judge it without them."""
+        functions = self._functions
+        found: list = []
+        for node in self._binding_nodes:
+            if node.__class__ is not ast.Assign or not any(
+                    t.__class__ is ast.Attribute and t.attr == attr and t.value.__class__ is ast.Name
+                    and t.value.id == "self" for t in node.targets):
+                continue
+            value = node.value
+            options = [value.body, value.orelse] if value.__class__ is ast.IfExp else [value]
+            for option in options:
+                if option.__class__ is ast.Call and option.func.__class__ is ast.Name and option.func.id in functions:
+                    found += self._returned_functions(functions[option.func.id])
+        return tuple(dict.fromkeys(found))
+
+    def _returned_functions(self, factory: ast.AST) -> list:
+        """The functions of this file a factory returns by name (its own ``return``s)."""
+        functions = self._functions
+        out = []
+        stack = list(factory.body)
+        while stack:
+            stmt = stack.pop()
+            if stmt.__class__ is ast.Return:
+                value = stmt.value
+                if value.__class__ is ast.Name and value.id in functions:
+                    out.append(functions[value.id])
+            elif not isinstance(stmt, (FunctionNode, ast.ClassDef)):
+                stack += [c for c in ast.iter_child_nodes(stmt) if isinstance(c, ast.stmt)]
+        return out
 
     def _function_aliases(self) -> set:
         """Names assigned a function of this file, or a choice of them (``f = a if c else b``)."""
