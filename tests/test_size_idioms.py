@@ -161,3 +161,14 @@ def test_sizes_fixed_by_cls_in_the_models_own_classmethod(found):
     finding = found[("classmethod_factory.py", 9)]
     assert "in_features is 42" in finding["message"]  # 7 * 6
     assert ("classmethod_factory.py", 19) in _related(finding)  # cls(..., num_spherical=7, num_radial=6)
+
+
+def test_a_helper_size_computed_from_its_parameters_through_saved_hyperparameters(found):
+    """pytorch-forecasting's TFT: ``d_model // n_head`` of another file's attention block
+    (written by one layer, read by the next: hidden, though below the floor), with the
+    values from ``self.hparams`` (the ``__init__`` defaults of a Lightning module)."""
+    finding = found[("formula_helper/lit_forecaster.py", 12)]
+    assert "out_features of `nn.Linear` 4" in finding["message"]
+    related = _related(finding)
+    assert ("formula_helper/lit_forecaster.py", 9) in related  # the defaults 16 and 4
+    assert ("formula_helper/head_blocks.py", 12) in related  # v_layer, where d_model // n_head lands

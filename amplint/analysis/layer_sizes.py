@@ -19,7 +19,7 @@ from typing import Optional
 
 from ..evaluate import Value
 from ..rule import Related
-from ..semantic.facts import LayerParameters
+from ..semantic.facts import LayerFormulas, LayerParameters
 from ..semantic.layers import torch_layer
 from ..semantic.sizes import SizeValues
 from .calls import argument
@@ -305,10 +305,13 @@ class LayerSurvey:
         if module is None:
             return
         found = ctx.project.named(LayerParameters.KEY, name, module, exclude_path=ctx.path)
+        formulas = ctx.project.named(LayerFormulas.KEY, name, module, exclude_path=ctx.path)
+        sizes = self._formula_sizes(call, ctx, formulas[0]) if len(formulas) == 1 else []
         if len(found) != 1:
+            if sizes:
+                self.pending.append((call, f"`{name}`", sizes))
             return
         path, entries = found[0]
-        sizes = []
         for position, pname, factor, layer, arg, role, line, column in entries:
             expr = None
             for kw in call.keywords:
@@ -341,6 +344,46 @@ class LayerSurvey:
                 sizes.append(size)
         if sizes:
             self.pending.append((call, f"`{name}`", sizes))
+
+    def _formula_sizes(self, call: ast.Call, ctx, found) -> list[UnalignedSize]:
+        """The sizes another file's helper computes from the arguments of ``call``
+        (``d_model // n_head`` for ``Attention(d_model=768, n_head=12)``,
+        :class:`~amplint.semantic.facts.LayerFormulas`): one per layer argument."""
+        path, formulas = found
+        values = ctx.get(SizeValues)
+        sizes, seen = [], set()
+        for entry in formulas[:32]:
+            key = (entry["expr"], entry["layer"], entry["arg"])
+            if key in seen:
+                continue
+            seen.add(key)
+            bound, first = {}, None
+            for pname, position in zip(entry["params"], entry["at"]):
+                expr = next((kw.value for kw in call.keywords if kw.arg == pname), None)
+                if expr is None and position is not None and position < len(call.args):
+                    if not any(a.__class__ is ast.Starred for a in call.args[: position + 1]):
+                        expr = call.args[position]
+                found_values = values.values(expr) if expr is not None else []
+                if not found_values:
+                    break
+                bound[pname], first = found_values, first or expr
+            else:
+                layer_at = Related(path, *entry["where"], f"`{entry['expr']}` reaches `{entry['layer']}` {entry['arg']} here")
+                results = _formula_values(ast.parse(entry["expr"], mode="eval").body, bound)
+                self._record(ctx, call, entry["role"], results)
+                judged = [j for j in (self._judge(first, ctx, f"{entry['arg']} of `{entry['layer']}`", entry["role"],
+                                                  Value(v.value, v.origin + (layer_at,)), tuple(entry["params"]))
+                                      for v in results) if j is not None]
+                if not judged:
+                    continue
+                judged.sort(key=lambda j: j.small)
+                origin = tuple(dict.fromkeys(r for j in judged for r in j.origin))[:_MAX_RELATED]
+                # a width the helper both writes and reads (one layer's output, the next one's
+                # input) is a hidden width of that module, whatever its size
+                small = judged[0].small and not entry["hidden"]
+                sizes.append(dataclasses.replace(judged[0], root=None, origin=origin, small=small,
+                                                 choice=len({v.value for v in results})))
+        return sizes
 
     def _parameter(self, call: ast.Call, ctx) -> None:
         shape = parameter_shape(ctx, call)
@@ -491,6 +534,27 @@ class LayerSurvey:
             self.collect_splits(ctx)
         self.scattered = self._scattered_literals(ctx)
         return self.pending
+
+
+_FORMULA_OPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}
+
+
+def _formula_values(expr: ast.AST, bound: dict) -> list[Value]:
+    """The values of a helper's size formula with its parameters bound to lists of
+    values (a product of the lists, a few dozen at most)."""
+    if expr.__class__ is ast.Constant:
+        return [Value(expr.value)]
+    if expr.__class__ is ast.Name:
+        return list(bound.get(expr.id, ()))
+    if expr.__class__ is ast.BinOp and expr.op.__class__ in _FORMULA_OPS:
+        op = _FORMULA_OPS[expr.op.__class__]
+        out = []
+        for a in _formula_values(expr.left, bound)[:24]:
+            for b in _formula_values(expr.right, bound)[:24]:
+                if type(a.value) is int and type(b.value) is int and not (op is int.__floordiv__ and b.value == 0):
+                    out.append(Value(op(a.value, b.value), tuple(dict.fromkeys(a.origin + b.origin))))
+        return out[:24]
+    return []
 
 
 def sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:

@@ -49,6 +49,12 @@ class _Tagged:
         self.item, self.origin = item, origin
 
 
+def _is_self_hparams(expr: ast.AST) -> bool:
+    """``self.hparams`` (PyTorch Lightning's saved hyperparameters)."""
+    return (expr.__class__ is ast.Attribute and expr.attr == "hparams"
+            and expr.value.__class__ is ast.Name and expr.value.id == "self")
+
+
 def _tagged(items, origin: tuple) -> list:
     if not origin:
         return list(items)
@@ -80,6 +86,15 @@ class SizeValues:
         caller already knows the evaluator cannot fold ``expr`` to one number."""
         if expr is None or depth > _MAX_DEPTH:
             return []
+        if expr.__class__ is ast.Attribute and _is_self_hparams(expr.value):
+            # the class's own __init__ parameter, before any config class of the same field;
+            # and the command line's default (Lightning's `Model(**vars(parser.parse_args()))`)
+            saved = self._saved_hyperparameter(expr, depth)
+            if saved:
+                flag = self.argparse_default(expr.attr)
+                if flag is not None and all(v.value != flag.value for v in saved):
+                    saved.append(flag)
+                return saved[:_MAX_VALUES]
         one = None if folded else self.evaluator.evaluate(expr)
         if one is not None:
             if expr.__class__ in (ast.Name, ast.Attribute):
@@ -337,6 +352,44 @@ class SizeValues:
             if found is not None:
                 return [found]
         return []
+
+    def _saved_hyperparameter(self, attr: ast.Attribute, depth: int) -> list[Value]:
+        """``self.hparams.hidden_size`` in a class whose ``__init__`` calls
+        ``self.save_hyperparameters()`` (PyTorch Lightning): that ``__init__`` parameter,
+        its default and what the call sites in this file pass."""
+        ctx = self.ctx
+        cls = ctx.enclosing_class(attr)
+        if cls is None:
+            return []
+        for klass in (cls, *ctx.base_classes(cls)):
+            init = ctx.method(klass, "__init__")
+            if init is None:
+                continue
+            if not self._saves_hyperparameters(init):
+                return []
+            param, default = parameter(init, attr.attr)
+            if param is None or param is init.args.vararg or param is init.args.kwarg:
+                return []
+            if default is None:
+                return self._call_site_values(init, attr.attr, depth)
+            note = ctx.related(default, f"default of `{attr.attr}` (saved as a hyperparameter)")
+            own = [v.via(note) for v in self.values(default, depth + 1)]
+            passed = self._passed_or_default(init, attr.attr, depth) if own else None
+            if passed is None:
+                return own
+            out = []
+            for v in passed:
+                out += own if v is None else [v]
+            return list({(type(v.value), v.value): v for v in out}.values())
+        return []
+
+    def _saves_hyperparameters(self, init: ast.AST) -> bool:
+        key = ("hparams", id(init))
+        if key not in self._defaulted:
+            self._defaulted[key] = "save_hyperparameters" in self.ctx.source and any(
+                c.func.__class__ is ast.Attribute and c.func.attr == "save_hyperparameters"
+                for c in self.ctx.calls if self.ctx.enclosing_function(c) is init)
+        return self._defaulted[key]
 
     def argparse_default(self, dest: str) -> Optional[Value]:
         """``dest``'s default in this file's argparse parser, else in exactly one other
