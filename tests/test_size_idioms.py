@@ -172,3 +172,13 @@ def test_a_helper_size_computed_from_its_parameters_through_saved_hyperparameter
     related = _related(finding)
     assert ("formula_helper/lit_forecaster.py", 9) in related  # the defaults 16 and 4
     assert ("formula_helper/head_blocks.py", 12) in related  # v_layer, where d_model // n_head lands
+
+
+def test_a_field_without_a_numeric_default_takes_its_presets_numbers(found):
+    """litgpt: ``padded_vocab_size = None`` (computed in ``__post_init__``) and named presets
+    ``dict(name=..., padded_vocab_size=32001)`` at module level of the config file."""
+    finding = found[("config_presets/preset_model.py", 10)]
+    assert "out_features is 32001" in finding["message"]
+    assert ("config_presets/preset_config.py", 25) in _related(finding)
+    assert ("config_presets/preset_config.py", 26) not in _related(finding)  # 50304 is aligned
+    assert not [k for k in found if k[0] == "config_presets/preset_config.py"]

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from ..analysis.calls import argument
 from ..analysis.dims import LAYER_MARKERS, LAYERS, is_torch_layer, layer_name
-from .configs import CONFIG_CLASS_SUFFIXES, parameter
+from .configs import CONFIG_CLASS_SUFFIXES, config_fields, is_config_class, parameter
 
 
 def _number(ctx, expr) -> Optional[float]:
@@ -298,6 +298,51 @@ def _parameter_factor(expr, func) -> Optional[tuple[str, int]]:
     return expr.id, factor
 
 
+class ConfigPresets:
+    """Named presets of this file's config classes: module-level ``dict(...)`` calls whose
+    keywords are all fields of one config class (litgpt's ``configs = [dict(name=
+    "Nous-Hermes-13b", padded_vocab_size=32001, ...)]``, built later with ``Config(**d)``):
+    class name -> field -> [(number, the value's expression)]."""
+
+    KEY = "@config_presets"
+    MARKERS = ("dict(",)
+
+    def __init__(self, ctx):
+        self.by_class: dict[str, dict[str, list[tuple[float, ast.AST]]]] = {}
+        if "dict(" not in ctx.source:
+            return
+        fields = {}
+        for cls in ctx.classes.values():
+            if is_config_class(cls) and ctx.parent(cls).__class__ is ast.Module:
+                fields[cls.name] = set(config_fields(cls))
+        if not fields:
+            return
+        for call in ctx.calls:
+            if call.func.__class__ is not ast.Name or call.func.id != "dict" or call.args:
+                continue
+            keys = [kw.arg for kw in call.keywords]
+            if len(keys) < 3 or None in keys or ctx.enclosing_function(call) is not None:
+                continue
+            owners = [name for name, have in fields.items() if set(keys) <= have]
+            if len(owners) != 1:
+                continue
+            table = self.by_class.setdefault(owners[0], {})
+            for kw in call.keywords:
+                number = _number(ctx, kw.value)
+                if number is not None:
+                    table.setdefault(kw.arg, []).append((number, kw.value))
+
+    def values(self, cls: str, field: str) -> list[tuple[float, ast.AST]]:
+        return self.by_class.get(cls, {}).get(field, [])
+
+    @classmethod
+    def collect(cls, ctx) -> Optional[dict]:
+        out = {}
+        for name, table in ctx.get(cls).by_class.items():
+            out[name] = {field: [[v, *_position(ctx, node)] for v, node in found[:64]] for field, found in table.items()}
+        return {"by_name": out} if out else None
+
+
 class LayerFormulas:
     """Layer sizes of a helper (module-level function or module class ``__init__``) that
     are arithmetic of its parameters, through ``self`` attributes and local names set
@@ -396,13 +441,13 @@ def _resolve(ctx, expr, func, depth: int) -> Optional[ast.AST]:
     return None
 
 
-COLLECTORS = (ArgparseDefaults, ModuleSequences, ConfigConstructions, LayerParameters, LayerFormulas)
+COLLECTORS = (ArgparseDefaults, ModuleSequences, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets)
 
 
 def worth_collecting(text: str) -> bool:
     """Whether one of :data:`COLLECTORS` may find something in ``text``."""
     return (
-        any(m in text for c in (ArgparseDefaults, ConfigConstructions, LayerParameters, LayerFormulas) for m in c.MARKERS)
+        any(m in text for c in (ArgparseDefaults, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets) for m in c.MARKERS)
         or ModuleSequences.LINE.search(text) is not None
     )
 

@@ -25,9 +25,9 @@ import re
 from typing import Optional
 
 from ..evaluate import MAX_TRAIL, Value
-from .configs import config_fields, parameter
+from .configs import annotation_class, config_fields, is_config_expr, parameter
 from ..rule import Related
-from .facts import ArgparseDefaults, ConfigConstructions, ModuleSequences
+from .facts import ArgparseDefaults, ConfigConstructions, ConfigPresets, ModuleSequences
 
 _MAX_DEPTH = 10
 #: values kept per expression (a product of two lists stays small)
@@ -351,7 +351,28 @@ class SizeValues:
             found = self.argparse_default(attr.attr)
             if found is not None:
                 return [found]
+        if is_config_expr(base):
+            return self._preset_values(attr)
         return []
+
+    def _preset_values(self, attr: ast.Attribute) -> list[Value]:
+        """A config field with no numeric default (``padded_vocab_size: Optional[int] =
+        None``, computed in ``__post_init__`` unless given): the numbers the named presets
+        of its class give it (:class:`~amplint.semantic.facts.ConfigPresets`), in this file
+        or another linted one."""
+        ctx = self.ctx
+        cls = annotation_class(ctx, attr.value, attr)
+        if cls is None:
+            return []
+        out = [Value(v, (ctx.related(node, f"`{attr.attr}` of a `{cls}` preset"),))
+               for v, node in ctx.get(ConfigPresets).values(cls, attr.attr)]
+        if not out and ctx.project is not None and cls not in ctx.classes:
+            found = ctx.project.named(ConfigPresets.KEY, cls, exclude_path=ctx.path)
+            if len(found) == 1:
+                path, table = found[0]
+                out = [Value(v, (Related(path, line, column, f"`{attr.attr}` of a `{cls}` preset"),))
+                       for v, line, column in table.get(attr.attr, ())]
+        return list({(type(v.value), v.value): v for v in out}.values())
 
     def _saved_hyperparameter(self, attr: ast.Attribute, depth: int) -> list[Value]:
         """``self.hparams.hidden_size`` in a class whose ``__init__`` calls
