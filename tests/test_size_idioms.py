@@ -182,3 +182,12 @@ def test_a_field_without_a_numeric_default_takes_its_presets_numbers(found):
     assert ("config_presets/preset_config.py", 25) in _related(finding)
     assert ("config_presets/preset_config.py", 26) not in _related(finding)  # 50304 is aligned
     assert not [k for k in found if k[0] == "config_presets/preset_config.py"]
+
+
+def test_a_small_width_hidden_in_the_module_that_passes_it_to_a_helper(found):
+    """NASNet's cells: 20 is one helper call's output and the next one's input in ``Cell``;
+    inside ``SepConv`` the only other layer is depthwise (no GEMM, not counted)."""
+    assert sorted(k[1] for k in found if k[0] == "hidden_through_helper.py") == [12]
+    finding = found[("hidden_through_helper.py", 12)]
+    assert "in_channels 20" in finding["message"]
+    assert {("hidden_through_helper.py", 18), ("hidden_through_helper.py", 19)} <= _related(finding)

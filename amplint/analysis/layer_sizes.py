@@ -178,6 +178,8 @@ class LayerSurvey:
         self.widths: dict = collections.defaultdict(lambda: collections.defaultdict(set))
         #: block -> line of its first raise/return (code after it is never run)
         self._jumps: dict = {}
+        #: (line, column) -> this file's call there (the call sites a size's trail names)
+        self._sites: Optional[dict] = None
 
     def add_call(self, node: ast.Call, ctx) -> None:
         name = torch_layer(ctx, node)
@@ -493,6 +495,19 @@ class LayerSurvey:
                 return True
         return False
 
+    def _hidden_where_passed(self, ctx, size: UnalignedSize) -> bool:
+        """Whether a size passed down to this layer through calls of this file's helpers
+        (``BranchSeparablesStem(self.stem_filters, self.num_filters)`` building
+        ``SeparableConv2d(in_channels, out_channels)``) is a hidden width of a module it
+        passed through: another layer or helper there has it on the other side."""
+        if self._sites is None:
+            self._sites = {(c.lineno, ctx.char_col(c.lineno, c.col_offset) + 1): c for c in ctx.calls}
+        for r in size.origin:
+            site = self._sites.get((r.line, r.column)) if r.path == ctx.path and r.note.endswith("is passed here") else None
+            if site is not None and self._hidden(ctx, site, size):
+                return True
+        return False
+
     def padded(self, root: Root, extra_divisors=()) -> int:
         step = lcm(self.alignment, *self.divisors.get(root.key, ()), *extra_divisors)
         return next_multiple(root.node.value, step)
@@ -526,7 +541,7 @@ class LayerSurvey:
                 self.pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
         kept = []
         for call, label, sizes in self.pending:
-            sizes = [s for s in sizes if not s.small or self._hidden(ctx, call, s)]
+            sizes = [s for s in sizes if not s.small or self._hidden(ctx, call, s) or self._hidden_where_passed(ctx, s)]
             if sizes:
                 kept.append((call, label, sizes))
         self.pending = kept

@@ -55,6 +55,21 @@ def _is_self_hparams(expr: ast.AST) -> bool:
             and expr.value.__class__ is ast.Name and expr.value.id == "self")
 
 
+def _merge_by_value(values: list) -> list:
+    """One value per number, its trail the union of the trails that reach it (a width
+    written in several lists, or passed by several call sites, names each of them)."""
+    out: dict = {}
+    for v in values:
+        key = (type(v.value), v.value)
+        have = out.get(key)
+        if have is None:
+            out[key] = v
+        elif len(have.origin) < 2 * MAX_TRAIL:
+            merged = tuple(dict.fromkeys(have.origin + v.origin))[: 2 * MAX_TRAIL]
+            out[key] = Value(have.value, merged, have.literal if have.literal is v.literal else None)
+    return list(out.values())
+
+
 def _tagged(items, origin: tuple) -> list:
     if not origin:
         return list(items)
@@ -338,7 +353,7 @@ class SizeValues:
                     continue
                 note = self.ctx.related(call, f"`{name}` is passed here")
                 out += [Value(v.value, v.origin + (note,), v.literal) for v in self.values(arg, depth + 1)]
-            return out
+            return _merge_by_value(out)
         finally:
             self._active.discard(key)
 
@@ -640,7 +655,7 @@ class SizeValues:
         the items' that have it (a width written in several lists names each of them)."""
         if seq is None:
             return []
-        out: dict = {}
+        out: list = []
         for item in seq.items[: 4 * _MAX_VALUES]:
             extra = ()
             if isinstance(item, _Tagged):
@@ -651,15 +666,8 @@ class SizeValues:
                 continue
             else:
                 found = [Value(v.value, v.origin + extra + seq.origin, v.literal) for v in self.values(item, depth + 1)]
-            for v in found:
-                key = (type(v.value), v.value)
-                have = out.get(key)
-                if have is None:
-                    out[key] = v
-                elif len(have.origin) < 2 * MAX_TRAIL:
-                    merged = tuple(dict.fromkeys(have.origin + v.origin))[: 2 * MAX_TRAIL]
-                    out[key] = Value(have.value, merged, have.literal if have.literal is v.literal else None)
-        return list(out.values())
+            out += found
+        return _merge_by_value(out)
 
     # --- config defaults overridden where the config is built ----------------------------
 
