@@ -27,3 +27,14 @@ def test_functions_a_factory_returns_and_forward_calls_through_self_run_in_train
     # the two contractions get_contract_fun returns; the one it never returns stays quiet
     assert sorted(found) == [10, 14]
     assert all(f["severity"] == "warning" and f["message"].startswith("`tl.einsum`") for f in found.values())
+
+
+def test_a_kernel_keops_compiles_bound_through_partial_is_a_compiled_extension(amplint):
+    proc = amplint("check", "fixtures/ops/library/keops_reduction.py",
+                   "--select", "AMP401", "--format", "json", "--no-cache")
+    assert proc.returncode == 1, proc.stderr
+    found = {f["line"]: f for f in json.loads(proc.stdout)}
+    # log_conv: partial(softmin_online, log_conv=keops_lse(...)), keops_lse returning
+    # generic_logsumexp(...); plain_softmin's `reduce` is bound to nothing KeOps built
+    assert sorted(found) == [11]
+    assert "compiled extension" in found[11]["message"]
