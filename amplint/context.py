@@ -442,6 +442,7 @@ class FileContext:
         functions = self._functions
         aliases = self._function_aliases()
         stored: dict[str, tuple] = {}
+        self_stores: Optional[dict] = None
         for call in self._calls:
             target = call.func
             if target.__class__ is ast.Name:
@@ -453,7 +454,12 @@ class FileContext:
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
                 found = tuple(methods_by_name.get(target.attr, ()))
                 if not found:  # self._contract = get_contract_fun(weight): a function stored on self
-                    found = stored.setdefault(target.attr, self._stored_functions(target.attr))
+                    if self_stores is None:
+                        self_stores = self._self_stores_of_factory_calls()
+                    if target.attr in self_stores:
+                        if target.attr not in stored:
+                            stored[target.attr] = self._stored_functions(self_stores[target.attr])
+                        found = stored[target.attr]
             else:
                 found = ()
             # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
@@ -478,7 +484,24 @@ class FileContext:
             todo.extend(callees.get(id(func), ()))
         return reachable
 
-    def _stored_functions(self, attr: str) -> tuple:
+    def _self_stores_of_factory_calls(self) -> dict[str, list[ast.Assign]]:
+        """``self.<attr> = f(...)`` with ``f`` a function of this file (one pass over the
+        file's assignments): attr -> those statements."""
+        functions = self._functions
+        out: dict[str, list[ast.Assign]] = {}
+        for node in self._binding_nodes:
+            if node.__class__ is not ast.Assign:
+                continue
+            value = node.value
+            options = (value.body, value.orelse) if value.__class__ is ast.IfExp else (value,)
+            if not any(o.__class__ is ast.Call and o.func.__class__ is ast.Name and o.func.id in functions for o in options):
+                continue
+            for t in node.targets:
+                if t.__class__ is ast.Attribute and t.value.__class__ is ast.Name and t.value.id == "self":
+                    out.setdefault(t.attr, []).append(node)
+        return out
+
+    def _stored_functions(self, stores: list) -> tuple:
         """This file's functions a factory of this file returns, stored as ``self.<attr>``
         (``self._contract = get_contract_fun(weight)`` with ``return _contract_dense`` among
         its returns).  A function stored by name (``self.act = gelu``) is left out: its
@@ -486,14 +509,9 @@ class FileContext:
         reaching it from ``forward`` would judge it without them."""
         functions = self._functions
         found: list = []
-        for node in self._binding_nodes:
-            if node.__class__ is not ast.Assign or not any(
-                    t.__class__ is ast.Attribute and t.attr == attr and t.value.__class__ is ast.Name
-                    and t.value.id == "self" for t in node.targets):
-                continue
+        for node in stores:
             value = node.value
-            options = [value.body, value.orelse] if value.__class__ is ast.IfExp else [value]
-            for option in options:
+            for option in ([value.body, value.orelse] if value.__class__ is ast.IfExp else [value]):
                 if option.__class__ is ast.Call and option.func.__class__ is ast.Name and option.func.id in functions:
                     found += self._returned_functions(functions[option.func.id])
         return tuple(dict.fromkeys(found))
