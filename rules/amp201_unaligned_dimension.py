@@ -86,9 +86,9 @@ H200 fp16, forward + backward (`bench/small_dims.py`): MTCNN's 3-10-16-32 convs 
 3-28-48-64 1.31x slower than padded to 16/32, NASNet's 44-channel 1x1 convs 1.57x; an SE
 bottleneck of 4 on pooled features 1.03x, a 6-feature input 1.08x. Also not flagged:
 
-- sizes that reach the layer through a name about classes or labels (`num_classes`,
-  `n_classes=100`, `num_labels`), and a patch embedding's input
-  (`patch_size * patch_size * 3`);
+- sizes through a name about classes or labels (`num_classes`, `num_labels`), a patch
+  embedding's input (`patch_size * patch_size * 3`), and the top model's own `in_channels`
+  / `out_channels` defaults when nothing in the file builds it (100 mel bins);
 - an embedding's row count unless it is a vocabulary (a name with `vocab`, `token`,
   `word` or `char`, or a literal of 1000 or more): a table of positions or
   relative-position biases is a lookup, no GEMM, while a vocabulary is also the width

@@ -191,3 +191,10 @@ def test_a_small_width_hidden_in_the_module_that_passes_it_to_a_helper(found):
     finding = found[("hidden_through_helper.py", 12)]
     assert "in_channels 20" in finding["message"]
     assert {("hidden_through_helper.py", 18), ("hidden_through_helper.py", 19)} <= _related(finding)
+
+
+def test_the_top_models_own_input_and_output_widths_are_the_datas(found):
+    """tortoise's DiffusionTts(in_channels=100, out_channels=200): mel bins, data-bound; a
+    block the model builds keeps its ``in_channels=100`` default reported."""
+    assert sorted(k[1] for k in found if k[0] == "model_edges.py") == [11]
+    assert "in_channels is 100" in found[("model_edges.py", 11)]["message"]

@@ -20,6 +20,7 @@ from typing import Optional
 from ..evaluate import Value
 from ..rule import Related
 from ..semantic.facts import LayerFormulas, LayerParameters
+from ..semantic.configs import parameter
 from ..semantic.layers import torch_layer
 from ..semantic.sizes import SizeValues
 from .calls import argument
@@ -51,6 +52,8 @@ _MAX_RELATED = 12
 
 
 _JUMPS = (ast.Raise, ast.Return, ast.Continue, ast.Break)
+#: a model's input / output width parameter (``in_channels``, ``out_features``, ``input_dim``)
+_EDGE_NAME = re.compile(r"^(in|out|input|output)_(channels|chans|features|dim|size)$")
 
 
 def _unreachable(ctx, node: ast.AST, memo: dict) -> bool:
@@ -74,6 +77,14 @@ def _unreachable(ctx, node: ast.AST, memo: dict) -> bool:
         if anc.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module):
             return False
         child = anc
+    return False
+
+
+def _under_main(ctx, node: ast.AST) -> bool:
+    """Inside ``if __name__ == "__main__":`` (a smoke test building the model)."""
+    for anc in ctx.ancestors(node):
+        if anc.__class__ is ast.If and anc.test.__class__ is ast.Compare and "__main__" in ast.unparse(anc.test):
+            return True
     return False
 
 
@@ -469,6 +480,8 @@ class LayerSurvey:
         small = size < max(self.floor, MIN_SIZE) or (role == "out" and size < SMALL_HEAD)
         if role in ("in", "in_channels") and _pixels_in(expr):
             return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
+        if self._model_edge(ctx, expr):
+            return None  # the whole model's input or output width: the data's (100 mel bins)
         root = find_root(ctx, expr)
         names = list(root.names) if root is not None else _names_in(expr)
         names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
@@ -482,6 +495,24 @@ class LayerSurvey:
         if root is not None and (root.kind == "literal" and root.mult * root.node.value != size):
             root = None  # the evaluator and the root disagree: do not guess an edit
         return UnalignedSize(label, size, root, value.origin, small=small, side=_SIDES.get(role, "both"))
+
+    def _model_edge(self, ctx, expr: ast.AST) -> bool:
+        """``in_channels`` / ``out_channels`` (``in_features``, ``input_dim``...) at its
+        default, a parameter of the ``__init__`` of a module class nothing in this file
+        builds: the top model's input or output width, which the data fixes (tortoise's
+        ``DiffusionTts(in_channels=100)`` mel bins), not a width the design chose."""
+        if expr.__class__ is not ast.Name or _EDGE_NAME.match(expr.id) is None:
+            return False
+        func = ctx.enclosing_function(expr)
+        if func is None or getattr(func, "name", None) != "__init__" or ctx.bindings(func).get(expr.id):
+            return False
+        cls = ctx.parent(func)
+        param, default = parameter(func, expr.id)
+        if param is None or default is None or cls.__class__ is not ast.ClassDef or not ctx.is_module_class(cls):
+            return False
+        calls, _ = ctx.evaluator._call_sites(func)
+        return all(_under_main(ctx, c) for c in calls) and not any(
+            any(b.__class__ is ast.Name and b.id == cls.name for b in other.bases) for other in ctx.classes.values())
 
     def _hidden(self, ctx, call: ast.AST, size: UnalignedSize) -> bool:
         """Whether another layer of the same module reads ``size`` as an input (for an
