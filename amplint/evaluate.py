@@ -411,6 +411,10 @@ class Evaluator:
                 # nn.Linear(...) is no call of this file's class Linear (peft's LoRA Linear)
                 calls = [c for c in self._calls_by_name().get(name, ()) if c.func.__class__ is ast.Name or
                          (c.func.__class__ is ast.Attribute and not (ctx.qualname(c.func) or "").startswith("torch."))]
+                # `cls(hidden_channels=128, num_radial=6)` in the class's own classmethod
+                # (a pretrained-config factory, torch_geometric's DimeNet.from_qm9_pretrained)
+                calls += [c for c in self._calls_by_name().get("cls", ())
+                          if c.func.__class__ is ast.Name and _in_classmethod_of(ctx, c, owner)]
             else:
                 calls = [c for c in self._calls_by_name().get(func.name, ())
                          if c.func.__class__ is ast.Attribute and c.func.value.__class__ is ast.Name
@@ -636,6 +640,13 @@ class Evaluator:
 
 
 # --- helpers -----------------------------------------------------------------------
+
+
+def _in_classmethod_of(ctx, call: ast.Call, cls: ast.ClassDef) -> bool:
+    """``call`` sits in a ``@classmethod`` defined in ``cls``'s own body."""
+    func = ctx.enclosing_function(call)
+    return (func is not None and ctx.parent(func) is cls and any(
+        d.__class__ is ast.Name and d.id == "classmethod" for d in func.decorator_list))
 
 
 class _FieldOf:

@@ -12,6 +12,7 @@ The context's accessors (``ctx.is_module_class``, ``ctx.in_forward``, ``ctx.bind
 from __future__ import annotations
 
 import ast
+from typing import Optional
 
 from .bindings import bound_names, parent_of
 
@@ -82,6 +83,8 @@ class ForwardReachable:
         callees: dict[int, list[ast.AST]] = {}
         functions = ctx.functions
         aliases = _function_aliases(ctx)
+        stored: dict[str, tuple] = {}
+        self_stores: Optional[dict] = None
         for call in ctx.calls:
             target = call.func
             if target.__class__ is ast.Name:
@@ -92,6 +95,13 @@ class ForwardReachable:
                     found = _aliased_functions(ctx, call)
             elif target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id in ("self", "cls"):
                 found = tuple(methods_by_name.get(target.attr, ()))
+                if not found:  # self._contract = get_contract_fun(weight): a function stored on self
+                    if self_stores is None:
+                        self_stores = _self_stores_of_factory_calls(ctx)
+                    if target.attr in self_stores:
+                        if target.attr not in stored:
+                            stored[target.attr] = _stored_functions(ctx, self_stores[target.attr])
+                        found = stored[target.attr]
             else:
                 found = ()
             # a function passed on as a value: partial(loss_fn, ...), checkpoint(block, x)
@@ -115,6 +125,55 @@ class ForwardReachable:
             reachable.add(id(func))
             todo.extend(callees.get(id(func), ()))
         self.functions: set[int] = reachable
+
+
+def _self_stores_of_factory_calls(ctx) -> dict[str, list[ast.Assign]]:
+    """``self.<attr> = f(...)`` with ``f`` a function of this file (one pass over the
+    file's assignments): attr -> those statements."""
+    functions = ctx.functions
+    out: dict[str, list[ast.Assign]] = {}
+    for node in ctx.binding_nodes:
+        if node.__class__ is not ast.Assign:
+            continue
+        value = node.value
+        options = (value.body, value.orelse) if value.__class__ is ast.IfExp else (value,)
+        if not any(o.__class__ is ast.Call and o.func.__class__ is ast.Name and o.func.id in functions for o in options):
+            continue
+        for t in node.targets:
+            if t.__class__ is ast.Attribute and t.value.__class__ is ast.Name and t.value.id == "self":
+                out.setdefault(t.attr, []).append(node)
+    return out
+
+
+def _stored_functions(ctx, stores: list) -> tuple:
+    """This file's functions a factory of this file returns, stored as ``self.<attr>``
+    (``self._contract = get_contract_fun(weight)`` with ``return _contract_dense`` among
+    its returns).  A function stored by name (``self.act = gelu``) is left out: its
+    callers' tensors (a raw waveform, an activation) are not followed into it, so
+    reaching it from ``forward`` would judge it without them."""
+    functions = ctx.functions
+    found: list = []
+    for node in stores:
+        value = node.value
+        for option in ([value.body, value.orelse] if value.__class__ is ast.IfExp else [value]):
+            if option.__class__ is ast.Call and option.func.__class__ is ast.Name and option.func.id in functions:
+                found += _returned_functions(functions, functions[option.func.id])
+    return tuple(dict.fromkeys(found))
+
+
+def _returned_functions(functions: dict, factory: ast.AST) -> list:
+    """The functions of this file a factory returns by name (its own ``return``s)."""
+    out = []
+    stack = list(factory.body)
+    while stack:
+        stmt = stack.pop()
+        if stmt.__class__ is ast.Return:
+            value = stmt.value
+            if value.__class__ is ast.Name and value.id in functions:
+                out.append(functions[value.id])
+        elif not isinstance(stmt, (_FUNCTIONS, ast.ClassDef)):
+            stack += [c for c in ast.iter_child_nodes(stmt) if isinstance(c, ast.stmt)]
+    return out
 
 
 def _function_aliases(ctx) -> set:

@@ -1,9 +1,6 @@
-"""AMP201 unaligned-dimension: a Tensor Core layer size that is not a multiple of 8
-(16 for fp8/int8, or the configured ``alignment``).
-
-Finding the sizes is :mod:`amplint.analysis.layer_sizes` (this file) and
-:mod:`amplint.analysis.config_dims` (sizes defined in another file); this file holds the
-rule's docs, examples, messages and fixes."""
+"""AMP201 unaligned-dimension: a Tensor Core layer size not a multiple of 8 (16 for
+fp8/int8, or ``alignment``).  Sizes: :mod:`amplint.analysis.layer_sizes` (this file) and
+:mod:`amplint.analysis.config_dims` (another file's); here: docs, examples, messages, fixes."""
 from __future__ import annotations
 
 import ast
@@ -58,8 +55,10 @@ call sites that reach the layer: keyword and positional arguments
 `Net(cells=6, planes=44)`), attributes set on a config before use, `**kwargs` dicts,
 defaults passed down several constructors, argparse defaults read as `args.hidden` in
 another file, width tuples and lists indexed or iterated in loops (`STAGES = {"small":
-(24, 116, 232)}`, a config module's `NUM_CHANNELS = [18, 36]`), and helpers of another
-file whose parameters reach a layer (`conv_bn(True, 473, 256)`). A config class linted
+(24, 116, 232)}`, HRNet's `[[18, 36], [18, 36, 72]]` passed down, `[[c] * n for ...]`),
+`cls(...)` in a classmethod, Lightning's `self.hparams.x`, a config's named presets
+(`dict(padded_vocab_size=32001)`), and helpers of another file whose parameters reach a
+layer (`conv_bn(True, 473, 256)`, `d_model // n_head` through `self`). A config class linted
 without its model is reported at its size-named defaults. A config default that every
 site building the config overrides with an aligned value (`GPTConfig(vocab_size=50304)`)
 is not reported. The finding points at the layer (or the helper call); its related
@@ -72,9 +71,10 @@ A width no value of its unknown inputs can align is flagged too (residues throug
 Small sizes -- below 32, or an output below 64 -- are flagged only when they are a
 *hidden width* of their module: another layer of the same class (or function) reads the
 size as its input, or writes it as its output, including this file's helpers that build a
-layer (`BranchSeparables(44, 44)`). MTCNN's `nn.Conv2d(3, 10)` followed by `nn.Conv2d(10,
-16)` is flagged twice (10 is the design's choice); a small size no other layer of the
-module has on the other side is the data's and is not flagged:
+layer (`BranchSeparables(44, 44)`), a module passing the size down to the layer (NASNet's
+cells) or another file's helper writing and reading it (`d_model // n_head`). MTCNN's
+`nn.Conv2d(3, 10)` then `nn.Conv2d(10, 16)` is flagged twice (10 is the design's choice); a
+small size no other layer of the module has on the other side is the data's, not flagged:
 
 - an input no layer writes: an image stem's `in_channels=3` or `1`, 28 pixel rows fed to
   an LSTM, a 6-feature or 17-feature input, a latent code of 20;
@@ -86,9 +86,9 @@ H200 fp16, forward + backward (`bench/small_dims.py`): MTCNN's 3-10-16-32 convs 
 3-28-48-64 1.31x slower than padded to 16/32, NASNet's 44-channel 1x1 convs 1.57x; an SE
 bottleneck of 4 on pooled features 1.03x, a 6-feature input 1.08x. Also not flagged:
 
-- sizes that reach the layer through a name about classes or labels (`num_classes`,
-  `n_classes=100`, `num_labels`), and a patch embedding's input
-  (`patch_size * patch_size * 3`);
+- sizes through a name about classes or labels (`num_classes`, `num_labels`), a patch
+  embedding's input (`patch_size * patch_size * 3`), and the top model's own `in_channels`
+  / `out_channels` defaults when nothing in the file builds it (100 mel bins);
 - an embedding's row count unless it is a vocabulary (a name with `vocab`, `token`,
   `word` or `char`, or a literal of 1000 or more): a table of positions or
   relative-position biases is a lookup, no GEMM, while a vocabulary is also the width

@@ -142,3 +142,59 @@ def test_an_aligned_default_a_call_site_overrides_and_a_width_through_two_helper
     finding = found[("helper_chain.py", 23)]
     assert "out_channels is 11" in finding["message"]
     assert ("helper_chain.py", 30) in _related(finding)  # Stem(width=11)
+
+
+def test_stage_width_lists_through_list_parameters_comprehensions_and_loops(found):
+    """pytorchcv's HRNet and ShuffleNetV2: nested width lists per version, a list
+    parameter without a default (its call sites), ``self`` stored twice, a comprehension
+    of ``[c] * n``, two nested loops over lists of lists."""
+    assert sorted(k[1] for k in found if k[0] == "stage_lists.py") == [16, 50]
+    branch = _related(found[("stage_lists.py", 16)])
+    assert ("stage_lists.py", 38) in branch  # channels = [[18, 36], ...] of version w18
+    assert ("stage_lists.py", 40) not in branch  # the w32 branch is aligned: not in the trail
+    halved = found[("stage_lists.py", 50)]
+    assert "in_channels 58" in halved["message"]
+    assert {("stage_lists.py", 49), ("stage_lists.py", 66)} <= _related(halved)  # mid_channels, the widths
+
+
+def test_sizes_fixed_by_cls_in_the_models_own_classmethod(found):
+    finding = found[("classmethod_factory.py", 9)]
+    assert "in_features is 42" in finding["message"]  # 7 * 6
+    assert ("classmethod_factory.py", 19) in _related(finding)  # cls(..., num_spherical=7, num_radial=6)
+
+
+def test_a_helper_size_computed_from_its_parameters_through_saved_hyperparameters(found):
+    """pytorch-forecasting's TFT: ``d_model // n_head`` of another file's attention block
+    (written by one layer, read by the next: hidden, though below the floor), with the
+    values from ``self.hparams`` (the ``__init__`` defaults of a Lightning module)."""
+    finding = found[("formula_helper/lit_forecaster.py", 12)]
+    assert "out_features of `nn.Linear` 4" in finding["message"]
+    related = _related(finding)
+    assert ("formula_helper/lit_forecaster.py", 9) in related  # the defaults 16 and 4
+    assert ("formula_helper/head_blocks.py", 12) in related  # v_layer, where d_model // n_head lands
+
+
+def test_a_field_without_a_numeric_default_takes_its_presets_numbers(found):
+    """litgpt: ``padded_vocab_size = None`` (computed in ``__post_init__``) and named presets
+    ``dict(name=..., padded_vocab_size=32001)`` at module level of the config file."""
+    finding = found[("config_presets/preset_model.py", 10)]
+    assert "out_features is 32001" in finding["message"]
+    assert ("config_presets/preset_config.py", 25) in _related(finding)
+    assert ("config_presets/preset_config.py", 26) not in _related(finding)  # 50304 is aligned
+    assert not [k for k in found if k[0] == "config_presets/preset_config.py"]
+
+
+def test_a_small_width_hidden_in_the_module_that_passes_it_to_a_helper(found):
+    """NASNet's cells: 20 is one helper call's output and the next one's input in ``Cell``;
+    inside ``SepConv`` the only other layer is depthwise (no GEMM, not counted)."""
+    assert sorted(k[1] for k in found if k[0] == "hidden_through_helper.py") == [12]
+    finding = found[("hidden_through_helper.py", 12)]
+    assert "in_channels 20" in finding["message"]
+    assert {("hidden_through_helper.py", 18), ("hidden_through_helper.py", 19)} <= _related(finding)
+
+
+def test_the_top_models_own_input_and_output_widths_are_the_datas(found):
+    """tortoise's DiffusionTts(in_channels=100, out_channels=200): mel bins, data-bound; a
+    block the model builds keeps its ``in_channels=100`` default reported."""
+    assert sorted(k[1] for k in found if k[0] == "model_edges.py") == [11]
+    assert "in_channels is 100" in found[("model_edges.py", 11)]["message"]

@@ -19,7 +19,8 @@ from typing import Optional
 
 from ..evaluate import Value
 from ..rule import Related
-from ..semantic.facts import LayerParameters
+from ..semantic.facts import LayerFormulas, LayerParameters
+from ..semantic.configs import parameter
 from ..semantic.layers import torch_layer
 from ..semantic.sizes import SizeValues
 from .calls import argument
@@ -51,6 +52,8 @@ _MAX_RELATED = 12
 
 
 _JUMPS = (ast.Raise, ast.Return, ast.Continue, ast.Break)
+#: a model's input / output width parameter (``in_channels``, ``out_features``, ``input_dim``)
+_EDGE_NAME = re.compile(r"^(in|out|input|output)_(channels|chans|features|dim|size)$")
 
 
 def _unreachable(ctx, node: ast.AST, memo: dict) -> bool:
@@ -74,6 +77,14 @@ def _unreachable(ctx, node: ast.AST, memo: dict) -> bool:
         if anc.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module):
             return False
         child = anc
+    return False
+
+
+def _under_main(ctx, node: ast.AST) -> bool:
+    """Inside ``if __name__ == "__main__":`` (a smoke test building the model)."""
+    for anc in ctx.ancestors(node):
+        if anc.__class__ is ast.If and anc.test.__class__ is ast.Compare and "__main__" in ast.unparse(anc.test):
+            return True
     return False
 
 
@@ -178,6 +189,8 @@ class LayerSurvey:
         self.widths: dict = collections.defaultdict(lambda: collections.defaultdict(set))
         #: block -> line of its first raise/return (code after it is never run)
         self._jumps: dict = {}
+        #: (line, column) -> this file's call there (the call sites a size's trail names)
+        self._sites: Optional[dict] = None
 
     def add_call(self, node: ast.Call, ctx) -> None:
         name = torch_layer(ctx, node)
@@ -305,10 +318,13 @@ class LayerSurvey:
         if module is None:
             return
         found = ctx.project.named(LayerParameters.KEY, name, module, exclude_path=ctx.path)
+        formulas = ctx.project.named(LayerFormulas.KEY, name, module, exclude_path=ctx.path)
+        sizes = self._formula_sizes(call, ctx, formulas[0]) if len(formulas) == 1 else []
         if len(found) != 1:
+            if sizes:
+                self.pending.append((call, f"`{name}`", sizes))
             return
         path, entries = found[0]
-        sizes = []
         for position, pname, factor, layer, arg, role, line, column in entries:
             expr = None
             for kw in call.keywords:
@@ -322,16 +338,65 @@ class LayerSurvey:
             layer_at = Related(path, line, column, f"`{pname}` reaches `{layer}` {arg} here")
             found = ctx.get(SizeValues).values(expr)
             self._record(ctx, call, role, [Value(v.value * factor) for v in found])
+            judged = []
             for value in found:
                 scaled = Value(value.value * factor, value.origin + (layer_at,), value.literal if factor == 1 else None)
                 size = self._judge(expr, ctx, f"{arg} of `{layer}`", role, scaled, (pname,))
                 if size is not None:
-                    if factor != 1:
-                        size = dataclasses.replace(size, root=None)
-                    sizes.append(size)
-                    break
+                    judged.append(size)
+            if judged:
+                # a size above the floor first (it needs no hidden-width test); every unaligned
+                # value's trail, as for a layer of this file
+                judged.sort(key=lambda s: s.small)
+                size = judged[0]
+                if len(judged) > 1:
+                    origin = tuple(dict.fromkeys(r for s in judged for r in s.origin))[:_MAX_RELATED]
+                    size = dataclasses.replace(size, root=None, choice=len({v.value for v in found}), origin=origin)
+                elif factor != 1:
+                    size = dataclasses.replace(size, root=None)
+                sizes.append(size)
         if sizes:
             self.pending.append((call, f"`{name}`", sizes))
+
+    def _formula_sizes(self, call: ast.Call, ctx, found) -> list[UnalignedSize]:
+        """The sizes another file's helper computes from the arguments of ``call``
+        (``d_model // n_head`` for ``Attention(d_model=768, n_head=12)``,
+        :class:`~amplint.semantic.facts.LayerFormulas`): one per layer argument."""
+        path, formulas = found
+        values = ctx.get(SizeValues)
+        sizes, seen = [], set()
+        for entry in formulas[:32]:
+            key = (entry["expr"], entry["layer"], entry["arg"])
+            if key in seen:
+                continue
+            seen.add(key)
+            bound, first = {}, None
+            for pname, position in zip(entry["params"], entry["at"]):
+                expr = next((kw.value for kw in call.keywords if kw.arg == pname), None)
+                if expr is None and position is not None and position < len(call.args):
+                    if not any(a.__class__ is ast.Starred for a in call.args[: position + 1]):
+                        expr = call.args[position]
+                found_values = values.values(expr) if expr is not None else []
+                if not found_values:
+                    break
+                bound[pname], first = found_values, first or expr
+            else:
+                layer_at = Related(path, *entry["where"], f"`{entry['expr']}` reaches `{entry['layer']}` {entry['arg']} here")
+                results = _formula_values(ast.parse(entry["expr"], mode="eval").body, bound)
+                self._record(ctx, call, entry["role"], results)
+                judged = [j for j in (self._judge(first, ctx, f"{entry['arg']} of `{entry['layer']}`", entry["role"],
+                                                  Value(v.value, v.origin + (layer_at,)), tuple(entry["params"]))
+                                      for v in results) if j is not None]
+                if not judged:
+                    continue
+                judged.sort(key=lambda j: j.small)
+                origin = tuple(dict.fromkeys(r for j in judged for r in j.origin))[:_MAX_RELATED]
+                # a width the helper both writes and reads (one layer's output, the next one's
+                # input) is a hidden width of that module, whatever its size
+                small = judged[0].small and not entry["hidden"]
+                sizes.append(dataclasses.replace(judged[0], root=None, origin=origin, small=small,
+                                                 choice=len({v.value for v in results})))
+        return sizes
 
     def _parameter(self, call: ast.Call, ctx) -> None:
         shape = parameter_shape(ctx, call)
@@ -415,6 +480,8 @@ class LayerSurvey:
         small = size < max(self.floor, MIN_SIZE) or (role == "out" and size < SMALL_HEAD)
         if role in ("in", "in_channels") and _pixels_in(expr):
             return None  # a patch embedding's input: patch_size * patch_size * 3 pixels of the data
+        if self._model_edge(ctx, expr):
+            return None  # the whole model's input or output width: the data's (100 mel bins)
         root = find_root(ctx, expr)
         names = list(root.names) if root is not None else _names_in(expr)
         names += [m.group(1) for m in (_NOTE_NAME.search(r.note) for r in value.origin) if m]
@@ -429,6 +496,24 @@ class LayerSurvey:
             root = None  # the evaluator and the root disagree: do not guess an edit
         return UnalignedSize(label, size, root, value.origin, small=small, side=_SIDES.get(role, "both"))
 
+    def _model_edge(self, ctx, expr: ast.AST) -> bool:
+        """``in_channels`` / ``out_channels`` (``in_features``, ``input_dim``...) at its
+        default, a parameter of the ``__init__`` of a module class nothing in this file
+        builds: the top model's input or output width, which the data fixes (tortoise's
+        ``DiffusionTts(in_channels=100)`` mel bins), not a width the design chose."""
+        if expr.__class__ is not ast.Name or _EDGE_NAME.match(expr.id) is None:
+            return False
+        func = ctx.enclosing_function(expr)
+        if func is None or getattr(func, "name", None) != "__init__" or ctx.bindings(func).get(expr.id):
+            return False
+        cls = ctx.parent(func)
+        param, default = parameter(func, expr.id)
+        if param is None or default is None or cls.__class__ is not ast.ClassDef or not ctx.is_module_class(cls):
+            return False
+        calls, _ = ctx.evaluator._call_sites(func)
+        return all(_under_main(ctx, c) for c in calls) and not any(
+            any(b.__class__ is ast.Name and b.id == cls.name for b in other.bases) for other in ctx.classes.values())
+
     def _hidden(self, ctx, call: ast.AST, size: UnalignedSize) -> bool:
         """Whether another layer of the same module reads ``size`` as an input (for an
         output) or writes it as an output (for an input): a hidden width, the design's."""
@@ -438,6 +523,19 @@ class LayerSurvey:
         for side in sides:
             ids = self.widths.get((scope, side), {}).get(size.size, ())
             if any(i != me for i in ids):
+                return True
+        return False
+
+    def _hidden_where_passed(self, ctx, size: UnalignedSize) -> bool:
+        """Whether a size passed down to this layer through calls of this file's helpers
+        (``BranchSeparablesStem(self.stem_filters, self.num_filters)`` building
+        ``SeparableConv2d(in_channels, out_channels)``) is a hidden width of a module it
+        passed through: another layer or helper there has it on the other side."""
+        if self._sites is None:
+            self._sites = {(c.lineno, ctx.char_col(c.lineno, c.col_offset) + 1): c for c in ctx.calls}
+        for r in size.origin:
+            site = self._sites.get((r.line, r.column)) if r.path == ctx.path and r.note.endswith("is passed here") else None
+            if site is not None and self._hidden(ctx, site, size):
                 return True
         return False
 
@@ -474,7 +572,7 @@ class LayerSurvey:
                 self.pending.append((call, f"`nn.Parameter` weight `self.{attr}`", sizes))
         kept = []
         for call, label, sizes in self.pending:
-            sizes = [s for s in sizes if not s.small or self._hidden(ctx, call, s)]
+            sizes = [s for s in sizes if not s.small or self._hidden(ctx, call, s) or self._hidden_where_passed(ctx, s)]
             if sizes:
                 kept.append((call, label, sizes))
         self.pending = kept
@@ -482,6 +580,27 @@ class LayerSurvey:
             self.collect_splits(ctx)
         self.scattered = self._scattered_literals(ctx)
         return self.pending
+
+
+_FORMULA_OPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}
+
+
+def _formula_values(expr: ast.AST, bound: dict) -> list[Value]:
+    """The values of a helper's size formula with its parameters bound to lists of
+    values (a product of the lists, a few dozen at most)."""
+    if expr.__class__ is ast.Constant:
+        return [Value(expr.value)]
+    if expr.__class__ is ast.Name:
+        return list(bound.get(expr.id, ()))
+    if expr.__class__ is ast.BinOp and expr.op.__class__ in _FORMULA_OPS:
+        op = _FORMULA_OPS[expr.op.__class__]
+        out = []
+        for a in _formula_values(expr.left, bound)[:24]:
+            for b in _formula_values(expr.right, bound)[:24]:
+                if type(a.value) is int and type(b.value) is int and not (op is int.__floordiv__ and b.value == 0):
+                    out.append(Value(op(a.value, b.value), tuple(dict.fromkeys(a.origin + b.origin))))
+        return out[:24]
+    return []
 
 
 def sizes_text(sizes: list[UnalignedSize], alignment: int) -> str:

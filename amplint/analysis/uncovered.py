@@ -152,6 +152,76 @@ class Pending:
     at: Optional[ast.AST] = None
 
 
+#: libraries that compile a kernel at run time and hand back a callable for it (KeOps's
+#: ``generic_logsumexp(formula, ...)``, ``Genred``): calling it runs no Python-level op
+_KERNEL_COMPILERS = ("pykeops.",)
+
+
+class CompiledCallables:
+    """Callables a kernel compiler built, as this file passes them around:
+    ``log_conv = generic_logsumexp(...)``, this file's functions that return one
+    (``def keops_lse(...): ...; return log_conv``), and the parameters bound to one
+    (``partial(softmin_online, log_conv=keops_lse(cost, D))``, or a call site passing one).
+    ``ctx.get(CompiledCallables).called(call)``: the library's name when ``call`` calls one."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        #: (enclosing function or None, name) -> the compiler's qualified name
+        self.names: dict = {}
+        #: this file's functions that return a compiled callable -> the compiler
+        self.factories: dict = {}
+        #: (function, parameter) -> the compiler
+        self.parameters: dict = {}
+        if not any(m.rstrip(".") in ctx.source for m in _KERNEL_COMPILERS):
+            return
+        for node in ctx.nodes("Assign"):
+            compiler = self._compiler_of(node.value)
+            if compiler and len(node.targets) == 1 and node.targets[0].__class__ is ast.Name:
+                self.names[(ctx.enclosing_function(node), node.targets[0].id)] = compiler
+        for func in ctx.functions.values():
+            for stmt in ast.walk(func):
+                if stmt.__class__ is ast.Return and stmt.value is not None and ctx.enclosing_function(stmt) is func:
+                    compiler = self._made_by(stmt.value, func)
+                    if compiler:
+                        self.factories[func.name] = compiler
+        for call in ctx.calls:  # partial(f, p=kernel) or f(..., p=kernel)
+            target = call.args[0] if (ctx.qualname(call.func) or "") == "functools.partial" and call.args else call.func
+            if target.__class__ is not ast.Name or target.id not in ctx.functions:
+                continue
+            for kw in call.keywords:
+                compiler = kw.arg and self._made_by(kw.value, ctx.enclosing_function(call))
+                if compiler:
+                    self.parameters[(ctx.functions[target.id], kw.arg)] = compiler
+
+    def _compiler_of(self, expr) -> Optional[str]:
+        if expr.__class__ is not ast.Call:
+            return None
+        qualname = self.ctx.qualname(expr.func) or ""
+        return qualname if qualname.startswith(_KERNEL_COMPILERS) else None
+
+    def _made_by(self, expr, scope) -> Optional[str]:
+        """The compiler of the callable ``expr`` is (a compiler's call, a name bound to
+        one, a call of a factory of this file)."""
+        found = self._compiler_of(expr)
+        if found:
+            return found
+        if expr.__class__ is ast.Name:
+            return self.names.get((scope, expr.id))
+        if expr.__class__ is ast.Call and expr.func.__class__ is ast.Name:
+            return self.factories.get(expr.func.id)
+        return None
+
+    def called(self, call: ast.Call) -> Optional[str]:
+        func = call.func
+        if func.__class__ is not ast.Name or not (self.names or self.parameters):
+            return None
+        scope = self.ctx.enclosing_function(call)
+        found = self.names.get((scope, func.id))
+        if found is None and scope is not None:
+            found = self.parameters.get((scope, func.id))
+        return found
+
+
 class CallSurvey:
     """One file's registrations and uses, gathered call by call during the walk."""
 
@@ -183,6 +253,11 @@ class CallSurvey:
         if isinstance(func, ast.Name) and func.id in self.apply_aliases(ctx):  # sparsemax = SparsemaxFunction.apply
             self.uses.append(Use(node, "function", self.apply_aliases(ctx)[func.id]))
             return
+        if isinstance(func, ast.Name):
+            compiler = ctx.get(CompiledCallables).called(node)
+            if compiler is not None:  # log_conv(x, y, f) with log_conv = generic_logsumexp(...)
+                self.uses.append(Use(node, "extension", compiler))
+                return
         if isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)):
             root = func.value
             while isinstance(root, ast.Attribute):

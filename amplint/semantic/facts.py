@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from ..analysis.calls import argument
 from ..analysis.dims import LAYER_MARKERS, LAYERS, is_torch_layer, layer_name
-from .configs import CONFIG_CLASS_SUFFIXES, parameter
+from .configs import CONFIG_CLASS_SUFFIXES, config_fields, is_config_class, parameter
 
 
 def _number(ctx, expr) -> Optional[float]:
@@ -298,13 +298,156 @@ def _parameter_factor(expr, func) -> Optional[tuple[str, int]]:
     return expr.id, factor
 
 
-COLLECTORS = (ArgparseDefaults, ModuleSequences, ConfigConstructions, LayerParameters)
+class ConfigPresets:
+    """Named presets of this file's config classes: module-level ``dict(...)`` calls whose
+    keywords are all fields of one config class (litgpt's ``configs = [dict(name=
+    "Nous-Hermes-13b", padded_vocab_size=32001, ...)]``, built later with ``Config(**d)``):
+    class name -> field -> [(number, the value's expression)]."""
+
+    KEY = "@config_presets"
+    MARKERS = ("dict(",)
+
+    def __init__(self, ctx):
+        self.by_class: dict[str, dict[str, list[tuple[float, ast.AST]]]] = {}
+        if "dict(" not in ctx.source:
+            return
+        fields = {}
+        for cls in ctx.classes.values():
+            if is_config_class(cls) and ctx.parent(cls).__class__ is ast.Module:
+                fields[cls.name] = set(config_fields(ctx, cls))
+        if not fields:
+            return
+        for call in ctx.calls:
+            if call.func.__class__ is not ast.Name or call.func.id != "dict" or call.args:
+                continue
+            keys = [kw.arg for kw in call.keywords]
+            if len(keys) < 3 or None in keys or ctx.enclosing_function(call) is not None:
+                continue
+            owners = [name for name, have in fields.items() if set(keys) <= have]
+            if len(owners) != 1:
+                continue
+            table = self.by_class.setdefault(owners[0], {})
+            for kw in call.keywords:
+                number = _number(ctx, kw.value)
+                if number is not None:
+                    table.setdefault(kw.arg, []).append((number, kw.value))
+
+    def values(self, cls: str, field: str) -> list[tuple[float, ast.AST]]:
+        return self.by_class.get(cls, {}).get(field, [])
+
+    @classmethod
+    def collect(cls, ctx) -> Optional[dict]:
+        out = {}
+        for name, table in ctx.get(cls).by_class.items():
+            out[name] = {field: [[v, *_position(ctx, node)] for v, node in found[:64]] for field, found in table.items()}
+        return {"by_name": out} if out else None
+
+
+class LayerFormulas:
+    """Layer sizes of a helper (module-level function or module class ``__init__``) that
+    are arithmetic of its parameters, through ``self`` attributes and local names set
+    once (an attention block's ``self.d_k = self.d_v = d_model // n_head``; ``nn.Linear(
+    self.d_model, self.d_v)``): name -> [:class:`LayerFormula`], so that a call in another
+    file (``Attention(d_model=hparams.hidden_size, n_head=hparams.heads)``) can be judged
+    there.  A formula :class:`LayerParameters` already has (``cin``, ``4 * dim``) is left
+    to it."""
+
+    KEY = "@layer_formulas"
+    MARKERS = LAYER_MARKERS
+
+    def __init__(self, ctx):
+        self.by_name: dict[str, list[LayerFormula]] = {}
+        if not any(m in ctx.source for m in LAYER_MARKERS):
+            return
+        for node in ctx.calls:
+            lname = layer_name(node)
+            if lname is None or not is_torch_layer(ctx, node, lname):
+                continue
+            func, name, offset = _helper_of(ctx, node)
+            if func is None:
+                continue
+            positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+            for dim in LAYERS[lname][0]:
+                expr = argument(node, dim.keyword, dim.index)
+                if expr is None or _parameter_factor(expr, func) is not None:
+                    continue
+                resolved = _resolve(ctx, expr, func, 0)
+                if resolved is None:
+                    continue
+                params = sorted({n.id for n in ast.walk(resolved) if n.__class__ is ast.Name})
+                if not params:
+                    continue
+                where = [positional.index(p) if p in positional else None for p in params]
+                self.by_name.setdefault(name, []).append(LayerFormula(
+                    ast.unparse(resolved), params, where, f"nn.{lname}", dim.keyword, dim.role, node))
+
+    @classmethod
+    def collect(cls, ctx) -> Optional[dict]:
+        out = {}
+        for name, formulas in ctx.get(cls).by_name.items():
+            sides: dict = {}
+            for f in formulas:
+                sides.setdefault(f.text, set()).add(_SIDE.get(f.role, "both"))
+            out[name] = [
+                {"expr": f.text, "params": f.params, "at": f.positions, "layer": f.label, "arg": f.arg,
+                 "role": f.role, "hidden": len(sides[f.text]) > 1 or "both" in sides[f.text],
+                 "where": _position(ctx, f.node)}
+                for f in formulas
+            ]
+        return {"by_name": out} if out else None
+
+
+#: a dimension's role -> the side of its layer (``LayerFormulas``' hidden-width test)
+_SIDE = {"in": "in", "in_channels": "in", "out": "out"}
+_FORMULA_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)
+
+
+class LayerFormula:
+    """One layer size of a helper as arithmetic of its parameters."""
+
+    __slots__ = ("text", "params", "positions", "label", "arg", "role", "node")
+
+    def __init__(self, text, params, positions, label, arg, role, node):
+        self.text, self.params, self.positions = text, params, positions
+        self.label, self.arg, self.role, self.node = label, arg, role, node
+
+
+def _resolve(ctx, expr, func, depth: int) -> Optional[ast.AST]:
+    """``expr`` as arithmetic of ``func``'s parameters and integer literals (a new tree),
+    through local names assigned once and ``self`` attributes stored once in the class's
+    ``__init__``; None when something else is in the way."""
+    if depth > 8 or expr is None:
+        return None
+    kind = expr.__class__
+    if kind is ast.Constant:
+        return ast.Constant(expr.value) if type(expr.value) is int and expr.value > 0 else None
+    if kind is ast.BinOp and expr.op.__class__ in _FORMULA_OPS:
+        left, right = _resolve(ctx, expr.left, func, depth + 1), _resolve(ctx, expr.right, func, depth + 1)
+        return None if left is None or right is None else ast.BinOp(left, expr.op.__class__(), right)
+    if kind is ast.Name:
+        param, _ = parameter(func, expr.id)
+        assigned = ctx.bindings(func).get(expr.id, ())
+        if param is not None:
+            if assigned or param is func.args.vararg or param is func.args.kwarg:
+                return None
+            return ast.Name(expr.id, ast.Load())
+        if len(assigned) == 1 and assigned[0].__class__ is ast.Assign:
+            return _resolve(ctx, assigned[0].value, func, depth + 1)
+        return None
+    if kind is ast.Attribute and expr.value.__class__ is ast.Name and expr.value.id == "self" and func.name == "__init__":
+        stores = ctx.self_assignments(func).get(expr.attr, ())
+        if len(stores) == 1 and stores[0].__class__ is ast.Assign:
+            return _resolve(ctx, stores[0].value, func, depth + 1)
+    return None
+
+
+COLLECTORS = (ArgparseDefaults, ModuleSequences, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets)
 
 
 def worth_collecting(text: str) -> bool:
     """Whether one of :data:`COLLECTORS` may find something in ``text``."""
     return (
-        any(m in text for c in (ArgparseDefaults, ConfigConstructions, LayerParameters) for m in c.MARKERS)
+        any(m in text for c in (ArgparseDefaults, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets) for m in c.MARKERS)
         or ModuleSequences.LINE.search(text) is not None
     )
 

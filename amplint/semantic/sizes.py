@@ -24,10 +24,10 @@ import itertools
 import re
 from typing import Optional
 
-from ..evaluate import Value
-from .configs import config_fields, parameter
+from ..evaluate import MAX_TRAIL, Value
+from .configs import annotation_class, config_fields, is_config_expr, parameter
 from ..rule import Related
-from .facts import ArgparseDefaults, ConfigConstructions, ModuleSequences
+from .facts import ArgparseDefaults, ConfigConstructions, ConfigPresets, ModuleSequences
 
 _MAX_DEPTH = 10
 #: values kept per expression (a product of two lists stays small)
@@ -38,9 +38,47 @@ _RESIDUE_OPS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul_
 _DEFAULT_NOTE = re.compile(r"^default of `(\w+)\.(\w+)`")
 
 
+class _Tagged:
+    """An item of a sequence merged from several (one per branch, call site or iterated
+    item), with where its own sequence came from: so that an item's trail names the
+    branch it was written in, not every branch."""
+
+    __slots__ = ("item", "origin")
+
+    def __init__(self, item, origin: tuple):
+        self.item, self.origin = item, origin
+
+
+def _is_self_hparams(expr: ast.AST) -> bool:
+    """``self.hparams`` (PyTorch Lightning's saved hyperparameters)."""
+    return (expr.__class__ is ast.Attribute and expr.attr == "hparams"
+            and expr.value.__class__ is ast.Name and expr.value.id == "self")
+
+
+def _merge_by_value(values: list) -> list:
+    """One value per number, its trail the union of the trails that reach it (a width
+    written in several lists, or passed by several call sites, names each of them)."""
+    out: dict = {}
+    for v in values:
+        key = (type(v.value), v.value)
+        have = out.get(key)
+        if have is None:
+            out[key] = v
+        elif len(have.origin) < 2 * MAX_TRAIL:
+            merged = tuple(dict.fromkeys(have.origin + v.origin))[: 2 * MAX_TRAIL]
+            out[key] = Value(have.value, merged, have.literal if have.literal is v.literal else None)
+    return list(out.values())
+
+
+def _tagged(items, origin: tuple) -> list:
+    if not origin:
+        return list(items)
+    return [_Tagged(i.item, i.origin + origin) if isinstance(i, _Tagged) else _Tagged(i, origin) for i in items]
+
+
 class _Seq:
     """A sequence or dict seen at module or function level: items are AST nodes (this
-    file) or Values (another file's constants), keyed for dicts."""
+    file), Values (another file's constants) or :class:`_Tagged` ones, keyed for dicts."""
 
     __slots__ = ("items", "keys", "origin")
 
@@ -63,6 +101,15 @@ class SizeValues:
         caller already knows the evaluator cannot fold ``expr`` to one number."""
         if expr is None or depth > _MAX_DEPTH:
             return []
+        if expr.__class__ is ast.Attribute and _is_self_hparams(expr.value):
+            # the class's own __init__ parameter, before any config class of the same field;
+            # and the command line's default (Lightning's `Model(**vars(parser.parse_args()))`)
+            saved = self._saved_hyperparameter(expr, depth)
+            if saved:
+                flag = self.argparse_default(expr.attr)
+                if flag is not None and all(v.value != flag.value for v in saved):
+                    saved.append(flag)
+                return saved[:_MAX_VALUES]
         one = None if folded else self.evaluator.evaluate(expr)
         if one is not None:
             if expr.__class__ in (ast.Name, ast.Attribute):
@@ -306,7 +353,7 @@ class SizeValues:
                     continue
                 note = self.ctx.related(call, f"`{name}` is passed here")
                 out += [Value(v.value, v.origin + (note,), v.literal) for v in self.values(arg, depth + 1)]
-            return out
+            return _merge_by_value(out)
         finally:
             self._active.discard(key)
 
@@ -319,7 +366,66 @@ class SizeValues:
             found = self.argparse_default(attr.attr)
             if found is not None:
                 return [found]
+        if is_config_expr(base):
+            return self._preset_values(attr)
         return []
+
+    def _preset_values(self, attr: ast.Attribute) -> list[Value]:
+        """A config field with no numeric default (``padded_vocab_size: Optional[int] =
+        None``, computed in ``__post_init__`` unless given): the numbers the named presets
+        of its class give it (:class:`~amplint.semantic.facts.ConfigPresets`), in this file
+        or another linted one."""
+        ctx = self.ctx
+        cls = annotation_class(ctx, attr.value, attr)
+        if cls is None:
+            return []
+        out = [Value(v, (ctx.related(node, f"`{attr.attr}` of a `{cls}` preset"),))
+               for v, node in ctx.get(ConfigPresets).values(cls, attr.attr)]
+        if not out and ctx.project is not None and cls not in ctx.classes:
+            found = ctx.project.named(ConfigPresets.KEY, cls, exclude_path=ctx.path)
+            if len(found) == 1:
+                path, table = found[0]
+                out = [Value(v, (Related(path, line, column, f"`{attr.attr}` of a `{cls}` preset"),))
+                       for v, line, column in table.get(attr.attr, ())]
+        return list({(type(v.value), v.value): v for v in out}.values())
+
+    def _saved_hyperparameter(self, attr: ast.Attribute, depth: int) -> list[Value]:
+        """``self.hparams.hidden_size`` in a class whose ``__init__`` calls
+        ``self.save_hyperparameters()`` (PyTorch Lightning): that ``__init__`` parameter,
+        its default and what the call sites in this file pass."""
+        ctx = self.ctx
+        cls = ctx.enclosing_class(attr)
+        if cls is None:
+            return []
+        for klass in (cls, *ctx.base_classes(cls)):
+            init = ctx.method(klass, "__init__")
+            if init is None:
+                continue
+            if not self._saves_hyperparameters(init):
+                return []
+            param, default = parameter(init, attr.attr)
+            if param is None or param is init.args.vararg or param is init.args.kwarg:
+                return []
+            if default is None:
+                return self._call_site_values(init, attr.attr, depth)
+            note = ctx.related(default, f"default of `{attr.attr}` (saved as a hyperparameter)")
+            own = [v.via(note) for v in self.values(default, depth + 1)]
+            passed = self._passed_or_default(init, attr.attr, depth) if own else None
+            if passed is None:
+                return own
+            out = []
+            for v in passed:
+                out += own if v is None else [v]
+            return list({(type(v.value), v.value): v for v in out}.values())
+        return []
+
+    def _saves_hyperparameters(self, init: ast.AST) -> bool:
+        key = ("hparams", id(init))
+        if key not in self._defaulted:
+            self._defaulted[key] = "save_hyperparameters" in self.ctx.source and any(
+                c.func.__class__ is ast.Attribute and c.func.attr == "save_hyperparameters"
+                for c in self.ctx.calls if self.ctx.enclosing_function(c) is init)
+        return self._defaulted[key]
 
     def argparse_default(self, dest: str) -> Optional[Value]:
         """``dest``'s default in this file's argparse parser, else in exactly one other
@@ -344,17 +450,28 @@ class SizeValues:
 
     def _sequence(self, expr: ast.AST, depth: int) -> Optional[_Seq]:
         """The sequence (or dict) ``expr`` names: a literal, a name assigned one, a
-        module constant of another file, ``list(x)``, an item of a dict of them, a slice."""
+        module constant of another file, ``list(x)``, an item of a dict of them, a slice,
+        a comprehension (``[[c] * n for c, n in zip(widths, depths)]``: its element,
+        which stands for every item), ``[c] * n``, a parameter's call sites."""
         if expr is None or depth > _MAX_DEPTH:
             return None
         ctx = self.ctx
         kind = expr.__class__
         if kind in (ast.List, ast.Tuple):
+            if any(e.__class__ is ast.Starred for e in expr.elts):
+                return None
             return _Seq(list(expr.elts))
         if kind is ast.Dict:
             if any(k is None or k.__class__ is not ast.Constant for k in expr.keys):
                 return _Seq(list(expr.values))
             return _Seq(list(expr.values), [k.value for k in expr.keys])
+        if kind in (ast.ListComp, ast.GeneratorExp):
+            return _Seq([expr.elt])  # its names are bound by the comprehension's loops
+        if kind is ast.BinOp and expr.op.__class__ is ast.Mult:  # [c] * n
+            for seq_side in (expr.left, expr.right):
+                if seq_side.__class__ in (ast.List, ast.Tuple):
+                    return self._sequence(seq_side, depth + 1)
+            return None
         if kind is ast.Call and expr.func.__class__ is ast.Name and expr.func.id in ("list", "tuple", "reversed", "sorted") and len(expr.args) == 1:
             return self._sequence(expr.args[0], depth + 1)
         if kind is ast.Subscript:
@@ -363,13 +480,7 @@ class SizeValues:
                 return None
             if picked.keys is None and expr.slice.__class__ is ast.Slice:
                 return picked
-            merged: list = []
-            for item in picked.items:
-                inner = self._item_sequence(item, depth)
-                if inner is None:
-                    return None
-                merged += inner.items
-            return _Seq(merged, None, picked.origin)
+            return self._merged(picked.items, depth, picked.origin)
         if kind is ast.Name:
             return self._named_sequence(expr, depth)
         if kind is ast.Attribute:
@@ -380,42 +491,91 @@ class SizeValues:
                 stores = ctx.self_assignments(init).get(expr.attr, ()) if init is not None else ()
                 if len(stores) == 1 and stores[0].value is not None:
                     return self._sequence(stores[0].value, depth + 1)
-                return None
+                # stored again in a loop (`self.in_channels_list = self.layers[-1].in_channels_list`):
+                # the lists seen stored, each with its store
+                merged: list = []
+                for stmt in stores[:8]:
+                    seq = self._sequence(stmt.value, depth + 1) if stmt.value is not None else None
+                    if seq is not None and seq.keys is None:
+                        merged += _tagged(seq.items, seq.origin + (ctx.related(stmt, f"`self.{expr.attr}` is set here"),))
+                return _Seq(merged[: 4 * _MAX_VALUES], None) if merged else None
             if base.__class__ is ast.Name and ctx.project is not None:
                 module = ctx.import_path(base.id)  # import config as C; C.NUM_CHANNELS
                 if module is not None:
                     return self._imported_sequence(module, expr.attr)
         return None
 
+    def _merged(self, items: list, depth: int, origin: tuple = ()) -> Optional[_Seq]:
+        """The items of the sequences ``items`` are (each tagged with where its sequence
+        came from); None when one of them is no sequence."""
+        merged: list = []
+        for item in items[:_MAX_VALUES]:
+            inner = self._item_sequence(item, depth)
+            if inner is None:
+                return None
+            merged += _tagged(inner.items, inner.origin)
+        return _Seq(merged, None, origin)
+
     def _item_sequence(self, item, depth) -> Optional[_Seq]:
         if isinstance(item, Value):
             return None
         if isinstance(item, _Seq):
             return item
+        if isinstance(item, _Tagged):
+            inner = self._item_sequence(item.item, depth)
+            return None if inner is None else _Seq(inner.items, inner.keys, inner.origin + item.origin)
         return self._sequence(item, depth + 1)
 
     def _named_sequence(self, name: ast.Name, depth: int) -> Optional[_Seq]:
+        key = ("seq", id(name))
+        if key in self._active:
+            return None  # `channels = [... for ci in channels]`: the name's earlier value
+        self._active.add(key)
+        try:
+            return self._named_sequence_of(name, depth)
+        finally:
+            self._active.discard(key)
+
+    def _named_sequence_of(self, name: ast.Name, depth: int) -> Optional[_Seq]:
         ctx = self.ctx
+        loop = self._loop_binding(name)
+        if loop is not None:  # `[... for ci in channels]`: ci is any item of channels
+            return self._merged(loop.items, depth, loop.origin)
         func = ctx.enclosing_function(name)
         while func is not None:
             assigned = ctx.bindings(func).get(name.id, ())
             param, default = parameter(func, name.id)
             if assigned:
-                if param is not None or any(a.__class__ not in (ast.Assign, ast.AnnAssign) for a in assigned):
+                if param is not None:
                     return None
-                if len(assigned) == 1:
-                    return self._sequence(assigned[0].value, depth + 1)
-                # one width list per branch (`if widen_factor == 1.0: channels = [116, 232, 464]`):
-                # an index into it may pick an item of any of them
+                if len(assigned) == 1 and assigned[0].__class__ in (ast.Assign, ast.AnnAssign):
+                    seq = self._sequence(assigned[0].value, depth + 1)
+                    if seq is not None and not seq.origin:
+                        seq = _Seq(seq.items, seq.keys, (ctx.related(assigned[0], f"`{name.id}` is assigned here"),))
+                    return seq
+                # one width list per branch (`if widen_factor == 1.0: channels = [116, 232, 464]`),
+                # or a loop over lists of them: an index into it may pick an item of any of them
                 merged: list = []
                 for stmt in assigned[:8]:
-                    if stmt.value.__class__ not in (ast.List, ast.Tuple):
+                    if stmt.__class__ in (ast.Assign, ast.AnnAssign) and stmt.value is not None:
+                        seq = self._sequence(stmt.value, depth + 1)
+                        if seq is None or seq.keys is not None:
+                            return None
+                        note = ctx.related(stmt, f"`{name.id}` is assigned here")
+                        merged += _tagged(seq.items, seq.origin + (note,))
+                    elif stmt.__class__ in (ast.For, ast.AsyncFor):
+                        seq = self._loop_items(stmt.target, stmt.iter, name.id, depth)
+                        inner = self._merged(seq.items, depth, seq.origin) if seq is not None else None
+                        if inner is None:
+                            return None
+                        merged += _tagged(inner.items, inner.origin)
+                    else:
                         return None
-                    merged += stmt.value.elts
-                origin = tuple(ctx.related(a, f"`{name.id}` is assigned here") for a in assigned[:8])
-                return _Seq(merged[:_MAX_VALUES], None, origin)
+                return _Seq(merged[: 4 * _MAX_VALUES], None)
             if param is not None:
-                return self._sequence(default, depth + 1) if default is not None else None
+                if default is not None:
+                    return self._sequence(default, depth + 1)
+                return self._call_site_sequences(func, name.id, depth)
             func = ctx.enclosing_function(func)
         stmt = ctx.get(ModuleSequences).by_name.get(name.id)
         if stmt is not None:
@@ -427,6 +587,30 @@ class SizeValues:
         if origin is not None:  # from config import NUM_CHANNELS
             return self._imported_sequence(origin[0], origin[1])
         return None
+
+    def _call_site_sequences(self, func: ast.AST, name: str, depth: int) -> Optional[_Seq]:
+        """A list parameter without a default (``HRNet(channels=channels)``): the items of
+        the sequences the call sites in this file pass, each tagged with its site."""
+        key = (id(func), name)
+        if key in self._active or func.__class__ is ast.Lambda:
+            return None
+        evaluator = self.evaluator
+        calls, offset = evaluator._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        self._active.add(key)
+        try:
+            merged: list = []
+            for call in calls[:12]:
+                arg = evaluator._argument_at(call, name, position, depth)
+                seq = self._sequence(arg, depth + 1) if arg is not None else None
+                if seq is None or seq.keys is not None:
+                    continue
+                note = self.ctx.related(call, f"`{name}` is passed here")
+                merged += _tagged(seq.items, seq.origin + (note,))
+            return _Seq(merged[: 4 * _MAX_VALUES], None) if merged else None
+        finally:
+            self._active.discard(key)
 
     def _imported_sequence(self, module: str, name: str) -> Optional[_Seq]:
         found = self.ctx.project.named(ModuleSequences.KEY, name, module, exclude_path=self.ctx.path)
@@ -467,17 +651,23 @@ class SizeValues:
         return _Seq(seq.items, None, seq.origin)  # a loop index, a size name: any of them
 
     def _items_values(self, seq: Optional[_Seq], depth: int) -> list[Value]:
+        """The values of a sequence's items; one value per number, its trail the union of
+        the items' that have it (a width written in several lists names each of them)."""
         if seq is None:
             return []
-        out = []
-        for item in seq.items[:_MAX_VALUES]:
+        out: list = []
+        for item in seq.items[: 4 * _MAX_VALUES]:
+            extra = ()
+            if isinstance(item, _Tagged):
+                item, extra = item.item, item.origin
             if isinstance(item, Value):
-                out.append(item)
+                found = [Value(item.value, item.origin + extra, item.literal)]
             elif isinstance(item, _Seq):
                 continue
             else:
-                out += [Value(v.value, v.origin + seq.origin, v.literal) for v in self.values(item, depth + 1)]
-        return out
+                found = [Value(v.value, v.origin + extra + seq.origin, v.literal) for v in self.values(item, depth + 1)]
+            out += found
+        return _merge_by_value(out)
 
     # --- config defaults overridden where the config is built ----------------------------
 

@@ -17,3 +17,24 @@ def test_library_functions_are_info_and_model_code_is_not(amplint):
     assert found[("fft_conv.py", 17)]["severity"] == "warning"
     assert found[("einsum_wrappers.py", 18)]["message"].startswith("`tl.einsum`")
     assert not [k for k in found if k[0] == "library_script.py"]
+
+
+def test_functions_a_factory_returns_and_forward_calls_through_self_run_in_training(amplint):
+    proc = amplint("check", "fixtures/ops/library/factory_contraction.py",
+                   "--select", "AMP401", "--format", "json", "--no-cache")
+    assert proc.returncode == 1, proc.stderr
+    found = {f["line"]: f for f in json.loads(proc.stdout)}
+    # the two contractions get_contract_fun returns; the one it never returns stays quiet
+    assert sorted(found) == [10, 14]
+    assert all(f["severity"] == "warning" and f["message"].startswith("`tl.einsum`") for f in found.values())
+
+
+def test_a_kernel_keops_compiles_bound_through_partial_is_a_compiled_extension(amplint):
+    proc = amplint("check", "fixtures/ops/library/keops_reduction.py",
+                   "--select", "AMP401", "--format", "json", "--no-cache")
+    assert proc.returncode == 1, proc.stderr
+    found = {f["line"]: f for f in json.loads(proc.stdout)}
+    # log_conv: partial(softmin_online, log_conv=keops_lse(...)), keops_lse returning
+    # generic_logsumexp(...); plain_softmin's `reduce` is bound to nothing KeOps built
+    assert sorted(found) == [11]
+    assert "compiled extension" in found[11]["message"]
