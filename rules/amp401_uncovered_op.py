@@ -37,7 +37,8 @@ not cover and that no linted file registers:
   import einsum`, and the tuple form `torch.einsum("...", (a, b))`), `torch.tensordot`,
   `opt_einsum.contract`, another package's einsum wrapper (`tl.einsum` from tensorly,
   `FC.einsum` from torch_complex), `torch.outer`/`ger`/`inner`/`kron` (an outer product of
-  positions is a position table, left to AMP602);
+  positions is a position table, left to AMP602); `info` when every operand comes from the
+  module's parameters and fresh tensors only (Mega's EMA kernel: fp32 under O1, no mixing);
 - ops with no fp16/bf16 kernel, under either policy where it leaves them uncovered:
   `torch.linalg.inv`/`solve`/`cholesky`/`eigh`/`svd`/`det`/`slogdet`/`qr`/`lstsq`/`pinv`...,
   `torch.inverse`/`det`/`logdet`/`svd`/`cholesky`/`pinverse` (also as tensor methods,

@@ -26,7 +26,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.amp import policy
 from amplint.analysis import ops, position_tables, positions
-from amplint.analysis import function_dtypes
+from amplint.analysis import function_dtypes, module_state
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
 from amplint.dtypes import DtypeClass
 from amplint.rule import Edit, Fix, Severity
@@ -372,6 +372,11 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
         message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `RuntimeError: expected scalar "
                    f"type ...` on mixed fp16/fp32 inputs (apex #895); register it to run in half")
         severity = Severity.INFO if short in policy.OUTER_PRODUCTS else Severity.WARNING
+        tensors = _tensor_operands(node, fam)
+        if tensors and all(module_state.from_module_state(ctx, t) for t in tensors):
+            severity = Severity.INFO  # Mega's EMA kernel: fp32 parameters, no activation to mix with
+            message += ("; here every operand comes from the module's parameters (no activation), so "
+                        "under O1 it runs in fp32 with matching dtypes: no error, only no Tensor Cores")
     else:
         problem = ("has no fp16/bf16 kernel (raises on half input)" if fam == ops.FP32_ONLY else
                    "runs in half only for power-of-two sizes on CUDA, not at all on CPU")
