@@ -14,6 +14,7 @@ from amplint.analysis.constants import (
     tensor_name,
 )
 from amplint.analysis.calls import argument
+from amplint.analysis.padded_rows import added_to_softmax_scores, diagonal_inf_triangle, padded_query_rows
 from amplint.fixes import finfo_text
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -51,6 +52,10 @@ cover a whole row.
   one (a left-padded prefix keeps no key): `warning`. A padding mask is a name, helper or
   source mentioning `pad`, `attention_mask`, lengths... followed back through local names
   and `self.X` assignments in any method.
+- Whatever the names say, `warning` also for: the union of a query mask and a key mask
+  broadcast against each other (`~(q_mask[:, :, None] * kv_mask[:, None, :])`, LoFTR); a
+  padding mask viewed as a sliding window of keys (`as_strided` / `unfold`) or added to
+  scores that carry a `triu + tril` band (LightHuBERT); `triu(-inf, diagonal=0)` (row 0).
 - A mask the linter cannot classify (a `mask` argument): `info`.
 - A padding mask alone (`key_padding_mask`, `make_pad_mask(lengths)`, `attention_mask ==
   0`) is not flagged: it masks keys, and every sequence keeps its real positions (length
@@ -339,9 +344,12 @@ parameter default, the use is not rewritten (a caller may pass another value).
         value = self._is_neg_inf(ctx, value_expr)
         if value is None:
             return
-        if not feeds_softmax(ctx, node, produced, SOFTMAX_ATTRS + ATTENTION_CONSUMERS):
+        if (not feeds_softmax(ctx, node, produced, SOFTMAX_ATTRS + ATTENTION_CONSUMERS)
+                and added_to_softmax_scores(ctx, node) is None):  # bias = ...fill(-inf); scores += bias
             return
         kind = mask_kind(ctx, mask, node) if mask is not None else "unknown"
+        rows = padded_query_rows(ctx, node, mask, kind)
+        kind = "pairwise" if rows is not None else kind
         if kind in ("causal", "padding"):
             return  # a padding mask alone masks keys: every sequence keeps its real positions
         if _self_threshold(mask, target):
@@ -357,7 +365,9 @@ parameter default, the use is not rewritten (a caller may pass another value).
         shown = ctx.segment(value_expr)
         literal = isinstance(value_expr, (ast.Call, ast.UnaryOp))
         desc = f"`{shown}`" if literal else f"`{shown}` (= -inf)"
-        if kind == "pairwise":
+        if rows in _ROW_REASONS:
+            message = f"{desc} fill before a softmax: {_ROW_REASONS[rows]}, so that row becomes NaN, in every dtype"
+        elif kind == "pairwise":
             message = (f"{desc} fill before a softmax: the mask pads queries as well as keys (or adds "
                        "padding to a causal mask), so a padded row is masked entirely and becomes NaN, "
                        "in every dtype")
@@ -371,6 +381,9 @@ parameter default, the use is not rewritten (a caller may pass another value).
     def visit_Call(self, node: ast.Call, ctx) -> None:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name == "triu":
+            self._check_triangle(ctx, node)
+            return
         if name not in ("masked_fill", "masked_fill_", "where"):
             return
         qn = ctx.qualname(func)
@@ -395,6 +408,16 @@ parameter default, the use is not rewritten (a caller may pass another value).
         produced = {target.id} if name.endswith("_") and isinstance(target, ast.Name) else None
         self._check(ctx, node, value, mask, target, produced)
 
+    def _check_triangle(self, ctx, node: ast.Call) -> None:
+        """``scores += torch.triu(-inf, diagonal=0)``: the diagonal is masked too."""
+        if not ctx.state(self):
+            return
+        d = diagonal_inf_triangle(ctx, node, lambda e: self._is_neg_inf(ctx, e) is not None)
+        if d is not None:
+            ctx.report(self, node, f"`triu` of -inf with diagonal={d} before a softmax masks the diagonal too: "
+                       "the first row is all -inf and becomes NaN, in every dtype (a causal mask uses "
+                       "diagonal=1)", severity=Severity.WARNING)
+
     def visit_Assign(self, node: ast.Assign, ctx) -> None:
         if not ctx.state(self) or len(node.targets) != 1 or node.targets[0].__class__ is not ast.Subscript:
             return
@@ -406,6 +429,14 @@ parameter default, the use is not rewritten (a caller may pass another value).
         target = tensor_name(sub)
         produced = {target.id} if isinstance(target, ast.Name) else None
         self._check(ctx, node.value, node.value, sub.slice, sub, produced)
+
+
+#: why a mask empties a row although its name says padding or nothing (analysis.padded_rows)
+_ROW_REASONS = {
+    "outer": "the mask fills the union of a query mask and a key mask (an outer product), so a masked query has every key masked",
+    "window": "a padding mask over a sliding window of keys: a padded query whose whole window is padding keeps no key",
+    "band": "a mask added to scores that already carry a band (sliding-window) mask: a query whose band it covers keeps no key",
+}
 
 
 def _zeroed_after(ctx, node: ast.AST, mask: ast.AST) -> bool:

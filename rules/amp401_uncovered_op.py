@@ -37,7 +37,8 @@ not cover and that no linted file registers:
   import einsum`, and the tuple form `torch.einsum("...", (a, b))`), `torch.tensordot`,
   `opt_einsum.contract`, another package's einsum wrapper (`tl.einsum` from tensorly,
   `FC.einsum` from torch_complex), `torch.outer`/`ger`/`inner`/`kron` (an outer product of
-  positions is a position table, left to AMP602);
+  positions is a position table, left to AMP602); `info` when every operand comes from the
+  module's parameters and fresh tensors only (Mega's EMA kernel: fp32 under O1, no mixing);
 - ops with no fp16/bf16 kernel, under either policy where it leaves them uncovered:
   `torch.linalg.inv`/`solve`/`cholesky`/`eigh`/`svd`/`det`/`slogdet`/`qr`/`lstsq`/`pinv`...,
   `torch.inverse`/`det`/`logdet`/`svd`/`cholesky`/`pinverse` (also as tensor methods,
@@ -47,8 +48,10 @@ not cover and that no linted file registers:
   neither `@torch.amp.custom_fwd` nor an `@amp.*_function` decorator: reported once, at the
   `class` line (where the decorator is missing), with each `.apply` call as a related location;
   also when it is called through a module-level alias (`sparsemax = SparsemaxFunction.apply`) or
-  exported by a public one; `.apply` of a Function imported from another package
-  (`CausalDotProduct.apply(q, k, v)`) is flagged at the call;
+  exported by a public one or `__all__`; `.apply` of a Function imported from another package
+  (`CausalDotProduct.apply(q, k, v)`) is flagged at the call. A Function whose forward and
+  backward only return inputs through dtype-keeping ops (DeBERTa's `XDropout`: `masked_fill`
+  and a scalar multiply) is `info`, with no fix: it computes in any dtype;
 - calls through `torch.ops.<namespace>.<op>` and into compiled extension modules the file imports
   (`import fused_layer_norm_cuda`, `torch.utils.cpp_extension.load(...)`): no policy sees them.
 
@@ -471,7 +474,8 @@ the forward computes in); it adds `@amp.float_function` only in a project on tha
             name.col_offset = ctx.line_text(cls.lineno).index(cls.name, cls.col_offset)
             name.end_col_offset = name.col_offset + len(cls.name)
             ctx.report(self, name, uses[0].message, fix=uses[0].fix, severity=uses[0].severity,
-                       related=[ctx.related(u.node, f"`{cls.name}.apply` called here") for u in uses])
+                       related=[ctx.related(u.node, f"`{cls.name}` exported here" if isinstance(u.node, ast.Constant)
+                                            else f"`{cls.name}.apply` called here") for u in uses])
 
     # --- what counts as covered ------------------------------------------------------
 

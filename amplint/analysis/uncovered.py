@@ -26,6 +26,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.amp import policy
 from amplint.analysis import ops, position_tables, positions
+from amplint.analysis import function_dtypes, module_state
 from amplint.analysis.calls import amp_alias, module_level_names, torch_alias
 from amplint.dtypes import DtypeClass
 from amplint.rule import Edit, Fix, Severity
@@ -325,6 +326,8 @@ class CallSurvey:
                     isinstance(t, ast.Name) and not t.id.startswith("_") and t.id in self.apply_aliases(ctx)
                     for t in stmt.targets):
                 self.uses.append(Use(stmt.value, "function", stmt.value.value.id, exported=True))
+        self.uses.extend(_listed_functions(ctx, self))
+
 
     def extensions(self, ctx) -> set:
         if self._extensions is None:
@@ -444,6 +447,11 @@ def _check_op(ctx, use: Use, engine: str, registered: set) -> Optional[Pending]:
         message = (f"`{shown}` {how}: fp32 without Tensor Cores, or `RuntimeError: expected scalar "
                    f"type ...` on mixed fp16/fp32 inputs (apex #895); register it to run in half")
         severity = Severity.INFO if short in policy.OUTER_PRODUCTS else Severity.WARNING
+        tensors = _tensor_operands(node, fam)
+        if tensors and all(module_state.from_module_state(ctx, t) for t in tensors):
+            severity = Severity.INFO  # Mega's EMA kernel: fp32 parameters, no activation to mix with
+            message += ("; here every operand comes from the module's parameters (no activation), so "
+                        "under O1 it runs in fp32 with matching dtypes: no error, only no Tensor Cores")
     else:
         problem = ("has no fp16/bf16 kernel (raises on half input)" if fam == ops.FP32_ONLY else
                    "runs in half only for power-of-two sizes on CUDA, not at all on CPU")
@@ -555,6 +563,24 @@ def _position_table(ctx, call: ast.Call) -> bool:
         positions.is_position_like(ctx, operand) for operand in found[1:])
 
 
+def _listed_functions(ctx, survey: "CallSurvey") -> list:
+    """Custom Functions named in the module's ``__all__`` and applied nowhere in it
+    (DeBERTa's ``ops.XSoftmax``): the module exports them for its importers' models, which
+    call ``.apply`` -- one use each, at the ``__all__`` entry."""
+    classes = survey.function_classes(ctx)
+    applied = {u.qualname for u in survey.uses if u.kind == "function"}
+    out = []
+    for stmt in ctx.tree.body:
+        if not (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets)
+                and isinstance(stmt.value, (ast.List, ast.Tuple))):
+            continue
+        for entry in stmt.value.elts:
+            if isinstance(entry, ast.Constant) and entry.value in classes and entry.value not in applied:
+                applied.add(entry.value)
+                out.append(Use(entry, "function", entry.value, exported=True))
+    return out
+
+
 def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered: set) -> Optional[Pending]:
     node, cls_name = use.node, use.qualname
     cls = survey.function_classes(ctx)[cls_name]
@@ -616,6 +642,13 @@ def _check_function(ctx, survey: "CallSurvey", use: Use, engine: str, registered
         message = (f"`{cls_name}.apply`: the custom autograd Function gets half inputs at "
                    f"{ctx.settings.opt_level}; cast them to fp32 inside `forward` if its kernel needs fp32")
     fix = Fix(edits, "unsafe", "Run the Function's forward in fp32 (custom_fwd / custom_bwd)") if edits else None
+    keeping = function_dtypes.dtype_keeping_ops(ctx, cls)
+    if keeping is not None:  # XDropout: masked_fill and a scalar multiply compute in any dtype
+        done = " and ".join(keeping) if keeping else "no op"
+        message = (f"`{cls_name}.apply`: a custom autograd Function on no cast list, but its forward and "
+                   f"backward only do {done}, which keep the input's dtype: fp16 inputs are fine and "
+                   f"nothing needs casting")
+        return Pending(node, message, Severity.INFO, None, None, at=cls)
     return Pending(node, message, Severity.WARNING, None, fix, at=cls)
 
 

@@ -48,6 +48,10 @@ def annotation_class(ctx, base: ast.AST, use: ast.AST) -> Optional[str]:
     func = ctx.enclosing_function(use)
     while func is not None:
         param, _ = parameter(func, base.id)
+        if param is not None and param.annotation is None:
+            # `def __init__(self, config)` in a transformers modeling file: the config the
+            # file's PreTrainedModel declares (`config_class = DebertaConfig`)
+            return ctx.get(ModelConfigClass).name if is_config_expr(base) else None
         if param is not None:
             ann = param.annotation
             if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
@@ -183,3 +187,21 @@ class LocalConfigs:
 
     def __init__(self, ctx):
         self.by_name: dict[str, ast.ClassDef] = {c.name: c for c in ctx.classes.values() if is_config_class(c)}
+
+
+class ModelConfigClass:
+    """The config class this file's models declare -- ``config_class = DebertaConfig`` on
+    a ``PreTrainedModel`` subclass -- when they all name the same one:
+    ``ctx.get(ModelConfigClass).name``.  The layers of such a file take that config as an
+    unannotated ``config`` parameter."""
+
+    def __init__(self, ctx):
+        names = set()
+        for cls in ctx.classes.values():
+            for stmt in cls.body:
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                        and stmt.targets[0].id == "config_class"):
+                    value = stmt.value
+                    names.add(value.id if isinstance(value, ast.Name) else value.attr
+                              if isinstance(value, ast.Attribute) else None)
+        self.name: Optional[str] = names.pop() if len(names) == 1 else None

@@ -866,7 +866,7 @@ EXAMPLES = {
                 """),
         ],
         [
-            # custom autograd Function (torch policy): custom_fwd / custom_bwd, unsafe
+            # custom autograd Function (torch policy): custom_fwd / custom_bwd, unsafe (exp: not dtype-keeping, unlike a bare `x * 2`, which is info)
             Invalid("""
                 import torch
                 from torch import nn
@@ -875,7 +875,7 @@ EXAMPLES = {
                 class Scale(torch.autograd.Function):
                     @staticmethod
                     def forward(ctx, x):
-                        return x * 2
+                        return x.exp() * 2
 
                     @staticmethod
                     def backward(ctx, g):
@@ -896,7 +896,7 @@ EXAMPLES = {
                         @staticmethod
                         @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
                         def forward(ctx, x):
-                            return x * 2
+                            return x.exp() * 2
 
                         @staticmethod
                         @torch.amp.custom_bwd(device_type="cuda")
@@ -917,7 +917,7 @@ EXAMPLES = {
                 class Scale(Function):
                     @staticmethod
                     def forward(ctx, x):
-                        return x * 2
+                        return x.exp() * 2
                     @staticmethod
                     def backward(ctx, g):
                         return g * 2
@@ -934,7 +934,7 @@ EXAMPLES = {
                         @staticmethod
                         @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
                         def forward(ctx, x):
-                            return x * 2
+                            return x.exp() * 2
                         @staticmethod
                         @torch.amp.custom_bwd(device_type="cpu")
                         def backward(ctx, g):
