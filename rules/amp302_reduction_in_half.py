@@ -426,9 +426,7 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
             return
         if isinstance(operand, ast.Constant) or reductions.bounded_reduction(ctx, node, attr, operand, is_method):
             return
-        if attr in ("sum", "nansum", "cumsum") and (reductions.convex_combination(ctx, node, operand, is_method)
-                                                     or reductions.sum_of_stacked_terms(ctx, node, operand, is_method)
-                                                     or reductions.sum_over_short_view_dim(ctx, node, operand, is_method)):
+        if attr in ("sum", "nansum", "cumsum") and reductions.sum_of_few_terms(ctx, node, operand, is_method):
             return
         exponent = None
         if attr == "pow":

@@ -1,0 +1,69 @@
+"""AMP302 through the CLI: idioms of real projects whose sums cannot overflow, and the
+look-alikes that still do."""
+import json
+import textwrap
+
+# recommender / graph models: each field's embedding row summed over the fields
+FIELD_SUMS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class FieldEmbedding(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.embedding = nn.Embedding(n, d)
+
+    def forward(self, ids):
+        rows = self.embedding(ids)
+        return rows
+
+class Linear(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.fc = nn.Embedding(n, 1)
+        self.fields = FieldEmbedding(n, d)
+
+    def forward(self, ids, codes, table, seq):
+        first = torch.sum(self.fc(ids), dim=1)
+        second = self.fields(ids).sum(dim=1)
+        third = F.embedding(codes, table).sum(dim=0)
+        terms = []
+        for s in seq:
+            terms.append(s.mean(dim=1, keepdim=True))
+        fourth = torch.sum(torch.cat(terms, dim=1), dim=1)
+        return first + second + third + fourth
+"""
+
+# a factorisation machine squares the sum of its fields: still reported
+FM_SQUARED = """
+import torch
+import torch.nn as nn
+
+class FM(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.embedding = nn.Embedding(n, d)
+
+    def forward(self, ids, x):
+        square_of_sum = torch.sum(self.embedding(ids), dim=1) ** 2
+        s = self.embedding(ids).sum(1)
+        long = torch.cat([x, x], dim=2).sum(1)
+        return square_of_sum - s * s + long
+"""
+
+
+def _amp302_lines(amplint, tmp_path, source, *options):
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(source))
+    proc = amplint("check", "--select", "AMP302", "--output-format", "json", "--no-cache", *options, str(path), cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    return sorted(f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP302")
+
+
+def test_sums_of_embedding_rows_over_fields_are_not_reported(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, FIELD_SUMS) == []
+
+
+def test_a_squared_field_sum_is_still_reported(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, FM_SQUARED) == [11, 12, 13]
