@@ -67,3 +67,26 @@ def test_sums_of_embedding_rows_over_fields_are_not_reported(amplint, tmp_path):
 
 def test_a_squared_field_sum_is_still_reported(amplint, tmp_path):
     assert _amp302_lines(amplint, tmp_path, FM_SQUARED) == [11, 12, 13]
+
+
+# gates bounded on both branches of an `if` stay bounded; a bound set on one branch only
+# is not one (the earlier, unbounded value may reach the sum)
+GATES = """
+import torch
+import torch.nn as nn
+
+class G(nn.Module):
+    def forward(self, gates, x, mask):
+        if mask is None:
+            gates = torch.sigmoid(gates)
+        else:
+            gates = torch.sigmoid(gates + mask.unsqueeze(-1))
+        if self.squash:
+            x = torch.sigmoid(x)
+        degrees = torch.sum(gates, dim=2, keepdim=True)
+        return degrees + torch.sum(x, dim=2)
+"""
+
+
+def test_bounds_on_both_branches_hold_and_on_one_branch_do_not(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, GATES, "--opt-level", "O2") == [14]

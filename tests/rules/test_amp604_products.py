@@ -50,3 +50,56 @@ def test_cli_amp604_reports_products_formed_before_the_scaling(tmp_path, amplint
     proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
     found = {f["line"]: sorted(r["line"] for r in f["related"]) for f in json.loads(proc.stdout) if f["code"] == "AMP604"}
     assert found == {10: [7, 8], 17: [15], 23: [], 30: [28], 34: []}, proc.stdout
+
+
+# LSH / shared-QK attention (reformer): the keys are l2-normalised, through a `.type(...)`
+# cast, a layout-only `map(lambda ...)`, a local helper and a padded, sliced look-around,
+# so |q . k| <= |q|: not reported; the same product with raw keys is, and so are keys
+# normalised only under an `if`
+NORMALISED_KEYS = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    def look_around(x, backward=1, forward=0, pad_value=-1, dim=2):
+        t = x.shape[1]
+        padded_x = F.pad(x, (0, 0, backward, forward), value=pad_value)
+        tensors = [padded_x[:, ind:(ind + t), ...] for ind in range(forward + backward + 1)]
+        return torch.cat(tensors, dim=dim)
+
+
+    class LSH(nn.Module):
+        def forward(self, bqk, qk, v, dim):
+            bq = bqk
+            bk = F.normalize(bqk, p=2, dim=-1).type(bq.type())
+
+            def look_one_back(x):
+                x_extra = torch.cat([x[:, -1:, ...], x[:, :-1, ...]], dim=1)
+                return torch.cat([x, x_extra], dim=2)
+
+            bk = look_one_back(bk)
+            dots = torch.einsum('bhie,bhje->bhij', bq, bk) * (dim ** -0.5)
+            k = F.normalize(qk, 2, dim=-1).type(bq.type())
+            bucket_fn = lambda t: t.reshape(2, 3, 4, -1)
+            cq, ck, cv = map(bucket_fn, (bq, k, v))
+            ck = look_around(ck)
+            dots2 = torch.einsum('bhie,bhje->bhij', cq, ck) * (dim ** -0.5)
+            raw = torch.einsum('bhie,bhje->bhij', cq, look_around(cv)) * (dim ** -0.5)
+            return dots + dots2 + raw
+
+
+    class MaybeShared(nn.Module):
+        def forward(self, q, k, e):
+            if self.shared_qk:
+                k = F.normalize(k, 2, dim=-1).type_as(q)
+            return torch.einsum('bhie,bhje->bhij', q, k) * (e ** -0.5)
+    """)
+
+
+def test_cli_amp604_keys_normalised_through_casts_maps_and_helpers(tmp_path, amplint):
+    src = tmp_path / "lsh.py"
+    src.write_text(NORMALISED_KEYS)
+    proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
+    # the raw product, and keys normalised only on one branch
+    assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [29, 37], proc.stdout
