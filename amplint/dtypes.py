@@ -58,6 +58,45 @@ def _dtype_set(ctx, expr: ast.AST) -> Optional[frozenset]:
     return None if name is None else frozenset({name})
 
 
+def full_precision_attribute(ctx, attr: ast.Attribute) -> Optional[DtypeClass]:
+    """``self.dtype`` that the class only ever sets to fp32 / fp64: a literal, or a
+    parameter the same method asserts is one (audiocraft's rotary embedding: ``assert dtype
+    in [torch.float64, torch.float32]; self.dtype = dtype``).  A module has no ``dtype`` of
+    its own, so without such an assignment it is the activations' (None here)."""
+    if not (attr.attr == "dtype" or attr.attr.endswith("_dtype")):
+        return None
+    cls = ctx.enclosing_class(attr)
+    if cls is None:
+        return None
+    found = set()
+    for klass in (cls, *ctx.base_classes(cls)):
+        for method in klass.body:
+            if method.__class__ not in (ast.FunctionDef, ast.AsyncFunctionDef):
+                continue
+            for stmt in ctx.self_assignments(method).get(attr.attr, ()):
+                value = stmt.value
+                names = _dtype_set(ctx, value)
+                if names is None and value.__class__ is ast.Name:
+                    names = _asserted_dtypes(ctx, method, value.id)
+                if not names or not names <= {"float32", "float64"}:
+                    return None
+                found |= names
+    if not found:
+        return None
+    return DtypeClass.FP32 if "float32" in found else DtypeClass.FP64
+
+
+def _asserted_dtypes(ctx, method: ast.AST, name: str) -> Optional[frozenset]:
+    """The dtypes ``assert name in (...)`` / ``assert name == torch.float32`` at the top
+    level of ``method`` allows."""
+    for stmt in method.body:
+        test = stmt.test if stmt.__class__ is ast.Assert else None
+        if (test.__class__ is ast.Compare and len(test.ops) == 1 and test.ops[0].__class__ in (ast.In, ast.Eq)
+                and test.left.__class__ is ast.Name and test.left.id == name):
+            return _dtype_set(ctx, test.comparators[0])
+    return None
+
+
 def is_dtype_probe(expr: ast.AST) -> bool:
     """``x.dtype``, ``self.weight.dtype``, ``dtype``, ``hidden_dtype``."""
     if isinstance(expr, ast.Attribute):
@@ -423,6 +462,10 @@ class DtypeFlow:
         name = dtype_literal(self.ctx, expr)
         if name is not None:
             return _CLASS_OF_DTYPE.get(name, DtypeClass.UNKNOWN)
+        if expr.__class__ is ast.Attribute and expr.value.__class__ is ast.Name and expr.value.id == "self":
+            fixed = full_precision_attribute(self.ctx, expr)
+            if fixed is not None:
+                return fixed
         if isinstance(expr, ast.Attribute) and expr.attr == "dtype":
             return self._borrowed(expr.value)
         if self.borrowed_activations and is_dtype_probe(expr):

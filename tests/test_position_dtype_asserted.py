@@ -1,0 +1,45 @@
+"""AMP601 / AMP602 through the CLI: a rotary embedding whose ``self.dtype`` the class only
+sets from a parameter it asserts is fp32 / fp64 (audiocraft's ``assert dtype in
+[torch.float64, torch.float32]``) builds its positions and angles in full precision: not
+reported. Without the assertion the dtype may be the activations': still reported."""
+import json
+import textwrap
+
+ROPE = """
+import torch
+import torch.nn as nn
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim, max_period=10000.0, device=None, dtype=torch.float32):
+        super().__init__()
+        CHECK
+        self.dtype = dtype
+        adim = torch.arange(0, dim, 2, device=device, dtype=dtype)[: (dim // 2)]
+        frequencies = 1.0 / (max_period ** (adim / dim))
+        self.register_buffer("frequencies", frequencies)
+
+    def get_rotation(self, start, end):
+        idx = torch.arange(end, device=self.frequencies.device, dtype=self.dtype)
+        angles = torch.outer(idx, self.frequencies)
+        return torch.polar(torch.ones_like(angles), angles)
+
+    def forward(self, x, start=0):
+        rotation = self.get_rotation(start, start + x.shape[1])
+        return x * rotation
+"""
+
+
+def _lines(amplint, tmp_path, check):
+    path = tmp_path / "rope.py"
+    path.write_text(textwrap.dedent(ROPE).replace("CHECK", check))
+    proc = amplint("check", "--select", "AMP601,AMP602", "--output-format", "json", "--no-cache", str(path), cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    return sorted((f["line"], f["code"]) for f in json.loads(proc.stdout))
+
+
+def test_asserted_full_precision_dtype_is_not_half(amplint, tmp_path):
+    assert _lines(amplint, tmp_path, "assert dtype in [torch.float64, torch.float32]") == []
+
+
+def test_unchecked_dtype_parameter_is_still_reported(amplint, tmp_path):
+    assert _lines(amplint, tmp_path, "pass") == [(15, "AMP601"), (16, "AMP602")]
