@@ -1160,7 +1160,37 @@ class DtypeFlow:
                         return False
                 if anc.name == "__init__":
                     return False
+            elif anc.__class__ is ast.ClassDef and anc.name in ctx.get(TorchFallbacks).dead:
+                return False
         return True
+
+
+class TorchFallbacks:
+    """Classes of the file used only as the fallback of a torch class that every
+    supported torch has: ``GELU = nn.GELU if hasattr(nn, 'GELU') else GELU_`` (or
+    ``getattr(nn, 'GELU', GELU_)``), the class named nowhere else.  Their code never runs.
+    Found from the module's top-level assignments, only when the file calls ``hasattr`` /
+    ``getattr``."""
+
+    def __init__(self, ctx):
+        self.dead: frozenset = frozenset()
+        if "hasattr(" not in ctx.source and "getattr(" not in ctx.source:
+            return
+        found = set()
+        for stmt in ctx.tree.body:
+            value = stmt.value if stmt.__class__ is ast.Assign else None
+            fallback = None
+            if (value.__class__ is ast.IfExp and value.test.__class__ is ast.Call
+                    and value.test.func.__class__ is ast.Name and value.test.func.id == "hasattr"
+                    and len(value.test.args) == 2 and (ctx.qualname(value.test.args[0]) or "").startswith("torch")):
+                fallback = value.orelse
+            elif (value.__class__ is ast.Call and value.func.__class__ is ast.Name and value.func.id == "getattr"
+                  and len(value.args) == 3 and (ctx.qualname(value.args[0]) or "").startswith("torch")):
+                fallback = value.args[2]
+            if fallback.__class__ is ast.Name and fallback.id in ctx.classes:
+                if len(re.findall(rf"\b{re.escape(fallback.id)}\b", ctx.source)) == 2:  # its class line and here
+                    found.add(fallback.id)
+        self.dead = frozenset(found)
 
 
 class ExplicitDtypeFlow(DtypeFlow):

@@ -69,12 +69,16 @@ def _is_logits_spec(spec: ast.AST) -> bool:
     inputs = lhs.split(",")
     if len(inputs) != 2:
         return False
-    tokens = [set(part.split()) if " " in part.strip() else set(part.strip()) for part in inputs]
+    orders = [part.split() if " " in part.strip() else list(part.strip()) for part in inputs]
+    tokens = [set(order) for order in orders]
     out_tokens = set(out.split()) if " " in out.strip() else set(out.strip())
     contracted = (tokens[0] & tokens[1]) - out_tokens
     own = (tokens[0] - tokens[1]) & out_tokens, (tokens[1] - tokens[0]) & out_tokens
     batch = tokens[0] & tokens[1] & out_tokens  # heads / batch: q and k share them, a weight does not
-    return bool(contracted) and all(own) and bool(batch)
+    # q and k lay the contracted feature out alike (`bhid,bhjd`); `attn @ v` contracts the
+    # last index of one with an inner index of the other (`bhij,bhjd`)
+    alike = all(orders[0][::-1].index(t) == orders[1][::-1].index(t) for t in contracted)
+    return bool(contracted) and all(own) and bool(batch) and alike
 
 
 def _is_scale(ctx, expr: ast.AST, op: ast.operator, depth: int = 0) -> bool:

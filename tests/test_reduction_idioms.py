@@ -90,3 +90,31 @@ class G(nn.Module):
 
 def test_bounds_on_both_branches_hold_and_on_one_branch_do_not(amplint, tmp_path):
     assert _amp302_lines(amplint, tmp_path, GATES, "--opt-level", "O2") == [14]
+
+
+# a hand-written GELU kept only as the fallback of `nn.GELU` (torch < 1.2) never runs;
+# the same class used directly does
+GELU_FALLBACK = """
+import math
+import torch
+from torch import nn
+
+class GELU_(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+GELU = nn.GELU if hasattr(nn, 'GELU') else GELU_
+
+class Gelu2(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+class FF(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act, self.act2 = GELU(), Gelu2()
+"""
+
+
+def test_a_dead_fallback_of_a_torch_class_is_not_reported(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, GELU_FALLBACK) == [14]

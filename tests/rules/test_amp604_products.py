@@ -103,3 +103,29 @@ def test_cli_amp604_keys_normalised_through_casts_maps_and_helpers(tmp_path, amp
     proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
     # the raw product, and keys normalised only on one branch
     assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [29, 37], proc.stdout
+
+
+# `attn @ v` written as an einsum contracts the last index of one operand with an inner
+# index of the other; scaling its output (a learned per-head scale, a degree scaler) is not
+# scaling logits. q . k lays the contracted feature out alike in both operands.
+ATTN_TIMES_V = textwrap.dedent("""\
+    import torch
+    from torch import einsum, nn
+
+
+    class Heads(nn.Module):
+        def forward(self, attn, v, q, k):
+            out = einsum('b h i j, b h j d -> b h i d', attn, v)
+            out = out * self.head_scale_params
+            agg = torch.einsum("blmh,bmkh->blkh", attn, v)
+            agg = agg * self.degree_scalers
+            sim = torch.einsum("bldh,bmdh->blmh", q, k) * self.scale
+            return out, agg, sim
+    """)
+
+
+def test_cli_amp604_attention_times_values_is_not_logits(tmp_path, amplint):
+    src = tmp_path / "heads.py"
+    src.write_text(ATTN_TIMES_V)
+    proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
+    assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [11], proc.stdout
