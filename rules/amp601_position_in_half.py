@@ -236,6 +236,8 @@ class RotaryEmbedding(nn.Module):
         prec = ctx.precision_of(cast)
         if prec is None or prec.kind != "half":
             return
+        if positions.frequency_index(ctx, node):
+            return  # `exp(arange(d / 2) * -c)`: a sinusoid's frequency index along the width, not a position
         half = prec.half
         func = ctx.enclosing_function(node)
         if half.mode == "activation" and func is not None and func.name == "__init__":

@@ -43,3 +43,31 @@ def test_asserted_full_precision_dtype_is_not_half(amplint, tmp_path):
 
 def test_unchecked_dtype_parameter_is_still_reported(amplint, tmp_path):
     assert _lines(amplint, tmp_path, "pass") == [(15, "AMP601"), (16, "AMP602")]
+
+
+# a sinusoid's frequency index along the feature width reaches only an exponent: not a
+# position; the positions cast beside it still are
+SINUSOID = """
+import torch
+import torch.nn as nn
+
+def create_sin_embedding(positions, dim, max_period=10000, dtype=torch.float32):
+    half_dim = dim // 2
+    positions = positions.to(dtype)
+    adim = torch.arange(half_dim, device=positions.device, dtype=dtype).view(1, 1, -1)
+    phase = positions / (max_period ** (adim / (half_dim - 1)))
+    inv = torch.exp(torch.arange(dim / 2, device=positions.device).type(dtype) * -0.1)
+    return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1), inv
+
+class Encoder(nn.Module):
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device).view(1, -1, 1)
+        return x + create_sin_embedding(positions, 512, dtype=x.dtype)[0]
+"""
+
+
+def test_frequency_indices_are_not_positions(amplint, tmp_path):
+    path = tmp_path / "sin.py"
+    path.write_text(textwrap.dedent(SINUSOID))
+    proc = amplint("check", "--select", "AMP601", "--output-format", "json", "--no-cache", str(path), cwd=tmp_path)
+    assert sorted(f["line"] for f in json.loads(proc.stdout)) == [7], proc.stdout
