@@ -352,6 +352,12 @@ _DATA_PARAMETERS = frozenset(
     + "pos coords coors coordinates xyz".split())
 _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
+#: torch layers whose ``weight`` / ``bias`` a subclass inherits as parameters
+_TORCH_WEIGHTED_LAYER = re.compile(
+    r"torch\.nn\.(Linear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|LayerNorm|GroupNorm|BatchNorm[123]d)$")
+#: ops returning two tensors in the operand's dtype / (values, integer indices)
+_SAME_DTYPE_PAIRS = frozenset({"std_mean", "var_mean", "aminmax"})
+_VALUES_INDICES = frozenset({"max", "min", "sort", "topk", "kthvalue", "median", "mode", "cummax", "cummin"})
 _CUSTOM_FWD = frozenset({"torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd"})
 _PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.ParameterList",
                         "torch.nn.ParameterDict"})
@@ -381,6 +387,17 @@ def join(a: DtypeClass, b: DtypeClass) -> DtypeClass:
     if {a, b} <= {DtypeClass.FP32, DtypeClass.FP64}:
         return DtypeClass.FP32
     return DtypeClass.UNKNOWN
+
+
+def join_setting(a: DtypeClass, b: DtypeClass) -> DtypeClass:
+    """The class of a module attribute set to one of ``a`` / ``b`` by its configuration:
+    a number or a weight (``self.scale = d ** -0.5`` or ``nn.Parameter(...)`` when learned)
+    is never an activation, so a Python number joins as the tensor's class."""
+    if DtypeClass.SCALAR in (a, b) and a is not b:
+        other = b if a is DtypeClass.SCALAR else a
+        if other in (DtypeClass.FP32, DtypeClass.FP64, DtypeClass.HALF):
+            return other
+    return join(a, b)
 
 
 def promote(a: DtypeClass, b: DtypeClass, true_division: bool = False) -> DtypeClass:
@@ -620,6 +637,26 @@ class DtypeFlow:
             earlier = [e for e in prior if (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
             if earlier:
                 return self._reaching(target, self.ctx.enclosing_function(stmt), earlier) or DtypeClass.UNKNOWN
+        if stmt.__class__ is ast.Assign and stmt.value.__class__ is ast.Call and stmt.targets[0].__class__ is ast.Tuple:
+            return self._unpacked_statistic(stmt.value, stmt.targets[0], name)
+        return DtypeClass.UNKNOWN
+
+    def _unpacked_statistic(self, call: ast.Call, target: ast.Tuple, name: str) -> DtypeClass:
+        """``std, mean = torch.std_mean(w, ...)`` (both in w's dtype), ``values, idx =
+        x.max(-1)`` (values in x's dtype, indices integer); other unpacking is unknown."""
+        func = call.func
+        qualname = self.ctx.qualname(func)
+        if qualname is not None and qualname.startswith("torch.") and call.args:
+            op, operand = qualname.rsplit(".", 1)[1], call.args[0]
+        elif qualname is None and func.__class__ is ast.Attribute:
+            op, operand = func.attr, func.value
+        else:
+            return DtypeClass.UNKNOWN
+        index = next((i for i, t in enumerate(target.elts) if t.__class__ is ast.Name and t.id == name), None)
+        if op in _SAME_DTYPE_PAIRS or op in _VALUES_INDICES and index == 0:
+            return self.of(operand)
+        if op in _VALUES_INDICES and index == 1:
+            return DtypeClass.INTEGER
         return DtypeClass.UNKNOWN
 
     def _module_name(self, name: str) -> DtypeClass:
@@ -753,7 +790,7 @@ class DtypeFlow:
                     if value is None:
                         continue
                     got = self._stored(value, buffer=False, cast=cast)
-                    result = got if result is None else join(result, got)
+                    result = got if result is None else join_setting(result, got)
             if result is not None:
                 break
         if result is None:  # self.register_buffer("attr", value) / register_parameter
@@ -768,6 +805,9 @@ class DtypeFlow:
                     else:
                         got = self._stored(call.args[1], buffer=True, cast=cast)
                     result = got if result is None else join(result, got)
+        if result is None and attr in ("weight", "bias") and any(
+                _TORCH_WEIGHTED_LAYER.match(ctx.qualname(base) or "") for klass in classes for base in klass.bases):
+            return self._parameter_value(cast)  # `class StdConv2d(nn.Conv2d)`: the inherited parameters
         if result is None:
             return DtypeClass.UNKNOWN
         return result
