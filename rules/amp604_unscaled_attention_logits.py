@@ -127,6 +127,24 @@ def _reached_products(ctx, expr: ast.AST, depth: int = 0) -> list:
     return []
 
 
+def _prescaled(ctx, operand: ast.AST) -> bool:
+    """``q = self.q_proj(x) * self.scaling`` (or ``/ math.sqrt(d)``) before ``q @ k^T``,
+    through one name and layout changes."""
+    from amplint.analysis.reductions import reaching_value
+
+    for _ in range(4):
+        if isinstance(operand, ast.Name):
+            operand = reaching_value(ctx, operand)
+        elif isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr in _TRANSPOSES | {
+                "reshape", "view", "contiguous"}:
+            operand = operand.func.value
+        else:
+            break
+    if not isinstance(operand, ast.BinOp) or not isinstance(operand.op, (ast.Mult, ast.Div)):
+        return False
+    return _is_scale(ctx, operand.right, operand.op) or isinstance(operand.op, ast.Mult) and _is_scale(ctx, operand.left, operand.op)
+
+
 def _unit_bounded(ctx, operand: ast.AST) -> bool:
     bound = ctx.magnitude_bound(operand)
     return bound is not None and bound <= 1
@@ -399,8 +417,9 @@ change in the last bits. It is offered when the scaling applies directly to the 
         products = [pair for _, pair in reached]
         if not products or ctx.enclosing_function(node) is None:
             return
-        # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|
-        if all(any(_unit_bounded(ctx, side) for side in pair) for pair in products):
+        # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|;
+        # q already scaled before the product (the safe form), scaled again after
+        if all(any(_unit_bounded(ctx, side) or _prescaled(ctx, side) for side in pair) for pair in products):
             return
         q, kt = products[0]
         message = ("attention logits `q @ k^T` computed in fp16 before the scaling: a head-dim-128 dot product of "

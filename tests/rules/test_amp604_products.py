@@ -129,3 +129,29 @@ def test_cli_amp604_attention_times_values_is_not_logits(tmp_path, amplint):
     src.write_text(ATTN_TIMES_V)
     proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
     assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [11], proc.stdout
+
+
+# q scaled before the product (the safe form), even when the product is divided again
+PRESCALED = textwrap.dedent("""\
+    import math
+    import torch
+    from torch import nn
+
+
+    class PosAttention(nn.Module):
+        def forward(self, pos_emb, x):
+            pos_query_layer = self.transpose_for_scores(self.pos_q_linear(pos_emb)) * self.pos_scaling
+            pos_key_layer = self.transpose_for_scores(self.pos_k_linear(pos_emb))
+            bias = torch.matmul(pos_query_layer, pos_key_layer.transpose(-1, -2))
+            bias = bias / math.sqrt(self.attention_head_size)
+            query = self.transpose_for_scores(self.q(x))
+            scores = torch.matmul(query, pos_key_layer.transpose(-1, -2))
+            return bias, scores / math.sqrt(self.attention_head_size)
+    """)
+
+
+def test_cli_amp604_query_scaled_before_the_product(tmp_path, amplint):
+    src = tmp_path / "pos.py"
+    src.write_text(PRESCALED)
+    proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
+    assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [14], proc.stdout
