@@ -209,6 +209,8 @@ class MagnitudeBounds:
                 continue
             if last is None or node.lineno > last.lineno:
                 last = node
+        if last is not None and self._other_branch(last.value, name, func) == []:
+            return None  # `if qk_norm: q, k = map(l2norm, (q, k))`: the earlier values may reach the use
         if last is not None:
             call = last.value
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"

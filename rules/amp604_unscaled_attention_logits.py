@@ -78,7 +78,8 @@ def _is_logits_spec(spec: ast.AST) -> bool:
     # q and k lay the contracted feature out alike (`bhid,bhjd`); `attn @ v` contracts the
     # last index of one with an inner index of the other (`bhij,bhjd`)
     alike = all(orders[0][::-1].index(t) == orders[1][::-1].index(t) for t in contracted)
-    return bool(contracted) and all(own) and bool(batch) and alike
+    # k may carry the query's index too (edge-augmented keys, `b i d, b i j d -> b i j`)
+    return bool(contracted) and any(own) and bool(batch) and alike
 
 
 def _is_scale(ctx, expr: ast.AST, op: ast.operator, depth: int = 0) -> bool:

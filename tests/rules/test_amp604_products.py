@@ -155,3 +155,42 @@ def test_cli_amp604_query_scaled_before_the_product(tmp_path, amplint):
     src.write_text(PRESCALED)
     proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
     assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [14], proc.stdout
+
+
+# edge-augmented keys carry the query's index (`b i d, b i j d -> b i j`): still q . k;
+# keys normalised through `map(l2norm, ...)` only under an `if`: still reported
+EDGE_KEYS = textwrap.dedent("""\
+    import torch
+    import torch.nn.functional as F
+    from torch import einsum, nn
+
+
+    def l2norm(t):
+        return F.normalize(t, dim=-1)
+
+
+    class GraphAttention(nn.Module):
+        def forward(self, q, k, e):
+            k = k[:, None] + e
+            return einsum('b i d, b i j d -> b i j', q, k) * self.scale
+
+
+    class MaybeNormed(nn.Module):
+        def forward(self, q, k):
+            if self.qk_norm:
+                q, k = map(l2norm, (q, k))
+            return einsum('b h i d, b h j d -> b h i j', q, k) * self.scale
+
+
+    class Cosine(nn.Module):
+        def forward(self, q, k):
+            q, k = map(l2norm, (q, k))
+            return einsum('b h i d, b h j d -> b h i j', q, k) * self.scale
+    """)
+
+
+def test_cli_amp604_edge_keys_and_conditionally_normalised_keys(tmp_path, amplint):
+    src = tmp_path / "graph.py"
+    src.write_text(EDGE_KEYS)
+    proc = amplint("check", str(src), "--format", "json", "--no-cache", "--extend-select", "AMP604")
+    assert [f["line"] for f in json.loads(proc.stdout) if f["code"] == "AMP604"] == [13, 20], proc.stdout
