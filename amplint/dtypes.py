@@ -86,6 +86,23 @@ def full_precision_attribute(ctx, attr: ast.Attribute) -> Optional[DtypeClass]:
     return DtypeClass.FP32 if "float32" in found else DtypeClass.FP64
 
 
+def promoted_to_full_precision(ctx, value: Optional[ast.AST]) -> bool:
+    """``torch.promote_types(t.dtype, torch.float32)`` or ``functools.reduce(torch.promote_types,
+    (t.dtype, freqs.dtype, torch.float32))``: at least fp32, whatever the other dtypes are."""
+    if value.__class__ is not ast.Call:
+        return False
+    name = ctx.qualname(value.func) or ""
+    if name in ("functools.reduce", "reduce") or (value.func.__class__ is ast.Name and value.func.id == "reduce"):
+        if len(value.args) < 2 or (ctx.qualname(value.args[0]) or "") != "torch.promote_types":
+            return False
+        operands = value.args[1].elts if value.args[1].__class__ in (ast.Tuple, ast.List) else []
+    elif name == "torch.promote_types":
+        operands = value.args
+    else:
+        return False
+    return any(dtype_literal(ctx, o) in ("float32", "float64") for o in operands)
+
+
 def _asserted_dtypes(ctx, method: ast.AST, name: str) -> Optional[frozenset]:
     """The dtypes ``assert name in (...)`` / ``assert name == torch.float32`` at the top
     level of ``method`` allows."""
@@ -318,7 +335,7 @@ _SAME_DTYPE = frozenset(
     "diag_embed abs abs_ neg max min amax amin cummax sort topk sum nansum cumsum prod cumprod "
     "add sub mul add_ sub_ mul_ relu relu_ pad unfold fold view_as reshape_as movedim swapaxes "
     "to_dense cpu cuda pin_memory requires_grad_ zero_ fill_ masked_scatter scatter scatter_add "
-    "index_add index_fill where rot90 broadcast_to tile".split()
+    "index_add index_fill where rot90 broadcast_to tile cross".split()
 )
 #: float-valued maths: an integer operand gives the default float (fp32)
 _FLOAT_MATH = frozenset(
@@ -483,6 +500,9 @@ class DtypeFlow:
             fixed = full_precision_attribute(self.ctx, expr)
             if fixed is not None:
                 return fixed
+        if expr.__class__ is ast.Name and self.ctx.enclosing_function(expr) is not None:
+            if promoted_to_full_precision(self.ctx, reaching_value(self.ctx, expr)):
+                return DtypeClass.FP32  # dtype = reduce(torch.promote_types, (t.dtype, torch.float32))
         if isinstance(expr, ast.Attribute) and expr.attr == "dtype":
             return self._borrowed(expr.value)
         if self.borrowed_activations and is_dtype_probe(expr):
@@ -637,8 +657,14 @@ class DtypeFlow:
             earlier = [e for e in prior if (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
             if earlier:
                 return self._reaching(target, self.ctx.enclosing_function(stmt), earlier) or DtypeClass.UNKNOWN
-        if stmt.__class__ is ast.Assign and stmt.value.__class__ is ast.Call and stmt.targets[0].__class__ is ast.Tuple:
-            return self._unpacked_statistic(stmt.value, stmt.targets[0], name)
+        if stmt.__class__ is ast.Assign and stmt.targets[0].__class__ is ast.Tuple:
+            target = stmt.targets[0]
+            if stmt.value.__class__ is ast.Call:
+                return self._unpacked_statistic(stmt.value, target, name)
+            if stmt.value.__class__ is ast.Tuple and len(stmt.value.elts) == len(target.elts):
+                for element, value in zip(target.elts, stmt.value.elts):  # `a, b = x - c, y - c`
+                    if element.__class__ is ast.Name and element.id == name and value.__class__ is not ast.Starred:
+                        return self.of(value)
         return DtypeClass.UNKNOWN
 
     def _unpacked_statistic(self, call: ast.Call, target: ast.Tuple, name: str) -> DtypeClass:

@@ -71,3 +71,30 @@ def test_frequency_indices_are_not_positions(amplint, tmp_path):
     path.write_text(textwrap.dedent(SINUSOID))
     proc = amplint("check", "--select", "AMP601", "--output-format", "json", "--no-cache", str(path), cwd=tmp_path)
     assert sorted(f["line"] for f in json.loads(proc.stdout)) == [7], proc.stdout
+
+
+# rotary applied in `reduce(torch.promote_types, (t.dtype, freqs.dtype, torch.float32))`:
+# at least fp32, so neither the angles nor the cast back are half
+PROMOTED = """
+from functools import reduce
+import torch
+import torch.nn as nn
+
+def apply_rotary_pos_emb(t, freqs):
+    out_dtype = t.dtype
+    dtype = reduce(torch.promote_types, (t.dtype, freqs.dtype, torch.float32))
+    freqs, t = freqs.to(dtype), t.to(dtype)
+    t = (t * freqs.cos()) + (t.flip(-1) * freqs.sin())
+    return t.to(out_dtype)
+
+class Attention(nn.Module):
+    def forward(self, x, freqs):
+        return apply_rotary_pos_emb(self.q(x), freqs)
+"""
+
+
+def test_dtype_promoted_with_float32_is_full_precision(amplint, tmp_path):
+    path = tmp_path / "rope.py"
+    path.write_text(textwrap.dedent(PROMOTED))
+    proc = amplint("check", "--select", "AMP601,AMP602", "--output-format", "json", "--no-cache", str(path), cwd=tmp_path)
+    assert json.loads(proc.stdout) == [], proc.stdout

@@ -118,3 +118,24 @@ class FF(nn.Module):
 
 def test_a_dead_fallback_of_a_torch_class_is_not_reported(amplint, tmp_path):
     assert _amp302_lines(amplint, tmp_path, GELU_FALLBACK) == [14]
+
+
+# loader coordinates (`pos`) unpacked from a tuple of differences and crossed stay fp32
+# data; an activation summed beside them is still reported
+GEOMETRY = """
+import torch
+import torch.nn as nn
+
+class DimeNet(nn.Module):
+    def forward(self, z, pos, idx_i, idx_j, idx_k):
+        pos_i = pos[idx_i]
+        pos_ji, pos_ki = pos[idx_j] - pos_i, pos[idx_k] - pos_i
+        a = (pos_ji * pos_ki).sum(dim=-1)
+        b = torch.cross(pos_ji, pos_ki).norm(dim=-1)
+        h, g = self.lin(z), z
+        return torch.atan2(b, a), h.sum(dim=-1)
+"""
+
+
+def test_coordinates_unpacked_and_crossed_stay_data(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, GEOMETRY) == [12]
