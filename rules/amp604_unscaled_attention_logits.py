@@ -176,7 +176,9 @@ range) is never reported. Off by default -- every hand-written attention has thi
 and whether it overflows depends on the activations -- turn it on with
 `select = ["AMP604"]` (or `extend-select`). Not flagged: a product of l2-normalised `q`
 or `k` (`F.normalize`, a helper returning it: cosine attention), whose dot products are
-bounded by the head dim or the other vector's norm.
+bounded by the head dim or the other vector's norm (normalised on every path: not only
+under an `if`), a `q` already scaled before the product, and `attn @ v` einsums (the
+contracted index is laid out differently in the two operands).
 
 ## Why is this bad?
 The dot product sums `d` products before anything scales it: with head dim 128 and `q`,

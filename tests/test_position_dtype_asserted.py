@@ -98,3 +98,36 @@ def test_dtype_promoted_with_float32_is_full_precision(amplint, tmp_path):
     path.write_text(textwrap.dedent(PROMOTED))
     proc = amplint("check", "--select", "AMP601,AMP602", "--output-format", "json", "--no-cache", str(path), cwd=tmp_path)
     assert json.loads(proc.stdout) == [], proc.stdout
+
+
+# a table helper given the activation dtype: reported inside the helper and where the
+# call passes it (keyword or positional); a call passing torch.float32 is not
+CALL_SITE = """
+import torch
+import torch.nn as nn
+
+def create_sin_embedding(positions, dim, max_period=10000, dtype=torch.float32):
+    half_dim = dim // 2
+    positions = positions.to(dtype)
+    adim = torch.arange(half_dim, device=positions.device, dtype=dtype).view(1, 1, -1)
+    phase = positions / (max_period ** (adim / (half_dim - 1)))
+    return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
+
+class Encoder(nn.Module):
+    def encode(self, positions, depth, dtype=torch.float32):
+        return create_sin_embedding(positions, depth, dtype=torch.float32)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device).view(1, -1, 1)
+        a = create_sin_embedding(positions, 512, dtype=x.dtype)
+        b = create_sin_embedding(positions, 512, 10000, x.dtype)
+        c = self.encode(positions, 512, x.dtype)
+        return x + a + b + c
+"""
+
+
+def test_the_call_passing_the_activation_dtype_is_reported(amplint, tmp_path):
+    path = tmp_path / "sin.py"
+    path.write_text(textwrap.dedent(CALL_SITE))
+    proc = amplint("check", "--select", "AMP602", "--output-format", "json", "--no-cache", str(path), cwd=tmp_path)
+    assert sorted(f["line"] for f in json.loads(proc.stdout)) == [9, 18, 19], proc.stdout
