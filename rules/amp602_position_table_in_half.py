@@ -317,10 +317,13 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         """``create_sin_embedding(pos, d, dtype=x.dtype)`` / ``self.encode(pos, d, x.dtype)``:
         the call that makes a helper's table half, where the fix goes (pass
         ``torch.float32``, cast the result)."""
-        func, cls = call.func, ctx.enclosing_class(call)
+        if not any(a.__class__ is ast.Attribute and a.attr == "dtype" for a in (*call.args, *(k.value for k in call.keywords))):
+            return  # cheap: no `x.dtype` passed
+        func = call.func
         method = func.__class__ is ast.Attribute and func.value.__class__ is ast.Name and func.value.id == "self"
+        cls = ctx.enclosing_class(call) if method else None
         helper = (ctx.functions.get(func.id) if func.__class__ is ast.Name else
-                  ctx.method(cls, func.attr) if method and cls is not None else None)
+                  ctx.method(cls, func.attr) if cls is not None else None)
         if helper is None:
             return
         params = [a.arg for a in helper.args.posonlyargs + helper.args.args][1 if method else 0:]
