@@ -42,6 +42,7 @@ class MagnitudeBounds:
         self._bindings: list[tuple[ast.AST, dict[str, ast.AST]]] = []
         #: id(function) -> its assignments in ast.walk order (one walk per function, not per name)
         self._assigns: dict[int, list[ast.Assign]] = {}
+        self._maps: dict[int, list[ast.Assign]] = {}
 
     def _assignments(self, func: ast.AST) -> list[ast.Assign]:
         found = self._assigns.get(id(func))
@@ -221,13 +222,22 @@ class MagnitudeBounds:
                 return call.args[0]  # the mapped function, named
         return None
 
+    def _map_assignments(self, func: ast.AST) -> list[ast.Assign]:
+        """``a, b = map(...)`` assignments of ``func`` (one filter per function)."""
+        found = self._maps.get(id(func))
+        if found is None:
+            found = self._maps[id(func)] = [
+                n for n in self._assignments(func) if n.value.__class__ is ast.Call
+                and n.value.func.__class__ is ast.Name and n.value.func.id == "map"]
+        return found
+
     def _mapped_element(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
         """The element of ``(q, k, v)`` that ``bk`` of ``bq, bk, bv = map(fn, (q, k, v))``
         is, when ``fn`` only changes its argument's layout (``lambda t: t.reshape(...)``,
         a name bound to such a lambda)."""
         stmt = self.ctx.enclosing_statement(name)
         last = None
-        for node in self._assignments(func):
+        for node in self._map_assignments(func):
             if (len(node.targets) == 1 and node.targets[0].__class__ is ast.Tuple and stmt is not None
                     and node.lineno < stmt.lineno
                     and any(t.__class__ is ast.Name and t.id == name.id for t in node.targets[0].elts)):

@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Optional
 
 from amplint import fixes
 from amplint.analysis import calls, position_tables, positions
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+
+@dataclasses.dataclass
+class _FileState:
+    casts: set = dataclasses.field(default_factory=set)  # angle casts reported (one per sin/cos pair)
+    helpers: dict = dataclasses.field(default_factory=dict)  # id(helper) -> line of its half table, or None
 
 class PositionTableInHalf(Rule):
     code = "AMP602"
@@ -288,8 +295,8 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         self._check(ctx, node)
 
-    def begin_file(self, ctx) -> set:
-        return set()  # the angle casts reported (one finding for the sin and the cos of a cast)
+    def begin_file(self, ctx) -> "_FileState":
+        return _FileState()
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
         self._check(ctx, node)
@@ -297,9 +304,9 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
             self._passes_activation_dtype(ctx, node)
         cast = position_tables.cast_angles(ctx, node)
         prec = ctx.precision_of(cast) if cast is not None else None
-        if prec is None or prec.kind != "half" or id(cast) in ctx.state(self):
+        if prec is None or prec.kind != "half" or id(cast) in ctx.state(self).casts:
             return
-        ctx.state(self).add(id(cast))
+        ctx.state(self).casts.add(id(cast))
         half, level = prec.half, ctx.settings.opt_level
         later = half.mode == "buffer" and level == "O1"
         if not half.is_half_at(level) and not later:
@@ -314,30 +321,20 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
             ctx.report(self, node, verdict[0], fix=verdict[1], severity=verdict[2])
 
     def _passes_activation_dtype(self, ctx, call: ast.Call) -> None:
-        """``create_sin_embedding(pos, d, dtype=x.dtype)`` / ``self.encode(pos, d, x.dtype)``:
-        the call that makes a helper's table half, where the fix goes (pass
-        ``torch.float32``, cast the result)."""
-        if not any(a.__class__ is ast.Attribute and a.attr == "dtype" for a in (*call.args, *(k.value for k in call.keywords))):
-            return  # cheap: no `x.dtype` passed
-        func = call.func
-        method = func.__class__ is ast.Attribute and func.value.__class__ is ast.Name and func.value.id == "self"
-        cls = ctx.enclosing_class(call) if method else None
-        helper = (ctx.functions.get(func.id) if func.__class__ is ast.Name else
-                  ctx.method(cls, func.attr) if cls is not None else None)
+        """``create_sin_embedding(pos, d, dtype=x.dtype)``: the call that makes a helper's
+        table half, where the fix goes (pass ``torch.float32``, cast the result)."""
+        helper = position_tables.helper_given_activation_dtype(ctx, call)
         if helper is None:
             return
-        params = [a.arg for a in helper.args.posonlyargs + helper.args.args][1 if method else 0:]
-        passed = next((k.value for k in call.keywords if k.arg == "dtype"), None)
-        if passed is None and "dtype" in params and params.index("dtype") < len(call.args):
-            passed = call.args[params.index("dtype")]
-        if not (passed.__class__ is ast.Attribute and passed.attr == "dtype") or ctx.dtype_of(passed.value).known_not_half:
-            return  # `dtype=x.dtype` of an activation that may be half
-        inner = next((n for n in ast.walk(helper) if n.__class__ in (ast.BinOp, ast.Call)
-                      and (v := self._verdict(ctx, n)) is not None and v[2] is Severity.WARNING), None)
-        if inner is not None:
-            ctx.report(self, call, f"passes the activation dtype to `{ctx.segment(func)}`, which computes position x "
-                       f"frequency angles in it (line {inner.lineno}): pass `torch.float32` and cast the table after",
-                       severity=Severity.WARNING)
+        helpers = ctx.state(self).helpers
+        if id(helper) not in helpers:
+            inner = next((n for n in ast.walk(helper) if n.__class__ in (ast.BinOp, ast.Call)
+                          and (v := self._verdict(ctx, n)) is not None and v[2] is Severity.WARNING), None)
+            helpers[id(helper)] = inner.lineno if inner is not None else None
+        if helpers[id(helper)] is not None:
+            ctx.report(self, call, f"passes the activation dtype to `{ctx.segment(call.func)}`, which computes position "
+                       f"x frequency angles in it (line {helpers[id(helper)]}): pass `torch.float32` and cast the "
+                       "table after", severity=Severity.WARNING)
 
     def _verdict(self, ctx, node: ast.AST):
         """(message, fix, severity) when ``node`` computes position x frequency angles in half."""
