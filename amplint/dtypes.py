@@ -58,6 +58,62 @@ def _dtype_set(ctx, expr: ast.AST) -> Optional[frozenset]:
     return None if name is None else frozenset({name})
 
 
+def full_precision_attribute(ctx, attr: ast.Attribute) -> Optional[DtypeClass]:
+    """``self.dtype`` that the class only ever sets to fp32 / fp64: a literal, or a
+    parameter the same method asserts is one (audiocraft's rotary embedding: ``assert dtype
+    in [torch.float64, torch.float32]; self.dtype = dtype``).  A module has no ``dtype`` of
+    its own, so without such an assignment it is the activations' (None here)."""
+    if not (attr.attr == "dtype" or attr.attr.endswith("_dtype")):
+        return None
+    cls = ctx.enclosing_class(attr)
+    if cls is None:
+        return None
+    found = set()
+    for klass in (cls, *ctx.base_classes(cls)):
+        for method in klass.body:
+            if method.__class__ not in (ast.FunctionDef, ast.AsyncFunctionDef):
+                continue
+            for stmt in ctx.self_assignments(method).get(attr.attr, ()):
+                value = stmt.value
+                names = _dtype_set(ctx, value)
+                if names is None and value.__class__ is ast.Name:
+                    names = _asserted_dtypes(ctx, method, value.id)
+                if not names or not names <= {"float32", "float64"}:
+                    return None
+                found |= names
+    if not found:
+        return None
+    return DtypeClass.FP32 if "float32" in found else DtypeClass.FP64
+
+
+def promoted_to_full_precision(ctx, value: Optional[ast.AST]) -> bool:
+    """``torch.promote_types(t.dtype, torch.float32)`` or ``functools.reduce(torch.promote_types,
+    (t.dtype, freqs.dtype, torch.float32))``: at least fp32, whatever the other dtypes are."""
+    if value.__class__ is not ast.Call:
+        return False
+    name = ctx.qualname(value.func) or ""
+    if name in ("functools.reduce", "reduce") or (value.func.__class__ is ast.Name and value.func.id == "reduce"):
+        if len(value.args) < 2 or (ctx.qualname(value.args[0]) or "") != "torch.promote_types":
+            return False
+        operands = value.args[1].elts if value.args[1].__class__ in (ast.Tuple, ast.List) else []
+    elif name == "torch.promote_types":
+        operands = value.args
+    else:
+        return False
+    return any(dtype_literal(ctx, o) in ("float32", "float64") for o in operands)
+
+
+def _asserted_dtypes(ctx, method: ast.AST, name: str) -> Optional[frozenset]:
+    """The dtypes ``assert name in (...)`` / ``assert name == torch.float32`` at the top
+    level of ``method`` allows."""
+    for stmt in method.body:
+        test = stmt.test if stmt.__class__ is ast.Assert else None
+        if (test.__class__ is ast.Compare and len(test.ops) == 1 and test.ops[0].__class__ in (ast.In, ast.Eq)
+                and test.left.__class__ is ast.Name and test.left.id == name):
+            return _dtype_set(ctx, test.comparators[0])
+    return None
+
+
 def is_dtype_probe(expr: ast.AST) -> bool:
     """``x.dtype``, ``self.weight.dtype``, ``dtype``, ``hidden_dtype``."""
     if isinstance(expr, ast.Attribute):
@@ -279,7 +335,7 @@ _SAME_DTYPE = frozenset(
     "diag_embed abs abs_ neg max min amax amin cummax sort topk sum nansum cumsum prod cumprod "
     "add sub mul add_ sub_ mul_ relu relu_ pad unfold fold view_as reshape_as movedim swapaxes "
     "to_dense cpu cuda pin_memory requires_grad_ zero_ fill_ masked_scatter scatter scatter_add "
-    "index_add index_fill where rot90 broadcast_to tile".split()
+    "index_add index_fill where rot90 broadcast_to tile cross".split()
 )
 #: float-valued maths: an integer operand gives the default float (fp32)
 _FLOAT_MATH = frozenset(
@@ -313,6 +369,12 @@ _DATA_PARAMETERS = frozenset(
     + "pos coords coors coordinates xyz".split())
 _AUTOCAST = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast", "torch.amp.autocast"})
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
+#: torch layers whose ``weight`` / ``bias`` a subclass inherits as parameters
+_TORCH_WEIGHTED_LAYER = re.compile(
+    r"torch\.nn\.(Linear|Bilinear|Conv[123]d|ConvTranspose[123]d|Embedding|LayerNorm|GroupNorm|BatchNorm[123]d)$")
+#: ops returning two tensors in the operand's dtype / (values, integer indices)
+_SAME_DTYPE_PAIRS = frozenset({"std_mean", "var_mean", "aminmax"})
+_VALUES_INDICES = frozenset({"max", "min", "sort", "topk", "kthvalue", "median", "mode", "cummax", "cummin"})
 _CUSTOM_FWD = frozenset({"torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd"})
 _PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.ParameterList",
                         "torch.nn.ParameterDict"})
@@ -342,6 +404,17 @@ def join(a: DtypeClass, b: DtypeClass) -> DtypeClass:
     if {a, b} <= {DtypeClass.FP32, DtypeClass.FP64}:
         return DtypeClass.FP32
     return DtypeClass.UNKNOWN
+
+
+def join_setting(a: DtypeClass, b: DtypeClass) -> DtypeClass:
+    """The class of a module attribute set to one of ``a`` / ``b`` by its configuration:
+    a number or a weight (``self.scale = d ** -0.5`` or ``nn.Parameter(...)`` when learned)
+    is never an activation, so a Python number joins as the tensor's class."""
+    if DtypeClass.SCALAR in (a, b) and a is not b:
+        other = b if a is DtypeClass.SCALAR else a
+        if other in (DtypeClass.FP32, DtypeClass.FP64, DtypeClass.HALF):
+            return other
+    return join(a, b)
 
 
 def promote(a: DtypeClass, b: DtypeClass, true_division: bool = False) -> DtypeClass:
@@ -423,6 +496,13 @@ class DtypeFlow:
         name = dtype_literal(self.ctx, expr)
         if name is not None:
             return _CLASS_OF_DTYPE.get(name, DtypeClass.UNKNOWN)
+        if expr.__class__ is ast.Attribute and expr.value.__class__ is ast.Name and expr.value.id == "self":
+            fixed = full_precision_attribute(self.ctx, expr)
+            if fixed is not None:
+                return fixed
+        if expr.__class__ is ast.Name and self.ctx.enclosing_function(expr) is not None:
+            if promoted_to_full_precision(self.ctx, reaching_value(self.ctx, expr)):
+                return DtypeClass.FP32  # dtype = reduce(torch.promote_types, (t.dtype, torch.float32))
         if isinstance(expr, ast.Attribute) and expr.attr == "dtype":
             return self._borrowed(expr.value)
         if self.borrowed_activations and is_dtype_probe(expr):
@@ -577,6 +657,32 @@ class DtypeFlow:
             earlier = [e for e in prior if (e[0], e[1]) < (stmt.lineno, stmt.col_offset)]
             if earlier:
                 return self._reaching(target, self.ctx.enclosing_function(stmt), earlier) or DtypeClass.UNKNOWN
+        if stmt.__class__ is ast.Assign and stmt.targets[0].__class__ is ast.Tuple:
+            target = stmt.targets[0]
+            if stmt.value.__class__ is ast.Call:
+                return self._unpacked_statistic(stmt.value, target, name)
+            if stmt.value.__class__ is ast.Tuple and len(stmt.value.elts) == len(target.elts):
+                for element, value in zip(target.elts, stmt.value.elts):  # `a, b = x - c, y - c`
+                    if element.__class__ is ast.Name and element.id == name and value.__class__ is not ast.Starred:
+                        return self.of(value)
+        return DtypeClass.UNKNOWN
+
+    def _unpacked_statistic(self, call: ast.Call, target: ast.Tuple, name: str) -> DtypeClass:
+        """``std, mean = torch.std_mean(w, ...)`` (both in w's dtype), ``values, idx =
+        x.max(-1)`` (values in x's dtype, indices integer); other unpacking is unknown."""
+        func = call.func
+        qualname = self.ctx.qualname(func)
+        if qualname is not None and qualname.startswith("torch.") and call.args:
+            op, operand = qualname.rsplit(".", 1)[1], call.args[0]
+        elif qualname is None and func.__class__ is ast.Attribute:
+            op, operand = func.attr, func.value
+        else:
+            return DtypeClass.UNKNOWN
+        index = next((i for i, t in enumerate(target.elts) if t.__class__ is ast.Name and t.id == name), None)
+        if op in _SAME_DTYPE_PAIRS or op in _VALUES_INDICES and index == 0:
+            return self.of(operand)
+        if op in _VALUES_INDICES and index == 1:
+            return DtypeClass.INTEGER
         return DtypeClass.UNKNOWN
 
     def _module_name(self, name: str) -> DtypeClass:
@@ -710,7 +816,7 @@ class DtypeFlow:
                     if value is None:
                         continue
                     got = self._stored(value, buffer=False, cast=cast)
-                    result = got if result is None else join(result, got)
+                    result = got if result is None else join_setting(result, got)
             if result is not None:
                 break
         if result is None:  # self.register_buffer("attr", value) / register_parameter
@@ -725,6 +831,9 @@ class DtypeFlow:
                     else:
                         got = self._stored(call.args[1], buffer=True, cast=cast)
                     result = got if result is None else join(result, got)
+        if result is None and attr in ("weight", "bias") and any(
+                _TORCH_WEIGHTED_LAYER.match(ctx.qualname(base) or "") for klass in classes for base in klass.bases):
+            return self._parameter_value(cast)  # `class StdConv2d(nn.Conv2d)`: the inherited parameters
         if result is None:
             return DtypeClass.UNKNOWN
         return result
@@ -1117,7 +1226,37 @@ class DtypeFlow:
                         return False
                 if anc.name == "__init__":
                     return False
+            elif anc.__class__ is ast.ClassDef and anc.name in ctx.get(TorchFallbacks).dead:
+                return False
         return True
+
+
+class TorchFallbacks:
+    """Classes of the file used only as the fallback of a torch class that every
+    supported torch has: ``GELU = nn.GELU if hasattr(nn, 'GELU') else GELU_`` (or
+    ``getattr(nn, 'GELU', GELU_)``), the class named nowhere else.  Their code never runs.
+    Found from the module's top-level assignments, only when the file calls ``hasattr`` /
+    ``getattr``."""
+
+    def __init__(self, ctx):
+        self.dead: frozenset = frozenset()
+        if "hasattr(" not in ctx.source and "getattr(" not in ctx.source:
+            return
+        found = set()
+        for stmt in ctx.tree.body:
+            value = stmt.value if stmt.__class__ is ast.Assign else None
+            fallback = None
+            if (value.__class__ is ast.IfExp and value.test.__class__ is ast.Call
+                    and value.test.func.__class__ is ast.Name and value.test.func.id == "hasattr"
+                    and len(value.test.args) == 2 and (ctx.qualname(value.test.args[0]) or "").startswith("torch")):
+                fallback = value.orelse
+            elif (value.__class__ is ast.Call and value.func.__class__ is ast.Name and value.func.id == "getattr"
+                  and len(value.args) == 3 and (ctx.qualname(value.args[0]) or "").startswith("torch")):
+                fallback = value.args[2]
+            if fallback.__class__ is ast.Name and fallback.id in ctx.classes:
+                if len(re.findall(rf"\b{re.escape(fallback.id)}\b", ctx.source)) == 2:  # its class line and here
+                    found.add(fallback.id)
+        self.dead = frozenset(found)
 
 
 class ExplicitDtypeFlow(DtypeFlow):

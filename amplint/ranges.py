@@ -17,6 +17,7 @@ import ast
 from typing import Optional
 
 from .bindings import subtree
+from .analysis.calls import argument
 from .dtypes import reaching_value
 
 #: functions / methods whose result is bounded by 1 in magnitude, whatever the input
@@ -26,7 +27,7 @@ _SAME = frozenset({
     "abs", "relu", "neg", "view", "reshape", "transpose", "permute", "contiguous", "clone", "detach",
     "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "repeat", "t", "flip", "roll",
     "rearrange", "repeat_interleave", "narrow", "select", "gather", "index_select", "float", "half",
-    "to", "type_as", "cat", "stack", "dropout", "amax", "amin", "tril", "triu",
+    "to", "type", "type_as", "cat", "stack", "dropout", "amax", "amin", "tril", "triu",
 })
 _LIMIT = 1e300
 
@@ -38,8 +39,11 @@ class MagnitudeBounds:
     def __init__(self, ctx):
         self.ctx = ctx
         self._memo: dict[int, Optional[float]] = {}
+        #: (helper, parameter -> argument) of the helper calls being followed, innermost last
+        self._bindings: list[tuple[ast.AST, dict[str, ast.AST]]] = []
         #: id(function) -> its assignments in ast.walk order (one walk per function, not per name)
         self._assigns: dict[int, list[ast.Assign]] = {}
+        self._maps: dict[int, list[ast.Assign]] = {}
 
     def _assignments(self, func: ast.AST) -> list[ast.Assign]:
         found = self._assigns.get(id(func))
@@ -78,6 +82,8 @@ class MagnitudeBounds:
         if kind in (ast.List, ast.Tuple):
             bounds = [self.of(e, depth + 1) for e in expr.elts]
             return max(bounds) if bounds and None not in bounds else None
+        if kind is ast.ListComp:  # `[padded[:, i:i + t] for i in range(n)]`: slices of one tensor
+            return self.of(expr.elt, depth + 1)
         return None
 
     def _binop(self, expr: ast.BinOp, depth: int) -> Optional[float]:
@@ -105,7 +111,16 @@ class MagnitudeBounds:
         if value is not None:
             if self._grows_in_loop(value, name.id, func):
                 return None  # `x = x * 3` in a loop: bounded by nothing the file shows
-            return self.of(value, depth + 1)
+            others = self._other_branch(value, name, func)
+            if others is None:
+                return self.of(value, depth + 1)
+            if not others:
+                return None  # `if shared_qk: k = F.normalize(k)`: k may keep its earlier value
+            bounds = [self.of(v, depth + 1) for v in (value, *others)]
+            return None if None in bounds else max(bounds)  # `if m: g = sigmoid(a) else: g = sigmoid(b)`
+        element = self._mapped_element(name, func)
+        if element is not None:  # bq, bk = map(lambda t: t.reshape(...), (q, k)): bk is k reshaped
+            return self.of(element, depth + 1)
         unpacked = self._unpacked_from_map(name, func)
         if isinstance(unpacked, ast.Name) and unpacked.id in ctx.functions:  # map(l2norm, (q, k))
             return self._returned(ctx.functions[unpacked.id], depth)
@@ -114,6 +129,9 @@ class MagnitudeBounds:
         picked = self._picked_values(name, func)
         if picked is not None:  # values, indices = x.topk(2): the values are some of x's
             return self.of(picked, depth + 1)
+        for helper, binding in reversed(self._bindings):
+            if helper is func and name.id in binding:
+                return self.of(binding[name.id], depth + 1)
         params = func.args.posonlyargs + func.args.args + func.args.kwonlyargs
         if not any(p.arg == name.id for p in params) or func.name in ("forward", "__init__", "__call__"):
             return None
@@ -141,6 +159,35 @@ class MagnitudeBounds:
         bounds = [self.of(v, depth + 1) for v in values]
         return None if None in bounds else max(bounds)
 
+    def _other_branch(self, value: ast.AST, use: ast.Name, func: ast.AST) -> Optional[list]:
+        """None when the assignment of ``value`` is not in an ``if`` branch the use is
+        outside of (or the name had no value before it); else the values the other branch
+        assigns the name at its top level (empty: the earlier value may reach the use)."""
+        ctx = self.ctx
+        use_ancestors = {id(a) for a in ctx.ancestors(use)}
+        branch, child = None, None
+        for anc in ctx.ancestors(value):
+            if anc is func:
+                break
+            if anc.__class__ is ast.If and id(anc) not in use_ancestors:
+                branch = anc
+                break
+            child = anc
+        if branch is None:
+            return None
+        other = branch.orelse if child in branch.body else branch.body
+        others = [stmt.value for stmt in other if stmt.__class__ is ast.Assign and len(stmt.targets) == 1
+                  and stmt.targets[0].__class__ is ast.Name and stmt.targets[0].id == use.id]
+        if others:
+            return others
+        args = func.args
+        if any(p.arg == use.id for p in args.posonlyargs + args.args + args.kwonlyargs):
+            return []
+        from .dtypes import Assignments
+
+        earlier = any(e[0] < branch.lineno for e in ctx.get(Assignments).of(func).get(use.id, ()))
+        return [] if earlier else None
+
     def _grows_in_loop(self, value: ast.AST, name: str, func: ast.AST) -> bool:
         if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(value)):
             return False
@@ -164,6 +211,8 @@ class MagnitudeBounds:
                 continue
             if last is None or node.lineno > last.lineno:
                 last = node
+        if last is not None and self._other_branch(last.value, name, func) == []:
+            return None  # `if qk_norm: q, k = map(l2norm, (q, k))`: the earlier values may reach the use
         if last is not None:
             call = last.value
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "map"
@@ -173,6 +222,47 @@ class MagnitudeBounds:
                     and call.args and isinstance(call.args[0], ast.Name)):
                 return call.args[0]  # the mapped function, named
         return None
+
+    def _map_assignments(self, func: ast.AST) -> list[ast.Assign]:
+        """``a, b = map(...)`` assignments of ``func`` (one filter per function)."""
+        found = self._maps.get(id(func))
+        if found is None:
+            found = self._maps[id(func)] = [
+                n for n in self._assignments(func) if n.value.__class__ is ast.Call
+                and n.value.func.__class__ is ast.Name and n.value.func.id == "map"]
+        return found
+
+    def _mapped_element(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
+        """The element of ``(q, k, v)`` that ``bk`` of ``bq, bk, bv = map(fn, (q, k, v))``
+        is, when ``fn`` only changes its argument's layout (``lambda t: t.reshape(...)``,
+        a name bound to such a lambda)."""
+        stmt = self.ctx.enclosing_statement(name)
+        last = None
+        for node in self._map_assignments(func):
+            if (len(node.targets) == 1 and node.targets[0].__class__ is ast.Tuple and stmt is not None
+                    and node.lineno < stmt.lineno
+                    and any(t.__class__ is ast.Name and t.id == name.id for t in node.targets[0].elts)):
+                if last is None or node.lineno > last.lineno:
+                    last = node
+        call = last.value if last is not None else None
+        if not (call.__class__ is ast.Call and call.func.__class__ is ast.Name and call.func.id == "map"
+                and len(call.args) == 2 and call.args[1].__class__ in (ast.Tuple, ast.List)):
+            return None
+        fn = call.args[0]
+        if fn.__class__ is ast.Name:
+            bound = [n.value for n in self._assignments(func) if len(n.targets) == 1
+                     and n.targets[0].__class__ is ast.Name and n.targets[0].id == fn.id]
+            fn = bound[-1] if len(bound) == 1 else None
+        if fn.__class__ is not ast.Lambda or len(fn.args.args) != 1:
+            return None
+        body = fn.body
+        while body.__class__ is ast.Call and body.func.__class__ is ast.Attribute and body.func.attr in _SAME:
+            body = body.func.value
+        if not (body.__class__ is ast.Name and body.id == fn.args.args[0].arg):
+            return None
+        index = [t.id if t.__class__ is ast.Name else None for t in last.targets[0].elts].index(name.id)
+        elts = call.args[1].elts
+        return elts[index] if index < len(elts) else None
 
     def _picked_values(self, name: ast.Name, func: ast.AST) -> Optional[ast.AST]:
         """The tensor ``name`` holds some elements of, when its last assignment before the
@@ -203,6 +293,27 @@ class MagnitudeBounds:
             return call.args[0] if call.args else None
         return f.value
 
+    def _returned_for(self, helper: ast.AST, call: ast.Call, depth: int) -> Optional[float]:
+        """The bound of what ``helper`` returns for this call's arguments (its parameters
+        bound to them, then to their defaults): ``look_one_back(F.normalize(k))`` is
+        bounded by 1 even where another call passes it unbounded values.  Answers under
+        a binding are kept apart from the file's memo."""
+        args = helper.args
+        params = args.posonlyargs + args.args
+        binding = {p.arg: d for p, d in zip(params[len(params) - len(args.defaults):], args.defaults)}
+        binding.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        binding.update({p.arg: a for p, a in zip(params, call.args) if a.__class__ is not ast.Starred})
+        binding.update({k.arg: k.value for k in call.keywords if k.arg is not None})
+        if any(a.__class__ is ast.Starred for a in call.args):
+            return self._returned(helper, depth)
+        memo, self._memo = self._memo, {}
+        self._bindings.append((helper, binding))
+        try:
+            return self._returned(helper, depth)
+        finally:
+            self._bindings.pop()
+            self._memo = memo
+
     def _returned(self, func: ast.AST, depth: int) -> Optional[float]:
         """The bound of every value a function of the file returns, whatever its arguments
         (``def l2norm(t): return F.normalize(t, dim=-1)``)."""
@@ -214,8 +325,12 @@ class MagnitudeBounds:
 
     def _call(self, call: ast.Call, depth: int) -> Optional[float]:
         func = call.func
-        if isinstance(func, ast.Name) and func.id in self.ctx.functions:
-            return self._returned(self.ctx.functions[func.id], depth)
+        if isinstance(func, ast.Name):  # a helper of the file, or one defined in the calling function's body
+            outer = self.ctx.enclosing_function(call)
+            helper = next((s for s in getattr(outer, "body", ()) if s.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef)
+                           and s.name == func.id), None) or self.ctx.functions.get(func.id)
+            if helper is not None:
+                return self._returned_for(helper, call, depth)
         qualname = self.ctx.qualname(func) or ""
         name = qualname.rsplit(".", 1)[-1] if qualname else func.attr if isinstance(func, ast.Attribute) else None
         if name is None:
@@ -232,6 +347,10 @@ class MagnitudeBounds:
             if base is None or None in limits:
                 return None
             return max([base] + [abs(f.value) for f in limits])
+        if qualname == "torch.nn.functional.pad":  # the pad value joins the operand's elements
+            fill = argument(call, "value", 3)
+            base, filled = self.of(operand, depth + 1), self.of(fill, depth + 1) if fill is not None else 0.0
+            return None if base is None or filled is None else max(base, filled)
         if name in ("masked_fill", "masked_fill_") and is_method:
             fill = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "value"), None)
             base, filled = self.of(operand, depth + 1), self.of(fill, depth + 1)

@@ -21,6 +21,7 @@ from amplint.analysis import flow
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
 _FILL_METHODS = ("masked_fill", "masked_fill_", "fill_", "new_full", "full", "full_like", "where", "clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
+_ONES = frozenset({"torch.ones_like", "torch.ones", "torch.full_like"})
 _NON_TENSOR_CALLS = ("len", "int", "float", "round", "abs", "min", "max", "sum", "range", "str", "bool")
 _NON_TENSOR_MODULES = ("time.", "math.", "numpy.", "random.", "datetime.", "os.", "sys.")
 
@@ -456,12 +457,10 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
             return
-        left, right = node.left, node.right
-        # cheap: one side must look like a constant
-        candidates = []
+        left, right, candidates = node.left, node.right, []  # cheap: one side must look like a constant
         for side, other in ((right, left), (left, right)):
-            if isinstance(side, (ast.Constant, ast.UnaryOp)) or isinstance(side, ast.Call) and isinstance(side.func, ast.Name) and side.func.id == "float":
-                candidates.append((side, other))
+            if isinstance(side, (ast.Constant, ast.UnaryOp, ast.BinOp)) or isinstance(side, ast.Call) and isinstance(side.func, ast.Name) and side.func.id == "float":
+                candidates.append((side, other))  # a BinOp only as a constant expression: `-2 ** 32 + 1`
             elif isinstance(side, (ast.Name, ast.Attribute)):
                 candidates.append((side, other))
         if not candidates:
@@ -473,9 +472,9 @@ the tensor the value goes into: the receiver of `masked_fill` / `fill_` / `new_f
             found = self._overflow(ctx, side, fmt_)
             if found is None:
                 continue
-            if isinstance(found.value.value, int):
-                # a Python int added to a tensor is index / token arithmetic
-                # (`ids + config.token_offset`, `vocab * n`); masks are written as floats
+            if isinstance(found.value.value, int) and (ctx.qualname(getattr(other, "func", None)) or "") not in _ONES:
+                # a Python int added to a tensor is index / token arithmetic (`ids + config.token_offset`,
+                # `vocab * n`); masks are floats, or an int times ones: `ones_like(s) * (-2 ** 32 + 1)`
                 continue
             if not self._tensorish(ctx, other) or not ctx.in_model_code(node):
                 return

@@ -15,6 +15,7 @@ from amplint.analysis.constants import (
 )
 from amplint.analysis.calls import argument
 from amplint.analysis.padded_rows import added_to_softmax_scores, diagonal_inf_triangle, padded_query_rows
+from amplint.dtypes import Assignments
 from amplint.fixes import finfo_text
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
 
@@ -449,10 +450,7 @@ def _zeroed_after(ctx, node: ast.AST, mask: ast.AST) -> bool:
     if func is None:
         return False
     shape, line = ast.dump(mask), getattr(node, "lineno", 0)
-    bound: dict[str, list] = {}
-    for stmt in ast.walk(func):
-        if stmt.__class__ is ast.Assign and len(stmt.targets) == 1 and stmt.targets[0].__class__ is ast.Name:
-            bound.setdefault(stmt.targets[0].id, []).append(stmt.value)
+    bound = ctx.get(Assignments).of(func)  # name -> [(line, col, value or None, statement)]
 
     def probabilities(expr, depth=0) -> bool:
         if expr.__class__ is ast.Call:
@@ -461,7 +459,7 @@ def _zeroed_after(ctx, node: ast.AST, mask: ast.AST) -> bool:
                 return True
             return name == "clone" and expr.func.__class__ is ast.Attribute and probabilities(expr.func.value, depth)
         if expr.__class__ is ast.Name and depth < 3:
-            return any(probabilities(v, depth + 1) for v in bound.get(expr.id, ()))
+            return any(e[2] is not None and probabilities(e[2], depth + 1) for e in bound.get(expr.id, ()))
         return False
 
     def zero(value) -> bool:

@@ -116,7 +116,8 @@ methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x
 `.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks, one-hot rows and
 counts, weighted averages (a sum along a dimension of values times softmax or
 `w / w.sum()` weights: no larger than the largest value), sums along a `torch.stack`'s
-own dimension or a `view` dimension of at most 16 (`a + b`, not a long reduction),
+own dimension or a `view` dimension of at most 16 (`a + b`, not a long reduction), sums
+of looked-up `nn.Embedding` rows over the fields (`self.fc(ids).sum(1)`) unless squared,
 `exp` of a value clamped below 11.09, `torch.logsumexp` and `exp(x - x.max(...))`
 (stable forms), and the exp / sum of a hand-written softmax (AMP303 reports those).
 
@@ -426,9 +427,7 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
             return
         if isinstance(operand, ast.Constant) or reductions.bounded_reduction(ctx, node, attr, operand, is_method):
             return
-        if attr in ("sum", "nansum", "cumsum") and (reductions.convex_combination(ctx, node, operand, is_method)
-                                                     or reductions.sum_of_stacked_terms(ctx, node, operand, is_method)
-                                                     or reductions.sum_over_short_view_dim(ctx, node, operand, is_method)):
+        if attr in ("sum", "nansum", "cumsum") and reductions.sum_of_few_terms(ctx, node, operand, is_method):
             return
         exponent = None
         if attr == "pow":

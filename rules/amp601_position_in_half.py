@@ -44,7 +44,9 @@ The range comes from value flow: `torch.arange(max_position_embeddings, ...)` wi
 follow is `info`; a known length within the exact range is not reported. Casts to the
 activation dtype count under O1 and above, casts to a buffer's dtype under O2/O3 (`info`
 under O1: they become half once the model is cast). The limit is the format's: 256 for
-bf16, 2048 for fp16 (`target`, or the literal dtype written).
+bf16, 2048 for fp16 (`target`, or the literal dtype written). Not flagged: integers that
+only reach an exponent (`exp(arange(d / 2) * -c)`, `p ** (arange(h) / h)`): a sinusoid's
+frequency index along the model width, not positions.
 
 ## Why is this bad?
 bf16 has 8 significant bits: the first integer it cannot represent is 257, and positions
@@ -236,6 +238,8 @@ class RotaryEmbedding(nn.Module):
         prec = ctx.precision_of(cast)
         if prec is None or prec.kind != "half":
             return
+        if positions.frequency_index(ctx, node):
+            return  # `exp(arange(d / 2) * -c)`: a sinusoid's frequency index along the width, not a position
         half = prec.half
         func = ctx.enclosing_function(node)
         if half.mode == "activation" and func is not None and func.name == "__init__":

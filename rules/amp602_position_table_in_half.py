@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Optional
 
 from amplint import fixes
 from amplint.analysis import calls, position_tables, positions
 from amplint.rule import Edit, Fix, Invalid, Rule, Severity, Valid
+
+
+@dataclasses.dataclass
+class _FileState:
+    casts: set = dataclasses.field(default_factory=set)  # angle casts reported (one per sin/cos pair)
+    helpers: dict = dataclasses.field(default_factory=dict)  # id(helper) -> line of its half table, or None
 
 class PositionTableInHalf(Rule):
     code = "AMP602"
@@ -27,7 +34,9 @@ registered buffer such as `inv_freq` that `model.half()` / `model.to(torch.bfloa
 casts (`info` under O1), an explicit `.half()` / `.bfloat16()`, or a product the selected
 autocast policy runs in half (`einsum` under `engine = "torch"`). Also flags, in the same
 code, an angle table cast to half right before its `sin` / `cos` (`freqs = freqs.to(t)`
-then `freqs.cos()`; `torch.sin(angles.to(x))`): the cast, once per table.
+then `freqs.cos()`; `torch.sin(angles.to(x))`): the cast, once per table. A call that
+hands such a helper the activations' dtype (`create_sin_embedding(pos, d, dtype=x.dtype)`)
+is reported too: that is where `torch.float32` goes.
 
 ## Why is this bad?
 The angle `t * inv_freq` reaches the sequence length in radians, where half keeps few
@@ -286,16 +295,18 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
     def visit_BinOp(self, node: ast.BinOp, ctx) -> None:
         self._check(ctx, node)
 
-    def begin_file(self, ctx) -> set:
-        return set()  # the angle casts reported (one finding for the sin and the cos of a cast)
+    def begin_file(self, ctx) -> "_FileState":
+        return _FileState()
 
     def visit_Call(self, node: ast.Call, ctx) -> None:
         self._check(ctx, node)
+        if node.args or node.keywords:
+            self._passes_activation_dtype(ctx, node)
         cast = position_tables.cast_angles(ctx, node)
         prec = ctx.precision_of(cast) if cast is not None else None
-        if prec is None or prec.kind != "half" or id(cast) in ctx.state(self):
+        if prec is None or prec.kind != "half" or id(cast) in ctx.state(self).casts:
             return
-        ctx.state(self).add(id(cast))
+        ctx.state(self).casts.add(id(cast))
         half, level = prec.half, ctx.settings.opt_level
         later = half.mode == "buffer" and level == "O1"
         if not half.is_half_at(level) and not later:
@@ -305,13 +316,35 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
                    f"off by 2.0 (fp16: 1.96); take sin/cos in fp32 and cast their result", severity=Severity.INFO if later else Severity.WARNING)
 
     def _check(self, ctx, node: ast.AST) -> None:
+        verdict = self._verdict(ctx, node)
+        if verdict is not None:
+            ctx.report(self, node, verdict[0], fix=verdict[1], severity=verdict[2])
+
+    def _passes_activation_dtype(self, ctx, call: ast.Call) -> None:
+        """``create_sin_embedding(pos, d, dtype=x.dtype)``: the call that makes a helper's
+        table half, where the fix goes (pass ``torch.float32``, cast the result)."""
+        helper = position_tables.helper_given_activation_dtype(ctx, call)
+        if helper is None:
+            return
+        helpers = ctx.state(self).helpers
+        if id(helper) not in helpers:
+            inner = next((n for n in ast.walk(helper) if n.__class__ in (ast.BinOp, ast.Call)
+                          and (v := self._verdict(ctx, n)) is not None and v[2] is Severity.WARNING), None)
+            helpers[id(helper)] = inner.lineno if inner is not None else None
+        if helpers[id(helper)] is not None:
+            ctx.report(self, call, f"passes the activation dtype to `{ctx.segment(call.func)}`, which computes position "
+                       f"x frequency angles in it (line {helpers[id(helper)]}): pass `torch.float32` and cast the "
+                       "table after", severity=Severity.WARNING)
+
+    def _verdict(self, ctx, node: ast.AST):
+        """(message, fix, severity) when ``node`` computes position x frequency angles in half."""
         found = position_tables.outer_operands(ctx, node)
         if found is None:
-            return
+            return None
         kind, a, b = found
         a_pos, b_pos = positions.is_position_like(ctx, a), positions.is_position_like(ctx, b)
         if a_pos == b_pos or not position_tables.in_table_code(ctx, node):
-            return
+            return None
         level = ctx.settings.opt_level
         pa, pb = ctx.precision_of(a), ctx.precision_of(b)
         product = ctx.precision_of(node)
@@ -324,10 +357,10 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
         half = product.half if product is not None and product.kind == "half" else None
         autocast = half is None and position_tables.autocast_half(ctx, node, kind)
         if half is None and not autocast:
-            return
+            return None
         if half is not None and not half.is_half_at(level):
             if not (half.mode == "buffer" and level == "O1"):
-                return
+                return None
             later = True
         else:
             later = False
@@ -342,7 +375,7 @@ reach half code). A buffer that `model.half()` already rounded stays rounded: ke
                    f"`cos` table is off by 2.0 (fp16: 1.96); compute the angle and sin/cos in fp32, "
                    f"cast the tables at the end")
         fix = None if later else self._fix(ctx, node, kind, (a, pa), (b, pb), half, autocast)
-        ctx.report(self, node, message, fix=fix, severity=Severity.INFO if later else Severity.WARNING)
+        return message, fix, Severity.INFO if later else Severity.WARNING
 
     # --- fix ---------------------------------------------------------------------------
 

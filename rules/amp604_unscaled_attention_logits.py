@@ -69,12 +69,17 @@ def _is_logits_spec(spec: ast.AST) -> bool:
     inputs = lhs.split(",")
     if len(inputs) != 2:
         return False
-    tokens = [set(part.split()) if " " in part.strip() else set(part.strip()) for part in inputs]
+    orders = [part.split() if " " in part.strip() else list(part.strip()) for part in inputs]
+    tokens = [set(order) for order in orders]
     out_tokens = set(out.split()) if " " in out.strip() else set(out.strip())
     contracted = (tokens[0] & tokens[1]) - out_tokens
     own = (tokens[0] - tokens[1]) & out_tokens, (tokens[1] - tokens[0]) & out_tokens
     batch = tokens[0] & tokens[1] & out_tokens  # heads / batch: q and k share them, a weight does not
-    return bool(contracted) and all(own) and bool(batch)
+    # q and k lay the contracted feature out alike (`bhid,bhjd`); `attn @ v` contracts the
+    # last index of one with an inner index of the other (`bhij,bhjd`)
+    alike = all(orders[0][::-1].index(t) == orders[1][::-1].index(t) for t in contracted)
+    # k may carry the query's index too (edge-augmented keys, `b i d, b i j d -> b i j`)
+    return bool(contracted) and any(own) and bool(batch) and alike
 
 
 def _is_scale(ctx, expr: ast.AST, op: ast.operator, depth: int = 0) -> bool:
@@ -123,6 +128,24 @@ def _reached_products(ctx, expr: ast.AST, depth: int = 0) -> list:
     return []
 
 
+def _prescaled(ctx, operand: ast.AST) -> bool:
+    """``q = self.q_proj(x) * self.scaling`` (or ``/ math.sqrt(d)``) before ``q @ k^T``,
+    through one name and layout changes."""
+    from amplint.analysis.reductions import reaching_value
+
+    for _ in range(4):
+        if isinstance(operand, ast.Name):
+            operand = reaching_value(ctx, operand)
+        elif isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr in _TRANSPOSES | {
+                "reshape", "view", "contiguous"}:
+            operand = operand.func.value
+        else:
+            break
+    if not isinstance(operand, ast.BinOp) or not isinstance(operand.op, (ast.Mult, ast.Div)):
+        return False
+    return _is_scale(ctx, operand.right, operand.op) or isinstance(operand.op, ast.Mult) and _is_scale(ctx, operand.left, operand.op)
+
+
 def _unit_bounded(ctx, operand: ast.AST) -> bool:
     bound = ctx.magnitude_bound(operand)
     return bound is not None and bound <= 1
@@ -153,7 +176,9 @@ range) is never reported. Off by default -- every hand-written attention has thi
 and whether it overflows depends on the activations -- turn it on with
 `select = ["AMP604"]` (or `extend-select`). Not flagged: a product of l2-normalised `q`
 or `k` (`F.normalize`, a helper returning it: cosine attention), whose dot products are
-bounded by the head dim or the other vector's norm.
+bounded by the head dim or the other vector's norm (normalised on every path: not only
+under an `if`), a `q` already scaled before the product, and `attn @ v` einsums (the
+contracted index is laid out differently in the two operands).
 
 ## Why is this bad?
 The dot product sums `d` products before anything scales it: with head dim 128 and `q`,
@@ -395,8 +420,9 @@ change in the last bits. It is offered when the scaling applies directly to the 
         products = [pair for _, pair in reached]
         if not products or ctx.enclosing_function(node) is None:
             return
-        # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|
-        if all(any(_unit_bounded(ctx, side) for side in pair) for pair in products):
+        # l2-normalised q or k (cosine attention, LSH): the dot product is bounded by d or |q|;
+        # q already scaled before the product (the safe form), scaled again after
+        if all(any(_unit_bounded(ctx, side) or _prescaled(ctx, side) for side in pair) for pair in products):
             return
         q, kt = products[0]
         message = ("attention logits `q @ k^T` computed in fp16 before the scaling: a head-dim-128 dot product of "

@@ -150,3 +150,25 @@ def cast_angles(ctx, call: ast.Call) -> Optional[ast.Call]:
     if before is not None and before.kind in ("half", "int") or not in_table_code(ctx, call):
         return None  # already half (reported where it became so), or integers (AMP601's)
     return operand
+
+
+def helper_given_activation_dtype(ctx, call: ast.Call) -> Optional[ast.AST]:
+    """The function of the file (or method of the class) that ``call`` hands an
+    activation's dtype as its ``dtype`` parameter (``dtype=x.dtype``, or ``x.dtype`` in
+    that parameter's position), x not known to be fp32; None otherwise."""
+    if not any(a.__class__ is ast.Attribute and a.attr == "dtype" for a in (*call.args, *(k.value for k in call.keywords))):
+        return None  # cheap: no `x.dtype` passed
+    func = call.func
+    method = func.__class__ is ast.Attribute and func.value.__class__ is ast.Name and func.value.id == "self"
+    cls = ctx.enclosing_class(call) if method else None
+    helper = (ctx.functions.get(func.id) if func.__class__ is ast.Name else
+              ctx.method(cls, func.attr) if cls is not None else None)
+    if helper is None:
+        return None
+    params = [a.arg for a in helper.args.posonlyargs + helper.args.args][1 if method else 0:]
+    passed = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if passed is None and "dtype" in params and params.index("dtype") < len(call.args):
+        passed = call.args[params.index("dtype")]
+    if not (passed.__class__ is ast.Attribute and passed.attr == "dtype") or ctx.dtype_of(passed.value).known_not_half:
+        return None
+    return helper

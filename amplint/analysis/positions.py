@@ -127,3 +127,81 @@ __all__ = [
     "SHORT", "limit", "when", "is_position_like", "position_root", "target_format",
     "in_table_scope", "reaching_value",
 ]
+
+
+#: layout changes and casts through which an index tensor is followed to its use
+_FOLLOW = frozenset({"view", "reshape", "unsqueeze", "squeeze", "type", "to", "type_as", "float", "half",
+                     "bfloat16", "double", "flatten", "contiguous", "expand"})
+
+
+#: words of a name that says it counts time steps, not features (``length``, ``seq_len``, ``T``)
+_LENGTH_WORDS = ("len", "seq", "time", "step", "pos", "ctx", "frame")
+
+
+def _counts_time_steps(end: ast.AST) -> bool:
+    """An ``arange`` end that names a sequence length, or is a tensor's runtime size
+    (``x.size(1)``, ``x.shape[1]``): the integers are positions, whatever they reach."""
+    for n in ast.walk(end):
+        name = n.id if n.__class__ is ast.Name else n.attr if n.__class__ is ast.Attribute else None
+        if name is None:
+            continue
+        low = name.lower()
+        if name in ("T", "L", "size", "shape") or any(w in low for w in _LENGTH_WORDS):
+            return True
+    return False
+
+
+def _over_time_steps(ctx, node: ast.AST) -> bool:
+    """``node`` is an ``arange`` (or a cast of one: ``arange(length).to(p)``) whose end
+    counts time steps."""
+    while node.__class__ is ast.Call and ctx.qualname(node.func) != "torch.arange" and node.func.__class__ is ast.Attribute:
+        node = node.func.value
+    if node.__class__ is not ast.Call or not node.args:
+        return False
+    return _counts_time_steps(node.args[0] if len(node.args) == 1 else node.args[1])
+
+
+def frequency_index(ctx, node: ast.AST, depth: int = 0) -> bool:
+    """Integers that only ever reach an exponent: ``exp(arange(d / 2) * -c)``,
+    ``max_period ** (arange(half_dim) / (half_dim - 1))``.  They index the frequencies of
+    a sinusoidal table along the feature dimension (a model width, not a sequence length),
+    so they are not positions.  Followed through arithmetic, layout changes, casts and one
+    assignment; any other use (a product with positions, an embedding index) is not one.
+    An ``arange`` over a sequence length stays positions (Mega's ``exp(arange(length) *
+    log(q))``: the powers q**t of every time step)."""
+    if depth > 4:
+        return False
+    if depth == 0 and _over_time_steps(ctx, node):
+        return False
+    child, parent = node, ctx.parent(node)
+    while True:
+        if parent.__class__ is ast.BinOp:
+            if parent.op.__class__ is ast.Pow:
+                return parent.right is child
+            if parent.op.__class__ not in (ast.Mult, ast.Div, ast.Add, ast.Sub):
+                return False
+        elif parent.__class__ is ast.UnaryOp and parent.op.__class__ is ast.USub:
+            pass
+        elif parent.__class__ is ast.Attribute and parent.value is child and parent.attr in _FOLLOW | {"exp"}:
+            call = ctx.parent(parent)
+            if call.__class__ is not ast.Call or call.func is not parent:
+                return False
+            if parent.attr == "exp":
+                return True
+            parent = call
+        elif parent.__class__ is ast.Call and (ctx.qualname(parent.func) or "") in ("torch.exp", "torch.pow"):
+            name = ctx.qualname(parent.func)
+            return name == "torch.exp" or (len(parent.args) > 1 and parent.args[1] is child)
+        elif parent.__class__ is ast.Subscript and parent.value is child:
+            pass
+        elif (parent.__class__ is ast.Assign and len(parent.targets) == 1 and parent.targets[0].__class__ is ast.Name
+              and parent.value is child):
+            func = ctx.enclosing_function(parent)
+            name = parent.targets[0].id
+            uses = [] if func is None else [
+                n for n in ast.walk(func) if n.__class__ is ast.Name and n.id == name
+                and n.ctx.__class__ is ast.Load and n.lineno > parent.lineno]
+            return bool(uses) and all(frequency_index(ctx, u, depth + 1) for u in uses)
+        else:
+            return False
+        child, parent = parent, ctx.parent(parent)

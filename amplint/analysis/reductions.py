@@ -742,6 +742,17 @@ def sum_of_stacked_terms(ctx, call: ast.Call, operand: ast.AST, is_method: bool)
     return a is not None and b is not None and a.value == b.value
 
 
+def sum_of_few_terms(ctx, call: ast.Call, operand: ast.AST, is_method: bool) -> bool:
+    """A sum no longer or larger than a few terms added by hand: a weighted average, a
+    sum along a stack's or a short view's own dimension, a sum of looked-up table rows
+    (:func:`amplint.analysis.table_rows.sum_of_table_rows`)."""
+    from amplint.analysis.table_rows import sum_of_table_rows
+
+    return (convex_combination(ctx, call, operand, is_method) or sum_of_stacked_terms(ctx, call, operand, is_method)
+            or sum_over_short_view_dim(ctx, call, operand, is_method)
+            or sum_of_table_rows(ctx, call, operand, is_method))
+
+
 #: a dimension this short makes a sum as harmless as ``a + b`` (LSTM directions, radix splits)
 _FEW = 16
 
