@@ -123,12 +123,15 @@ def test_verify_fp8_on_cpu_emulation(amplint, tmp_path):
     """The CI run: bf16 against emulated fp8 for 3 steps, per-layer stats, HTML report (~30 s:
     two trainings of a 10M-parameter model and torchao's import)."""
     report = tmp_path / "fp8.html"
+    # --tolerance 0.1: by the third step the tiny model's loss is 0.14, so the relative
+    # bf16/fp8 difference moves with the CPU's matmul kernels (0.0508 on one x86 machine, under
+    # 0.05 on another); what this test checks is the run and its report, not that margin
     proc = amplint("verify", "--target", "fp8", TINY, "--tokens", "16384", "--format", "json", "--report", str(report),
-                   "--threads", "1")
+                   "--threads", "1", "--tolerance", "0.1")
     assert proc.returncode == 0, proc.stderr
     (data,) = json.loads(proc.stdout)
     assert data["emulated"] and data["plan"]["converted"] == 2
-    assert len(data["fp8_losses"]) == 3 and 0 < data["loss_difference"] < 0.05
+    assert len(data["fp8_losses"]) == 3 and 0 < data["loss_difference"] < 0.1
     stats = {s["fqn"]: s for s in data["layers"]}
     assert stats["up"]["verdict"] == "convert" and stats["up"]["input_amax"] > 0
     assert 0 < stats["up"]["output_error"] < 0.2  # e4m3 rounding of input and weight: a few %
