@@ -465,7 +465,8 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
         operand = reductions.squared_operand(ctx, node)
         if operand is None or not reductions.square_reduced(ctx, node) or not ctx.in_model_forward(node):
             return
-        if ctx.dtype_of(operand).known_not_half or isinstance(operand, ast.Constant):
+        bound = ctx.magnitude_bound(operand)  # |x| below 255.9 (unit vectors) squares below 65504
+        if ctx.dtype_of(operand).known_not_half or isinstance(operand, ast.Constant) or bound is not None and bound < 255.9:
             return
         qualname = ("torch.Tensor.__pow__" if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)
                     else "torch.Tensor.__mul__" if isinstance(node, ast.BinOp) else "torch.square")
