@@ -139,3 +139,26 @@ class DimeNet(nn.Module):
 
 def test_coordinates_unpacked_and_crossed_stay_data(amplint, tmp_path):
     assert _amp302_lines(amplint, tmp_path, GEOMETRY) == [12]
+
+
+# transformers' MegaRMSNorm: the normalised value is a statement of its own, never used
+DISCARDED_STATISTIC = """
+import torch
+import torch.nn as nn
+
+class RMSNorm(nn.Module):
+    def forward(self, input):
+        mean_square = torch.mean(torch.square(input), dim=-1, keepdim=True)
+        input * torch.rsqrt(mean_square + 1e-5)
+        return input
+
+class Used(nn.Module):
+    def forward(self, input):
+        mean_square = torch.mean(torch.square(input), dim=-1, keepdim=True)
+        input * torch.rsqrt(mean_square + 1e-5)
+        return input * torch.rsqrt(mean_square + 1e-5)
+"""
+
+
+def test_a_statistic_only_used_by_a_statement_with_no_effect_is_not_reported(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, DISCARDED_STATISTIC, "--opt-level", "O2") == [13]
