@@ -162,3 +162,25 @@ class Used(nn.Module):
 
 def test_a_statistic_only_used_by_a_statement_with_no_effect_is_not_reported(amplint, tmp_path):
     assert _amp302_lines(amplint, tmp_path, DISCARDED_STATISTIC, "--opt-level", "O2") == [13]
+
+
+# torchfm's AFN: expm1 of an unbounded logarithmic-network output overflows like exp
+EXPM1 = """
+import torch
+import torch.nn as nn
+
+class LNN(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, d))
+
+    def forward(self, x):
+        lnn_out = torch.matmul(self.weight, torch.log1p(torch.abs(x) + 1e-7))
+        clamped = torch.expm1(lnn_out.clamp(max=10.0))
+        return torch.expm1(lnn_out) + clamped
+"""
+
+
+def test_expm1_is_reported_like_exp(amplint, tmp_path):
+    # line 12: clamped below 11.09 first
+    assert _amp302_lines(amplint, tmp_path, EXPM1, "--opt-level", "O2") == [13]
