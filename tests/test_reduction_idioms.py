@@ -184,3 +184,27 @@ class LNN(nn.Module):
 def test_expm1_is_reported_like_exp(amplint, tmp_path):
     # line 12: clamped below 11.09 first
     assert _amp302_lines(amplint, tmp_path, EXPM1, "--opt-level", "O2") == [13]
+
+
+# a spectrogram from a conv STFT (torchlibrosa): the squared components of one complex value
+MAGNITUDE = """
+import torch
+import torch.nn as nn
+
+class Spectrogram(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.conv_real = nn.Conv1d(1, n, 1024)
+        self.conv_imag = nn.Conv1d(1, n, 1024)
+        self.sigma_data = 0.5
+
+    def forward(self, x, sigma):
+        real, imag = self.conv_real(x), self.conv_imag(x)
+        power = real ** 2 + imag ** 2
+        c_skip = self.sigma_data ** 2 / (sigma ** 2 + self.sigma_data ** 2)
+        return power * c_skip
+"""
+
+
+def test_a_magnitude_from_two_squares_is_reported_but_not_one_with_a_hyperparameter(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, MAGNITUDE, "--opt-level", "O2") == [14, 14]

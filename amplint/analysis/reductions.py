@@ -621,13 +621,24 @@ def _result_discarded(ctx, call: ast.AST) -> bool:
     return bool(uses) and all(no_effect(u) for u in uses)
 
 
+def _self_attribute(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"
+
+
 def square_reduced(ctx, node: ast.AST) -> bool:
     """The square ``node`` is summed or averaged: directly (``(x ** 2).mean(-1)``,
-    ``torch.sum(x * x, 1)``) or through a name (``d = x ** 2; torch.sum(d, -1)``); not
-    where the statistic is only used by statements with no effect."""
+    ``torch.sum(x * x, 1)``), through a name (``d = x ** 2; torch.sum(d, -1)``) or added to
+    another tensor's square (``real ** 2 + imag ** 2``, a magnitude); not where the
+    statistic is only used by statements with no effect."""
     if _reduces(ctx, node):
         parent = ctx.parent(node)
         return not _result_discarded(ctx, ctx.parent(parent) if isinstance(parent, ast.Attribute) else parent)
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):  # `real ** 2 + imag ** 2`: a 2-term norm
+        other = parent.right if parent.left is node else parent.left
+        # of tensor components; `sigma ** 2 + self.sigma_data ** 2` mixes in a hyperparameter
+        return all(o is not None and not isinstance(o, ast.Constant) and not _self_attribute(o)
+                   for o in (squared_operand(ctx, node), squared_operand(ctx, other)))
     stmt = ctx.parent(node)
     if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         use = _next_use(ctx, stmt, stmt.targets[0].id)
