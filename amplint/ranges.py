@@ -93,6 +93,8 @@ class MagnitudeBounds:
             if base is None or exponent is None or not isinstance(exponent.value, (int, float)) or exponent.value < 0:
                 return None
             return base ** exponent.value
+        if op is ast.Div:
+            return self._quotient(expr.left, expr.right, depth)
         left, right = self.of(expr.left, depth + 1), self.of(expr.right, depth + 1)
         if left is None or right is None:
             return None
@@ -101,6 +103,17 @@ class MagnitudeBounds:
         if op is ast.Mult:
             return left * right
         return None
+
+    def _quotient(self, numerator: ast.AST, denominator: ast.AST, depth: int) -> Optional[float]:
+        """``x / (x.norm(dim=-1, keepdim=True) + eps)``, ``torch.div(x, norm(x, dim))``: a
+        vector divided by its own L2 norm has elements of magnitude at most 1 (a hand-written
+        ``F.normalize``); other quotients are unbounded."""
+        normed = l2_norm_of(self.ctx, denominator)
+        if normed is None or ast.dump(normed) != ast.dump(numerator):
+            return None
+        if isinstance(normed, ast.Name) and reaching_value(self.ctx, normed) is not reaching_value(self.ctx, numerator):
+            return None  # `n = x.norm(); x = f(x); x / n`: another x
+        return 1.0
 
     def _name(self, name: ast.Name, depth: int) -> Optional[float]:
         ctx = self.ctx
@@ -314,6 +327,22 @@ class MagnitudeBounds:
             self._bindings.pop()
             self._memo = memo
 
+    def returned_for_any_call(self, func: ast.AST) -> Optional[float]:
+        """The bound of what ``func`` returns whatever a caller in another file passes:
+        parameters unknown, except those with a default (which callers seldom override)."""
+        args = func.args
+        params = args.posonlyargs + args.args
+        binding: dict[str, ast.AST] = {p.arg: ast.Constant(None) for p in params + args.kwonlyargs}
+        binding.update({p.arg: d for p, d in zip(params[len(params) - len(args.defaults):], args.defaults)})
+        binding.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+        memo, self._memo = self._memo, {}
+        self._bindings.append((func, binding))
+        try:
+            return self._returned(func, 0)
+        finally:
+            self._bindings.pop()
+            self._memo = memo
+
     def _returned(self, func: ast.AST, depth: int) -> Optional[float]:
         """The bound of every value a function of the file returns, whatever its arguments
         (``def l2norm(t): return F.normalize(t, dim=-1)``)."""
@@ -325,6 +354,9 @@ class MagnitudeBounds:
 
     def _call(self, call: ast.Call, depth: int) -> Optional[float]:
         func = call.func
+        imported = imported_bound(self.ctx, func)
+        if imported is not None:  # `from .util import normalize`: what that file's helper returns
+            return imported
         if isinstance(func, ast.Name):  # a helper of the file, or one defined in the calling function's body
             outer = self.ctx.enclosing_function(call)
             helper = next((s for s in getattr(outer, "body", ()) if s.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -338,6 +370,13 @@ class MagnitudeBounds:
         is_method = isinstance(func, ast.Attribute) and not qualname
         if name in _UNIT and (is_method or qualname.startswith("torch.")):
             return 1.0
+        if qualname == "torch.div" and len(call.args) == 2:
+            return self._quotient(call.args[0], call.args[1], depth)
+        if qualname == "torch.where" and len(call.args) == 3:  # either operand's elements
+            bounds = [self.of(a, depth + 1) for a in call.args[1:]]
+            return None if None in bounds else max(bounds)
+        if qualname in ("torch.tensor", "torch.as_tensor") and call.args:
+            return self.of(call.args[0], depth + 1)
         operand = func.value if is_method else (call.args[0] if call.args else None)
         if name in ("clamp", "clip") and is_method or qualname in ("torch.clamp", "torch.clip"):
             limits = [self.ctx.evaluate(k.value) for k in call.keywords if k.arg in ("min", "max")]
@@ -358,3 +397,131 @@ class MagnitudeBounds:
         if name in _SAME and (is_method or qualname.startswith("torch.") or qualname.startswith("einops.")):
             return self.of(operand, depth + 1)
         return None
+
+
+# --- hand-written L2 norms, and the bounds of other files' helpers -------------------------
+
+
+def _strip_eps(ctx, expr: ast.AST) -> ast.AST:
+    """``n + eps`` / ``n.clamp(min=eps)`` / ``n.clamp_min(eps)`` -> ``n``: a positive floor
+    only makes the quotient smaller."""
+    for _ in range(3):
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            expr = expr.left
+        elif (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not ctx.qualname(expr.func)
+              and expr.func.attr in ("clamp", "clamp_min", "clip") and not any(k.arg == "max" for k in expr.keywords)):
+            expr = expr.func.value
+        else:
+            break
+    return expr
+
+
+def _squared(ctx, expr: ast.AST) -> Optional[ast.AST]:
+    """What ``x ** 2`` / ``x * x`` / ``torch.square(x)`` / ``x.pow(2)`` squares."""
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Pow) and isinstance(expr.right, ast.Constant) and expr.right.value == 2:
+            return expr.left
+        if isinstance(expr.op, ast.Mult) and ast.dump(expr.left) == ast.dump(expr.right):
+            return expr.left
+    if isinstance(expr, ast.Call):
+        qualname = ctx.qualname(expr.func) or ""
+        if qualname == "torch.square" and expr.args:
+            return expr.args[0]
+        if (not qualname and isinstance(expr.func, ast.Attribute) and expr.func.attr == "pow"
+                and expr.args and isinstance(expr.args[0], ast.Constant) and expr.args[0].value == 2):
+            return expr.func.value
+    return None
+
+
+def l2_norm_of(ctx, expr: ast.AST, depth: int = 0) -> Optional[ast.AST]:
+    """The tensor ``expr`` is the L2 norm of (plus an ``eps``): ``x.norm(dim=-1)``,
+    ``torch.linalg.norm(x)``, ``torch.sqrt((x ** 2).sum(-1))``, or a helper of the file
+    returning one of its parameter (``norm(x, dim=-1)`` with ``def norm(t, dim): return
+    torch.sqrt(torch.sum(torch.square(t), dim) + eps)``); else None."""
+    if depth > 3:
+        return None
+    expr = _strip_eps(ctx, expr)
+    if isinstance(expr, ast.Name):  # `norm_factor = torch.sqrt(...)`
+        value = reaching_value(ctx, expr)
+        return None if value is None else l2_norm_of(ctx, value, depth + 1)
+    if not isinstance(expr, ast.Call):
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Pow) and isinstance(expr.right, ast.Constant) \
+                and expr.right.value == 0.5:
+            return _sum_of_squares(ctx, _strip_eps(ctx, expr.left))
+        return None
+    qualname = ctx.qualname(expr.func) or ""
+    attr = expr.func.attr if isinstance(expr.func, ast.Attribute) else None
+    if qualname in ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm") and expr.args:
+        p = argument(expr, "p" if qualname == "torch.norm" else "ord", 1)
+        return expr.args[0] if p is None or isinstance(p, ast.Constant) and p.value in (2, 2.0) else None
+    if not qualname and attr == "norm":
+        p = argument(expr, "p", 0)
+        return expr.func.value if p is None or isinstance(p, ast.Constant) and p.value in (2, 2.0) else None
+    if qualname == "torch.sqrt" and expr.args:
+        return _sum_of_squares(ctx, _strip_eps(ctx, expr.args[0]))
+    if not qualname and attr == "sqrt":
+        return _sum_of_squares(ctx, _strip_eps(ctx, expr.func.value))
+    if isinstance(expr.func, ast.Name) and expr.func.id in ctx.functions:
+        helper = ctx.functions[expr.func.id]
+        returns = [n.value for n in ast.walk(helper) if isinstance(n, ast.Return)]
+        normed = l2_norm_of(ctx, returns[0], depth + 1) if len(returns) == 1 and returns[0] is not None else None
+        params = [p.arg for p in helper.args.posonlyargs + helper.args.args]
+        if isinstance(normed, ast.Name) and normed.id in params:
+            index = params.index(normed.id)
+            passed = next((k.value for k in expr.keywords if k.arg == normed.id), None)
+            return passed if passed is not None else expr.args[index] if index < len(expr.args) else None
+    return None
+
+
+def _sum_of_squares(ctx, expr: ast.AST) -> Optional[ast.AST]:
+    """What ``(x ** 2).sum(dim)`` / ``torch.sum(torch.square(x), dim)`` sums the squares of."""
+    if not isinstance(expr, ast.Call):
+        return None
+    qualname = ctx.qualname(expr.func) or ""
+    if qualname == "torch.sum" and expr.args:
+        return _squared(ctx, expr.args[0])
+    if not qualname and isinstance(expr.func, ast.Attribute) and expr.func.attr == "sum":
+        return _squared(ctx, expr.func.value)
+    return None
+
+
+class BoundedReturns:
+    """The project fact: the module-level functions of a file whose every return is
+    bounded (``def normalize(t, dim=-1): return t / t.norm(dim=dim, keepdim=True)``), name
+    -> bound, for the files that import them."""
+
+    KEY = "@bounded-returns"
+    #: a file that may define one
+    MARKERS = ("norm", "softmax", "sigmoid", "tanh")
+
+    @classmethod
+    def collect(cls, ctx) -> Optional[dict]:
+        if not any(m in ctx.source for m in cls.MARKERS):
+            return None
+        bounds = ctx.get(MagnitudeBounds)
+        out = {}
+        for stmt in ctx.tree.body:
+            if stmt.__class__ is ast.FunctionDef:
+                found = bounds.returned_for_any_call(stmt)
+                if found is not None:
+                    out[stmt.name] = found
+        return {"by_name": out} if out else None
+
+
+def imported_bound(ctx, func: ast.AST) -> Optional[float]:
+    """The collected bound of an imported function: ``normalize(x)`` after ``from .util
+    import normalize``, ``util.normalize(x)`` after ``from . import util``."""
+    project = getattr(ctx, "project", None)
+    if project is None:
+        return None
+    if isinstance(func, ast.Name):
+        origin = ctx.import_origin(func.id)
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = ctx.import_path(func.value.id)
+        origin = None if module is None else (module, func.attr)
+    else:
+        return None
+    if origin is None or origin[0].startswith("torch") or origin[0].startswith("numpy"):
+        return None
+    found = project.named(BoundedReturns.KEY, origin[1], origin[0], exclude_path=ctx.path)
+    return found[0][1] if len(found) == 1 else None

@@ -11,7 +11,7 @@ from amplint.rule import Fix, Invalid, Rule, Severity, Valid
 #: ops whose API takes ``dtype=`` (accumulate and return in that dtype)
 _DTYPE_OPS = frozenset({"sum", "nansum", "cumsum", "cumprod", "prod", "norm", "vector_norm"})
 #: ops without ``dtype=``: the operand is upcast with ``.float()``
-_UPCAST_OPS = frozenset({"var", "exp", "pow"})
+_UPCAST_OPS = frozenset({"var", "exp", "expm1", "pow"})
 _NAMES = _DTYPE_OPS | _UPCAST_OPS  # `mean` cannot overflow (docs): only a square under it
 _MODULES = ("torch.", "torch.Tensor.", "torch.linalg.")
 _QUALNAMES = frozenset(module + name for module in _MODULES for name in _NAMES)
@@ -26,6 +26,7 @@ _WHY = {
     "vector_norm": "a norm above 65504 is inf in fp16 (100,000 values of 300 give inf)",
     "var": "a variance above 65504 is inf in fp16 (values spread by +-300 already overflow)",
     "exp": "exp overflows fp16 above 11.09 (exp(11.1) is inf)",
+    "expm1": "expm1 overflows fp16 above 11.09 (expm1(11.1) is inf)",
 }
 _WHY_BF16 = {
     "sum": "a bf16 sum keeps 8 significant bits (100,000 bf16 ones sum to 99840)",
@@ -111,8 +112,7 @@ class ReductionInHalf(Rule):
 Flags, in model code (an `nn.Module`'s `forward` and what it calls in the same file),
 range-growing operations on possibly-half tensors without fp32 accumulation:
 `sum`, `nansum`, `cumsum`, `cumprod`, `prod`, `norm` / `torch.linalg.vector_norm` /
-`torch.linalg.norm`, `var`, `exp`, and `pow` with a constant exponent above 1, as tensor
-methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x`, `torch.square`). Not flagged: an operand already fp32 (`.float()`,
+`torch.linalg.norm`, `var`, `exp` / `expm1`, and `pow` with a constant exponent above 1, as tensor methods or `torch.*` functions, and squares summed or averaged (`x ** 2`, `x * x`, `torch.square`). Not flagged: an operand already fp32 (`.float()`,
 `.to(torch.float32)`), a call with `dtype=torch.float32`, sums of masks, one-hot rows and
 counts, weighted averages (a sum along a dimension of values times softmax or
 `w / w.sum()` weights: no larger than the largest value), sums along a `torch.stack`'s
@@ -437,9 +437,9 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
             exponent = value.value
         if attr in ("exp", "sum") and reductions.in_handwritten(ctx, node):
             return
-        if attr == "exp" and reductions.max_subtracted(ctx, operand):
+        if attr in ("exp", "expm1") and reductions.max_subtracted(ctx, operand):
             return
-        limit = reductions.upper_bound(ctx, operand) if attr == "exp" else None
+        limit = reductions.upper_bound(ctx, operand) if attr in ("exp", "expm1") else None
         if limit is not None and limit < (88.7 if ctx.settings.target == "bf16" else 11.09):
             return  # `logit_scale.clamp(max=math.log(100)).exp()`: at most 100
         severity = reductions.severity_for(ctx.settings, qualname)
@@ -465,7 +465,8 @@ fp32 (O1 and an upcasting policy): casting its result back would make it less pr
         operand = reductions.squared_operand(ctx, node)
         if operand is None or not reductions.square_reduced(ctx, node) or not ctx.in_model_forward(node):
             return
-        if ctx.dtype_of(operand).known_not_half or isinstance(operand, ast.Constant):
+        bound = ctx.magnitude_bound(operand)  # |x| below 255.9 (unit vectors) squares below 65504
+        if ctx.dtype_of(operand).known_not_half or isinstance(operand, ast.Constant) or bound is not None and bound < 255.9:
             return
         qualname = ("torch.Tensor.__pow__" if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)
                     else "torch.Tensor.__mul__" if isinstance(node, ast.BinOp) else "torch.square")

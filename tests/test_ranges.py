@@ -60,3 +60,20 @@ def test_a_cycle_has_no_bound():
                 p = p * 3
             reveal(p)
     """) == [None]
+
+
+def test_hand_written_l2_normalisation_is_unit_bounded():
+    assert bounds("""
+        import torch
+        def norm(t, dim, eps=1e-8):
+            return torch.sqrt(torch.sum(torch.square(t), dim=dim, keepdim=True) + eps)
+        def f(x, y):
+            reveal(x / (x.norm(dim=-1, keepdim=True) + 1e-6))
+            reveal(torch.div(x, norm(x, dim=-1)))
+            n = torch.sqrt((x ** 2).sum(1, keepdim=True))
+            reveal(x / n)
+            reveal(x / x.pow(2).sum(-1, keepdim=True).clamp(min=1e-12) ** 0.5)
+            reveal(x / y.norm(dim=-1, keepdim=True))
+            reveal(x / x.norm(p=1, dim=-1, keepdim=True))
+            reveal(x / x.sum(-1, keepdim=True))
+    """) == [1.0, 1.0, 1.0, 1.0, None, None, None]

@@ -139,3 +139,72 @@ class DimeNet(nn.Module):
 
 def test_coordinates_unpacked_and_crossed_stay_data(amplint, tmp_path):
     assert _amp302_lines(amplint, tmp_path, GEOMETRY) == [12]
+
+
+# transformers' MegaRMSNorm: the normalised value is a statement of its own, never used
+DISCARDED_STATISTIC = """
+import torch
+import torch.nn as nn
+
+class RMSNorm(nn.Module):
+    def forward(self, input):
+        mean_square = torch.mean(torch.square(input), dim=-1, keepdim=True)
+        input * torch.rsqrt(mean_square + 1e-5)
+        return input
+
+class Used(nn.Module):
+    def forward(self, input):
+        mean_square = torch.mean(torch.square(input), dim=-1, keepdim=True)
+        input * torch.rsqrt(mean_square + 1e-5)
+        return input * torch.rsqrt(mean_square + 1e-5)
+"""
+
+
+def test_a_statistic_only_used_by_a_statement_with_no_effect_is_not_reported(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, DISCARDED_STATISTIC, "--opt-level", "O2") == [13]
+
+
+# torchfm's AFN: expm1 of an unbounded logarithmic-network output overflows like exp
+EXPM1 = """
+import torch
+import torch.nn as nn
+
+class LNN(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, d))
+
+    def forward(self, x):
+        lnn_out = torch.matmul(self.weight, torch.log1p(torch.abs(x) + 1e-7))
+        clamped = torch.expm1(lnn_out.clamp(max=10.0))
+        return torch.expm1(lnn_out) + clamped
+"""
+
+
+def test_expm1_is_reported_like_exp(amplint, tmp_path):
+    # line 12: clamped below 11.09 first
+    assert _amp302_lines(amplint, tmp_path, EXPM1, "--opt-level", "O2") == [13]
+
+
+# a spectrogram from a conv STFT (torchlibrosa): the squared components of one complex value
+MAGNITUDE = """
+import torch
+import torch.nn as nn
+
+class Spectrogram(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.conv_real = nn.Conv1d(1, n, 1024)
+        self.conv_imag = nn.Conv1d(1, n, 1024)
+        self.sigma_data = 0.5
+
+    def forward(self, x, sigma):
+        real, imag = self.conv_real(x), self.conv_imag(x)
+        power = real ** 2 + imag ** 2
+        c_skip = self.sigma_data ** 2 / (sigma ** 2 + self.sigma_data ** 2)
+        return power * c_skip
+"""
+
+
+def test_a_magnitude_from_two_squares_is_reported_but_not_one_with_a_hyperparameter(amplint, tmp_path):
+    assert _amp302_lines(amplint, tmp_path, MAGNITUDE, "--opt-level", "O2") == [14, 14]

@@ -598,11 +598,47 @@ def _next_use(ctx, stmt: ast.AST, name: str) -> Optional[ast.Name]:
     return min(uses, key=lambda n: (n.lineno, n.col_offset), default=None)
 
 
+def _result_discarded(ctx, call: ast.AST) -> bool:
+    """``ms = torch.mean(torch.square(x), -1)`` whose every use is a statement with no
+    effect (``x * torch.rsqrt(ms + eps)`` on a line of its own, transformers' MegaRMSNorm):
+    the statistic reaches no output, so its overflow cannot either."""
+    stmt = ctx.parent(call)
+    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    func = ctx.enclosing_function(stmt)
+    if func is None:
+        return False
+    name = stmt.targets[0].id
+    uses = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+
+    def no_effect(use: ast.AST) -> bool:
+        node = use
+        while node is not None and not isinstance(node, ast.stmt):
+            node = ctx.parent(node)
+        return isinstance(node, ast.Expr) and isinstance(node.value, ast.BinOp)
+
+    return bool(uses) and all(no_effect(u) for u in uses)
+
+
+def _self_attribute(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"
+
+
 def square_reduced(ctx, node: ast.AST) -> bool:
     """The square ``node`` is summed or averaged: directly (``(x ** 2).mean(-1)``,
-    ``torch.sum(x * x, 1)``) or through a name (``d = x ** 2; torch.sum(d, -1)``)."""
+    ``torch.sum(x * x, 1)``), through a name (``d = x ** 2; torch.sum(d, -1)``) or added to
+    another tensor's square (``real ** 2 + imag ** 2``, a magnitude); not where the
+    statistic is only used by statements with no effect."""
     if _reduces(ctx, node):
-        return True
+        parent = ctx.parent(node)
+        return not _result_discarded(ctx, ctx.parent(parent) if isinstance(parent, ast.Attribute) else parent)
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):  # `real ** 2 + imag ** 2`: a 2-term norm
+        other = parent.right if parent.left is node else parent.left
+        # of tensor components; `sigma ** 2 + self.sigma_data ** 2` mixes in a hyperparameter
+        return all(o is not None and not isinstance(o, ast.Constant) and not _self_attribute(o)
+                   for o in (squared_operand(ctx, node), squared_operand(ctx, other)))
     stmt = ctx.parent(node)
     if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         use = _next_use(ctx, stmt, stmt.targets[0].id)

@@ -441,13 +441,17 @@ def _resolve(ctx, expr, func, depth: int) -> Optional[ast.AST]:
     return None
 
 
-COLLECTORS = (ArgparseDefaults, ModuleSequences, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets)
+from ..ranges import BoundedReturns  # noqa: E402  (value bounds, not sizes: kept with the ranges)
+
+COLLECTORS = (ArgparseDefaults, ModuleSequences, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets,
+              BoundedReturns)
 
 
 def worth_collecting(text: str) -> bool:
     """Whether one of :data:`COLLECTORS` may find something in ``text``."""
     return (
-        any(m in text for c in (ArgparseDefaults, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets) for m in c.MARKERS)
+        any(m in text for c in (ArgparseDefaults, ConfigConstructions, LayerParameters, LayerFormulas, ConfigPresets, BoundedReturns)
+            for m in c.MARKERS)
         or ModuleSequences.LINE.search(text) is not None
     )
 
