@@ -319,6 +319,9 @@ class Evaluator:
         if default is None:
             # no default: what the callers in this file pass (TransformerModel(cfg, vocab=vocab))
             return self._from_call_sites(func, name, depth, _FieldOf(self, None))
+        passed = self._overriding_callers(func, name, depth)
+        if passed is not None:
+            return passed  # the default is dead: every caller in this file passes its own value
         inner = self.evaluate(default, None, depth + 1)
         if inner is None:
             return None
@@ -462,6 +465,21 @@ class Evaluator:
         if len({v.value for v in values}) != 1:
             return None
         return values[0]
+
+    def _overriding_callers(self, func: ast.AST, name: str, depth: int) -> Optional[Value]:
+        """The value the calls of ``func`` in this file all pass for the defaulted parameter
+        ``name`` when each passes it explicitly (``MegaScaleNorm(dim=-1, eps=eps)``, its only
+        call: ``eps=1e-6`` never applies); None when a call leaves it out or none is found."""
+        if isinstance(func, ast.Lambda):
+            return None
+        calls, offset = self._call_sites(func)
+        if not calls:
+            return None
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        if any(argument(c, name, position) is None for c in calls):
+            return None
+        return self._from_call_sites(func, name, depth, _FieldOf(self, None))
 
     def _argument_at(self, call: ast.Call, name: str, position: Optional[int], depth: int) -> Optional[ast.AST]:
         """:func:`~amplint.analysis.calls.argument`, else the item of a ``**kwargs`` dict."""

@@ -7,7 +7,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.analysis.calls import argument
 from amplint.analysis import flow
-from amplint.analysis.stabilisers import stabiliser_use
+from amplint.analysis.stabilisers import discarded, stabiliser_use
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
 from amplint.dtypes import DtypeClass
 from amplint.analysis.reductions import upcast_by_policy
@@ -439,7 +439,7 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         if bound is None:
             return
         value = self._tiny(ctx, bound, fmt_)
-        if value is None or not self._runs_in_half(ctx, node, target):
+        if value is None or discarded(ctx, node) or not self._runs_in_half(ctx, node, target):
             return
         self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)",
                      operand=target)

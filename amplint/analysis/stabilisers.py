@@ -23,8 +23,22 @@ class Stabiliser:
     op: bool = False
 
 
+def discarded(ctx, node: ast.AST) -> bool:
+    """Whether ``node`` only reaches an expression statement whose value is thrown away:
+    ``input * torch.rsqrt(ms + self.eps)`` on a line of its own (transformers' MegaRMSNorm)
+    has no effect, unless the statement is a call or runs an in-place method (``add_``)."""
+    stmt = ctx.enclosing_statement(node)
+    if not isinstance(stmt, ast.Expr) or isinstance(stmt.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom)):
+        return False
+    return not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_")
+                   for n in ast.walk(stmt.value))
+
+
 def stabiliser_use(ctx, node: ast.BinOp) -> Optional[Stabiliser]:
-    """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
+    """How ``node`` (``x + eps``) is used, when that use needs eps > 0 (None also when its
+    value is discarded)."""
+    if discarded(ctx, node):
+        return None
     child, parent = node, ctx.parent(node)
     if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
         exponent = ctx.evaluate(parent.right)

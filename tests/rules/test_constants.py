@@ -391,3 +391,17 @@ def test_amp102_is_info_on_values_fp32_under_o1_only(amplint, level, severities)
                    "--opt-level", level, "--select", "AMP102")
     found = sorted({(f["line"], f["severity"]) for f in json.loads(proc.stdout) if f["severity"] != "warning"})
     assert [s for _, s in found] == severities, found
+
+
+def test_amp102_skips_dead_defaults_and_discarded_norms(amplint):
+    """A default every caller in the file overrides never applies: the finding names the
+    value the callers pass (1e-5, SequenceNorm's own default, passed on as `eps=eps`) and
+    its source, not ScaleNorm's `eps=1e-6`; an `x + eps` whose statement value is thrown
+    away (transformers' MegaRMSNorm) has no effect and is not reported."""
+    proc = amplint("check", "fixtures/constants/eps_dead/dead_defaults.py", "--no-cache", "--format", "json",
+                   "--select", "AMP102")
+    found = json.loads(proc.stdout)
+    assert [f["line"] for f in found] == [31], found
+    assert "= 1e-05" in found[0]["message"], found[0]["message"]
+    related = {r["line"] for r in found[0]["related"]}
+    assert 35 in related and 38 in related and 24 not in related, related
