@@ -7,7 +7,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.analysis.calls import argument
 from amplint.analysis import flow
-from amplint.analysis.stabilisers import discarded, stabiliser_use
+from amplint.analysis.stabilisers import at_least_one, discarded, stabiliser_use
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
 from amplint.dtypes import DtypeClass
 from amplint.analysis.reductions import upcast_by_policy
@@ -329,6 +329,8 @@ No fix when the constant lives in another file (fix the config there). `fix` the
                 continue
             if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
                 return  # 1 + 1e-8: plain Python arithmetic
+            if at_least_one(ctx, other):
+                return  # log(cosh(x) + eps): the eps is never what keeps it away from 0
             use = stabiliser_use(ctx, node)
             if use is None or not self._runs_in_half(ctx, node, other):
                 return

@@ -415,3 +415,11 @@ def test_amp102_window_sum_of_a_torch_tensor_buffer_is_fp32_under_o1(amplint, le
     proc = amplint("check", "fixtures/false_positives/clean/ola_window_sum.py", "--no-cache", "--format", "json",
                    "--opt-level", level, "--select", "AMP102")
     assert len(json.loads(proc.stdout)) == count, proc.stdout
+
+
+def test_amp102_skips_eps_added_to_values_at_least_one(amplint):
+    """`log(cosh(x) + eps)` and `log(1 + x ** 2 + eps)`: the other term is >= 1, so the
+    eps keeps nothing away from 0 and its vanishing in half is harmless (auraloss LogCosh)."""
+    proc = amplint("check", "fixtures/false_positives/clean/log_cosh.py", "--no-cache", "--format", "json",
+                   "--opt-level", "O2", "--select", "AMP102")
+    assert json.loads(proc.stdout) == [], proc.stdout
