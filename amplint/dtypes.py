@@ -813,8 +813,8 @@ class DtypeFlow:
                     continue
                 for assign in ctx.self_assignments(stmt).get(attr, ()):
                     value = assign.value
-                    if value is None:
-                        continue
+                    if value is None or value.__class__ in (ast.List, ast.Tuple) and not value.elts:
+                        continue  # `self.window_sum = []`: a placeholder until a tensor is stored
                     got = self._stored(value, buffer=False, cast=cast)
                     result = got if result is None else join_setting(result, got)
             if result is not None:

@@ -410,8 +410,9 @@ def test_amp102_skips_dead_defaults_and_discarded_norms(amplint):
 @pytest.mark.parametrize("level, count", [("O1", 0), ("O2", 1)])
 def test_amp102_window_sum_of_a_torch_tensor_buffer_is_fp32_under_o1(amplint, level, count):
     """`torch.Tensor(window)` makes the default float dtype (fp32) and `F.fold(input=...)`
-    keeps its keyword operand's dtype: the overlap-add window sum is fp32 under O1, so its
-    `clamp(..., 1e-11)` floor is fine there; O2 casts the buffer to half and it vanishes."""
+    keeps its keyword operand's dtype, and a `self.x = []` placeholder is no tensor: both window
+    sums are fp32 under O1, so their `clamp(..., 1e-11)` floors are fine there; O2 casts the
+    buffer (not the plain tensor attribute) to half, and that floor vanishes."""
     proc = amplint("check", "fixtures/false_positives/clean/ola_window_sum.py", "--no-cache", "--format", "json",
                    "--opt-level", level, "--select", "AMP102")
     assert len(json.loads(proc.stdout)) == count, proc.stdout
