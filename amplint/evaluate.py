@@ -464,7 +464,12 @@ class Evaluator:
             self._active.discard(key)
         if len({v.value for v in values}) != 1:
             return None
-        return values[0]
+        # every caller's source is where the value comes from (TabNet's three models each
+        # pass their own `epsilon=1e-15` default to the encoder)
+        origin = list(values[0].origin)
+        for v in values[1:]:
+            origin += [r for r in v.origin if r not in origin]
+        return Value(values[0].value, tuple(origin[:MAX_TRAIL]), values[0].literal)
 
     def _overriding_callers(self, func: ast.AST, name: str, depth: int) -> Optional[Value]:
         """The value the calls of ``func`` in this file all pass for the defaulted parameter

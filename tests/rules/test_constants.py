@@ -424,3 +424,14 @@ def test_amp102_skips_eps_added_to_values_at_least_one(amplint):
     proc = amplint("check", "fixtures/false_positives/clean/log_cosh.py", "--no-cache", "--format", "json",
                    "--opt-level", "O2", "--select", "AMP102")
     assert json.loads(proc.stdout) == [], proc.stdout
+
+
+def test_amp102_names_every_callers_default_of_a_dead_default(amplint):
+    """Two models pass their own `epsilon=1e-15` default to one encoder: the finding in the
+    encoder names both defaults (and both call sites), not the encoder's dead default."""
+    proc = amplint("check", "fixtures/constants/eps_dead/shared_encoder.py", "--no-cache", "--format", "json",
+                   "--select", "AMP102")
+    found = json.loads(proc.stdout)
+    assert [(f["line"], f["severity"]) for f in found] == [(16, "error")], found
+    related = {r["line"] for r in found[0]["related"]}
+    assert {20, 22, 29, 31} <= related and 9 not in related, related
