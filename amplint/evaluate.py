@@ -319,7 +319,10 @@ class Evaluator:
         if default is None:
             # no default: what the callers in this file pass (TransformerModel(cfg, vocab=vocab))
             return self._from_call_sites(func, name, depth, _FieldOf(self, None))
-        passed = self._overriding_callers(func, name, depth)
+        # a float default (an eps, a tolerance) every caller overrides is dead; an integer
+        # default is a size, the design value a fix edits (callers are often examples)
+        float_default = isinstance(default, ast.Constant) and isinstance(default.value, float)
+        passed = self._overriding_callers(func, name, depth) if float_default else None
         if passed is not None:
             return passed  # the default is dead: every caller in this file passes its own value
         inner = self.evaluate(default, None, depth + 1)
@@ -484,7 +487,12 @@ class Evaluator:
         position = positional.index(name) if name in positional else None
         if any(argument(c, name, position) is None for c in calls):
             return None
-        return self._from_call_sites(func, name, depth, _FieldOf(self, None))
+        found = self._from_call_sites(func, name, depth, _FieldOf(self, None))
+        # only a value the callers themselves take from a default (`eps=eps`): a literal a
+        # caller writes is reported at that call, and the default stays reported where used
+        if found is None or not any("default of" in r.note for r in found.origin):
+            return None
+        return found
 
     def _argument_at(self, call: ast.Call, name: str, position: Optional[int], depth: int) -> Optional[ast.AST]:
         """:func:`~amplint.analysis.calls.argument`, else the item of a ``**kwargs`` dict."""

@@ -33,6 +33,15 @@ def _last_argument(call: ast.Call) -> Optional[ast.AST]:
     return max(list(call.args) + [k.value for k in call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
 
 
+def _feeds_log_or_root(ctx, clamp: ast.Call) -> bool:
+    """``torch.log10(x.clamp(min=floor))``: the clamp is the argument of a log or a root."""
+    parent = ctx.parent(clamp)
+    if not isinstance(parent, ast.Call) or clamp not in parent.args:
+        return False
+    name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
+    return name in ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal")
+
+
 def _has_call(expr: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) for n in ast.walk(expr))
 
@@ -441,6 +450,8 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         if bound is None:
             return
         value = self._tiny(ctx, bound, fmt_)
+        if value is None and bound.__class__ in (ast.Name, ast.Attribute) and _feeds_log_or_root(ctx, node):
+            value = self._tiny(ctx, bound, fmt_, any_name=True)  # log10(clamp(x, min=self.amin)): a floor by role
         if value is None or discarded(ctx, node) or not self._runs_in_half(ctx, node, target):
             return
         self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)",

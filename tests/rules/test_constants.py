@@ -435,3 +435,13 @@ def test_amp102_names_every_callers_default_of_a_dead_default(amplint):
     assert [(f["line"], f["severity"]) for f in found] == [(16, "error")], found
     related = {r["line"] for r in found[0]["related"]}
     assert {20, 22, 29, 31} <= related and 9 not in related, related
+
+
+def test_amp102_clamp_floor_before_a_log_is_an_eps_by_role(amplint):
+    """`torch.log10(torch.clamp(mel, min=self.amin))`: the floor's name says nothing, its
+    role (a clamp straight into a log) does; `self.amin = 1e-10` becomes 0 in fp16."""
+    proc = amplint("check", "fixtures/constants/eps_role/logmel_floor.py", "--no-cache", "--format", "json",
+                   "--select", "AMP102")
+    found = json.loads(proc.stdout)
+    assert [(f["line"], f["severity"]) for f in found] == [(17, "error")], found
+    assert "`self.amin` (= 1e-10)" in found[0]["message"], found[0]["message"]
