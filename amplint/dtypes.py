@@ -354,7 +354,7 @@ _SCALAR_BUILTINS = frozenset("int float len abs min max round sum pow".split())
 #: factories that make the default float dtype (fp32) unless given ``dtype=``
 _FLOAT_FACTORIES = frozenset(
     "zeros ones empty full rand randn linspace logspace eye normal FloatTensor hann_window "
-    "hamming_window blackman_window kaiser_window bartlett_window".split()
+    "hamming_window blackman_window kaiser_window bartlett_window Tensor".split()
 )
 _LIKE_FACTORIES = frozenset("zeros_like ones_like empty_like full_like rand_like randn_like".split())
 _NEW_FACTORIES = frozenset("new_zeros new_ones new_empty new_full new_tensor".split())
@@ -813,8 +813,8 @@ class DtypeFlow:
                     continue
                 for assign in ctx.self_assignments(stmt).get(attr, ()):
                     value = assign.value
-                    if value is None:
-                        continue
+                    if value is None or value.__class__ in (ast.List, ast.Tuple) and not value.elts:
+                        continue  # `self.window_sum = []`: a placeholder until a tensor is stored
                     got = self._stored(value, buffer=False, cast=cast)
                     result = got if result is None else join_setting(result, got)
             if result is not None:
@@ -1102,7 +1102,9 @@ class DtypeFlow:
             for t in tensors[1:]:
                 result = promote(result, self.of(t))
             return self._policy_result(node, qn, result)
-        first = self.of(operands[0]) if operands else DtypeClass.UNKNOWN
+        # F.fold(input=x, ...): the tensor passed by keyword
+        first_arg = operands[0] if operands else next((k.value for k in node.keywords if k.arg == "input"), None)
+        first = self.of(first_arg) if first_arg is not None else DtypeClass.UNKNOWN
         if qn.startswith("torch.nn.functional."):
             if short.endswith("_loss") or short in ("cross_entropy", "binary_cross_entropy_with_logits", "kl_div"):
                 return self._policy_result(node, qn, first)

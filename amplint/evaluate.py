@@ -319,6 +319,12 @@ class Evaluator:
         if default is None:
             # no default: what the callers in this file pass (TransformerModel(cfg, vocab=vocab))
             return self._from_call_sites(func, name, depth, _FieldOf(self, None))
+        # a float default (an eps, a tolerance) every caller overrides is dead; an integer
+        # default is a size, the design value a fix edits (callers are often examples)
+        float_default = isinstance(default, ast.Constant) and isinstance(default.value, float)
+        passed = self._overriding_callers(func, name, depth) if float_default else None
+        if passed is not None:
+            return passed  # the default is dead: every caller in this file passes its own value
         inner = self.evaluate(default, None, depth + 1)
         if inner is None:
             return None
@@ -461,7 +467,32 @@ class Evaluator:
             self._active.discard(key)
         if len({v.value for v in values}) != 1:
             return None
-        return values[0]
+        # every caller's source is where the value comes from (TabNet's three models each
+        # pass their own `epsilon=1e-15` default to the encoder)
+        origin = list(values[0].origin)
+        for v in values[1:]:
+            origin += [r for r in v.origin if r not in origin]
+        return Value(values[0].value, tuple(origin[:MAX_TRAIL]), values[0].literal)
+
+    def _overriding_callers(self, func: ast.AST, name: str, depth: int) -> Optional[Value]:
+        """The value the calls of ``func`` in this file all pass for the defaulted parameter
+        ``name`` when each passes it explicitly (``MegaScaleNorm(dim=-1, eps=eps)``, its only
+        call: ``eps=1e-6`` never applies); None when a call leaves it out or none is found."""
+        if isinstance(func, ast.Lambda):
+            return None
+        calls, offset = self._call_sites(func)
+        if not calls:
+            return None
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        position = positional.index(name) if name in positional else None
+        if any(argument(c, name, position) is None for c in calls):
+            return None
+        found = self._from_call_sites(func, name, depth, _FieldOf(self, None))
+        # only a value the callers themselves take from a default (`eps=eps`): a literal a
+        # caller writes is reported at that call, and the default stays reported where used
+        if found is None or not any("default of" in r.note for r in found.origin):
+            return None
+        return found
 
     def _argument_at(self, call: ast.Call, name: str, position: Optional[int], depth: int) -> Optional[ast.AST]:
         """:func:`~amplint.analysis.calls.argument`, else the item of a ``**kwargs`` dict."""

@@ -7,7 +7,7 @@ from typing import Optional
 from amplint import fixes
 from amplint.analysis.calls import argument
 from amplint.analysis import flow
-from amplint.analysis.stabilisers import stabiliser_use
+from amplint.analysis.stabilisers import at_least_one, discarded, stabiliser_use
 from amplint.analysis.constants import known_not_half, literal_text as _literal_text, normal_replacement
 from amplint.dtypes import DtypeClass
 from amplint.analysis.reductions import upcast_by_policy
@@ -31,6 +31,15 @@ _IMPLICIT_EPS_ATTRS = frozenset(q.rsplit(".", 1)[1] for q in flow.EPS_FUNCTIONS)
 
 def _last_argument(call: ast.Call) -> Optional[ast.AST]:
     return max(list(call.args) + [k.value for k in call.keywords], key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
+
+
+def _feeds_log_or_root(ctx, clamp: ast.Call) -> bool:
+    """``torch.log10(x.clamp(min=floor))``: the clamp is the argument of a log or a root."""
+    parent = ctx.parent(clamp)
+    if not isinstance(parent, ast.Call) or clamp not in parent.args:
+        return False
+    name = parent.func.attr if isinstance(parent.func, ast.Attribute) else getattr(parent.func, "id", "")
+    return name in ("log", "log2", "log10", "sqrt", "rsqrt", "reciprocal")
 
 
 def _has_call(expr: ast.AST) -> bool:
@@ -329,6 +338,8 @@ No fix when the constant lives in another file (fix the config there). `fix` the
                 continue
             if isinstance(other, ast.Constant) or ctx.evaluate(other) is not None:
                 return  # 1 + 1e-8: plain Python arithmetic
+            if at_least_one(ctx, other):
+                return  # log(cosh(x) + eps): the eps is never what keeps it away from 0
             use = stabiliser_use(ctx, node)
             if use is None or not self._runs_in_half(ctx, node, other):
                 return
@@ -439,7 +450,9 @@ No fix when the constant lives in another file (fix the config there). `fix` the
         if bound is None:
             return
         value = self._tiny(ctx, bound, fmt_)
-        if value is None or not self._runs_in_half(ctx, node, target):
+        if value is None and bound.__class__ in (ast.Name, ast.Attribute) and _feeds_log_or_root(ctx, node):
+            value = self._tiny(ctx, bound, fmt_, any_name=True)  # log10(clamp(x, min=self.amin)): a floor by role
+        if value is None or discarded(ctx, node) or not self._runs_in_half(ctx, node, target):
             return
         self._report(ctx, bound, value, fmt_, "the lower bound meant to keep values away from 0 is itself 0 (or nearly)",
                      operand=target)

@@ -23,8 +23,62 @@ class Stabiliser:
     op: bool = False
 
 
+#: functions and methods whose result is never negative (in every dtype)
+_NON_NEGATIVE = ("abs", "square", "exp", "relu", "sigmoid", "softplus", "norm", "cosh")
+
+
+def _call_name(ctx, expr: ast.AST) -> Optional[str]:
+    """``torch.cosh(x)`` / ``x.cosh()`` -> ``"cosh"`` (torch or a tensor method only)."""
+    if not isinstance(expr, ast.Call):
+        return None
+    func = expr.func
+    qn = ctx.qualname(func)
+    if qn is not None:
+        return qn.rsplit(".", 1)[-1] if qn.startswith("torch.") else None
+    return func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _non_negative(ctx, expr: ast.AST) -> bool:
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Pow):
+        exponent = ctx.evaluate(expr.right)
+        return exponent is not None and exponent.value == 2
+    name = _call_name(ctx, expr)
+    if name == "pow" and isinstance(expr, ast.Call) and expr.args:
+        exponent = ctx.evaluate(expr.args[-1])
+        return exponent is not None and exponent.value == 2
+    return name in _NON_NEGATIVE
+
+
+def at_least_one(ctx, expr: ast.AST) -> bool:
+    """Whether ``expr`` is >= 1 whatever its inputs: ``cosh(x)`` (auraloss's log-cosh
+    loss), ``1 + x ** 2``, ``1.0 + t.abs()``.  An eps added to it changes nothing even in
+    fp32, so its vanishing in half is harmless."""
+    if _call_name(ctx, expr) == "cosh":
+        return True
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        for const, other in ((expr.left, expr.right), (expr.right, expr.left)):
+            value = ctx.evaluate(const)
+            if value is not None and isinstance(value.value, (int, float)) and value.value >= 1 and _non_negative(ctx, other):
+                return True
+    return False
+
+
+def discarded(ctx, node: ast.AST) -> bool:
+    """Whether ``node`` only reaches an expression statement whose value is thrown away:
+    ``input * torch.rsqrt(ms + self.eps)`` on a line of its own (transformers' MegaRMSNorm)
+    has no effect, unless the statement is a call or runs an in-place method (``add_``)."""
+    stmt = ctx.enclosing_statement(node)
+    if not isinstance(stmt, ast.Expr) or isinstance(stmt.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom)):
+        return False
+    return not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_")
+                   for n in ast.walk(stmt.value))
+
+
 def stabiliser_use(ctx, node: ast.BinOp) -> Optional[Stabiliser]:
-    """How ``node`` (``x + eps``) is used, when that use needs eps > 0."""
+    """How ``node`` (``x + eps``) is used, when that use needs eps > 0 (None also when its
+    value is discarded)."""
+    if discarded(ctx, node):
+        return None
     child, parent = node, ctx.parent(node)
     if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) and parent.left is child:
         exponent = ctx.evaluate(parent.right)

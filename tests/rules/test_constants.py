@@ -391,3 +391,57 @@ def test_amp102_is_info_on_values_fp32_under_o1_only(amplint, level, severities)
                    "--opt-level", level, "--select", "AMP102")
     found = sorted({(f["line"], f["severity"]) for f in json.loads(proc.stdout) if f["severity"] != "warning"})
     assert [s for _, s in found] == severities, found
+
+
+def test_amp102_skips_dead_defaults_and_discarded_norms(amplint):
+    """A default every caller in the file overrides never applies: the finding names the
+    value the callers pass (1e-5, SequenceNorm's own default, passed on as `eps=eps`) and
+    its source, not ScaleNorm's `eps=1e-6`; an `x + eps` whose statement value is thrown
+    away (transformers' MegaRMSNorm) has no effect and is not reported."""
+    proc = amplint("check", "fixtures/constants/eps_dead/dead_defaults.py", "--no-cache", "--format", "json",
+                   "--select", "AMP102")
+    found = json.loads(proc.stdout)
+    assert [f["line"] for f in found] == [31], found
+    assert "= 1e-05" in found[0]["message"], found[0]["message"]
+    related = {r["line"] for r in found[0]["related"]}
+    assert 35 in related and 38 in related and 24 not in related, related
+
+
+@pytest.mark.parametrize("level, count", [("O1", 0), ("O2", 1)])
+def test_amp102_window_sum_of_a_torch_tensor_buffer_is_fp32_under_o1(amplint, level, count):
+    """`torch.Tensor(window)` makes the default float dtype (fp32) and `F.fold(input=...)`
+    keeps its keyword operand's dtype, and a `self.x = []` placeholder is no tensor: both window
+    sums are fp32 under O1, so their `clamp(..., 1e-11)` floors are fine there; O2 casts the
+    buffer (not the plain tensor attribute) to half, and that floor vanishes."""
+    proc = amplint("check", "fixtures/false_positives/clean/ola_window_sum.py", "--no-cache", "--format", "json",
+                   "--opt-level", level, "--select", "AMP102")
+    assert len(json.loads(proc.stdout)) == count, proc.stdout
+
+
+def test_amp102_skips_eps_added_to_values_at_least_one(amplint):
+    """`log(cosh(x) + eps)` and `log(1 + x ** 2 + eps)`: the other term is >= 1, so the
+    eps keeps nothing away from 0 and its vanishing in half is harmless (auraloss LogCosh)."""
+    proc = amplint("check", "fixtures/false_positives/clean/log_cosh.py", "--no-cache", "--format", "json",
+                   "--opt-level", "O2", "--select", "AMP102")
+    assert json.loads(proc.stdout) == [], proc.stdout
+
+
+def test_amp102_names_every_callers_default_of_a_dead_default(amplint):
+    """Two models pass their own `epsilon=1e-15` default to one encoder: the finding in the
+    encoder names both defaults (and both call sites), not the encoder's dead default."""
+    proc = amplint("check", "fixtures/constants/eps_dead/shared_encoder.py", "--no-cache", "--format", "json",
+                   "--select", "AMP102")
+    found = json.loads(proc.stdout)
+    assert [(f["line"], f["severity"]) for f in found] == [(16, "error")], found
+    related = {r["line"] for r in found[0]["related"]}
+    assert {20, 22, 29, 31} <= related and 9 not in related, related
+
+
+def test_amp102_clamp_floor_before_a_log_is_an_eps_by_role(amplint):
+    """`torch.log10(torch.clamp(mel, min=self.amin))`: the floor's name says nothing, its
+    role (a clamp straight into a log) does; `self.amin = 1e-10` becomes 0 in fp16."""
+    proc = amplint("check", "fixtures/constants/eps_role/logmel_floor.py", "--no-cache", "--format", "json",
+                   "--select", "AMP102")
+    found = json.loads(proc.stdout)
+    assert [(f["line"], f["severity"]) for f in found] == [(17, "error")], found
+    assert "`self.amin` (= 1e-10)" in found[0]["message"], found[0]["message"]
