@@ -399,6 +399,13 @@ class Evaluator:
             self._call_index = index
         return self._call_index
 
+    def call_sites_passing(self, func: ast.AST, name: str) -> tuple[list[ast.Call], Optional[int]]:
+        """The calls of ``func`` in this file, and the position at which they pass its
+        parameter ``name`` (None: keyword-only)."""
+        calls, offset = self._call_sites(func)
+        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
+        return calls, positional.index(name) if name in positional else None
+
     def _call_sites(self, func: ast.AST) -> tuple[list[ast.Call], int]:
         """The calls of ``func`` in this file and how many leading parameters the call
         does not pass (``self``): ``Model(...)`` for ``Model.__init__``, ``f(...)`` for a

@@ -170,9 +170,7 @@ class SizeValues:
         param, default = parameter(func, test.id)
         if param is None or default.__class__ is not ast.Constant:
             return None
-        calls, offset = self.evaluator._call_sites(func)
-        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
-        position = positional.index(test.id) if test.id in positional else None
+        calls, position = self.evaluator.call_sites_passing(func, test.id)
         if any(self.evaluator._argument_at(c, test.id, position, 0) is not None or
                any(kw.arg is None for kw in c.keywords) for c in calls):
             return None
@@ -317,9 +315,7 @@ class SizeValues:
 
     def _passed_or_default(self, func: ast.AST, name: str, depth: int) -> Optional[list]:
         evaluator = self.evaluator
-        calls, offset = evaluator._call_sites(func)
-        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
-        position = positional.index(name) if name in positional else None
+        calls, position = evaluator.call_sites_passing(func, name)
         # the default stays one of the values: a call site that overrides it may be an
         # example building a tiny model (word_language_model's RNNModel(ninp=24))
         out, passed = [None], False
@@ -341,9 +337,7 @@ class SizeValues:
         if key in self._active or func.__class__ is ast.Lambda:
             return []
         evaluator = self.evaluator
-        calls, offset = evaluator._call_sites(func)
-        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
-        position = positional.index(name) if name in positional else None
+        calls, position = evaluator.call_sites_passing(func, name)
         self._active.add(key)
         try:
             out = []
@@ -595,9 +589,7 @@ class SizeValues:
         if key in self._active or func.__class__ is ast.Lambda:
             return None
         evaluator = self.evaluator
-        calls, offset = evaluator._call_sites(func)
-        positional = [a.arg for a in func.args.posonlyargs + func.args.args][offset:]
-        position = positional.index(name) if name in positional else None
+        calls, position = evaluator.call_sites_passing(func, name)
         self._active.add(key)
         try:
             merged: list = []
