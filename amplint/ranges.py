@@ -18,6 +18,7 @@ from typing import Optional
 
 from .bindings import subtree
 from .analysis.calls import argument
+from .amp.policy import VECTOR_NORMS
 from .dtypes import reaching_value
 
 #: functions / methods whose result is bounded by 1 in magnitude, whatever the input
@@ -451,7 +452,7 @@ def l2_norm_of(ctx, expr: ast.AST, depth: int = 0) -> Optional[ast.AST]:
         return None
     qualname = ctx.qualname(expr.func) or ""
     attr = expr.func.attr if isinstance(expr.func, ast.Attribute) else None
-    if qualname in ("torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm") and expr.args:
+    if qualname in VECTOR_NORMS and expr.args:
         p = argument(expr, "p" if qualname == "torch.norm" else "ord", 1)
         return expr.args[0] if p is None or isinstance(p, ast.Constant) and p.value in (2, 2.0) else None
     if not qualname and attr == "norm":

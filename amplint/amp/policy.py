@@ -162,6 +162,10 @@ APEX_DIFFERENCES: dict[str, str] = {
 }
 
 #: ``nn.Module`` classes and the function their ``forward`` reaches (for module-style lookups).
+#: functions whose default is the vector 2-norm (``p`` for ``torch.norm``, ``ord`` for the
+#: ``linalg`` ones): a vector divided by one of these is bounded by 1 (amplint/ranges.py)
+VECTOR_NORMS = frozenset((_T + "norm", _LA + "norm", _LA + "vector_norm"))
+
 MODULE_FUNCTIONS: dict[str, str] = {
     "torch.nn.Linear": _F + "linear",
     "torch.nn.Bilinear": _F + "bilinear",
